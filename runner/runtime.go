@@ -1,0 +1,136 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// Runtime is what the sync engine needs from a container runtime. It speaks
+// only stdlib and core/v1 types so the engine can be tested without a daemon;
+// runner/containerd implements it.
+type Runtime interface {
+	// EnsureImage makes ref available according to policy and returns the
+	// image's own configuration.
+	EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (ImageConfig, error)
+	// ListContainers returns every container noderun owns, with task state.
+	ListContainers(ctx context.Context) ([]ContainerStatus, error)
+	// StartContainer creates the container described by cfg and starts its task.
+	StartContainer(ctx context.Context, cfg *ContainerConfig) error
+	// StopContainer signals the task, waits up to grace, then kills it. A
+	// missing container or task is not an error.
+	StopContainer(ctx context.Context, id string, grace time.Duration) error
+	// RemoveContainer deletes the task, container and snapshot. A missing
+	// container is not an error.
+	RemoveContainer(ctx context.Context, id string) error
+	// Exits streams task-exit events until ctx ends. The channel is closed
+	// when the stream breaks; callers resync and subscribe again.
+	Exits(ctx context.Context) (<-chan ExitEvent, error)
+	// Ping reports whether the runtime answers.
+	Ping(ctx context.Context) error
+}
+
+// Network sets up and tears down a pod's sandbox: its pinned namespaces and
+// CNI attachment. cni implements it.
+type Network interface {
+	// Setup creates (or finds) the pod's namespaces and attaches it to the
+	// network unless sb.HostNetwork. It returns the pod's IPs.
+	Setup(ctx context.Context, sb *Sandbox) ([]string, error)
+	// Teardown detaches and removes everything Setup made; idempotent.
+	Teardown(ctx context.Context, sb *Sandbox) error
+}
+
+// ImageConfig is the part of an OCI image config that Kubernetes merges with
+// the container spec.
+type ImageConfig struct {
+	Ref        string
+	Entrypoint []string
+	Cmd        []string
+	Env        []string
+	WorkingDir string
+	User       string
+	StopSignal string
+}
+
+// Sandbox describes a pod's shared namespaces, all pinned under Dir.
+type Sandbox struct {
+	ID          string // stable sandbox id, also CNI's container id
+	PodUID      string
+	PodName     string
+	Namespace   string
+	Hostname    string
+	HostNetwork bool
+	Dir         string // run-dir directory holding the pinned namespace files
+}
+
+// Namespace file paths inside a sandbox directory.
+func (s *Sandbox) NetNSPath() string { return s.Dir + "/net" }
+func (s *Sandbox) IPCNSPath() string { return s.Dir + "/ipc" }
+func (s *Sandbox) UTSNSPath() string { return s.Dir + "/uts" }
+
+// Mount is a resolved volume mount for one container.
+type Mount struct {
+	Source      string
+	Destination string
+	ReadOnly    bool
+}
+
+// ContainerConfig is everything the runtime needs to create one container;
+// the engine has already resolved the Kubernetes semantics.
+type ContainerConfig struct {
+	ID           string
+	Pod          *v1.Pod
+	Container    *v1.Container
+	Init         bool
+	Image        ImageConfig
+	Args         []string // final process args (entrypoint/cmd merged)
+	Env          []string // final KEY=value list
+	WorkingDir   string
+	Mounts       []Mount
+	Sandbox      *Sandbox
+	CgroupParent string // per-pod cgroup parent, e.g. /noderun/pod<uid>
+	LogPath      string
+	RestartCount int
+	SpecHash     string
+	LastState    *v1.ContainerStateTerminated // previous run, kept in labels
+}
+
+// ContainerState is the coarse state of a container's task.
+type ContainerState int
+
+const (
+	StateCreated ContainerState = iota // container exists, task not started
+	StateRunning
+	StateExited
+	StateUnknown
+)
+
+// ContainerStatus is what the runtime knows about one container, read back
+// from containerd labels and task state.
+type ContainerStatus struct {
+	ID           string
+	PodUID       string
+	PodName      string
+	PodNamespace string
+	Name         string
+	Init         bool
+	SpecHash     string
+	RestartCount int
+	ImageRef     string
+	ImageID      string
+	State        ContainerState
+	PID          uint32
+	CreatedAt    time.Time
+	ExitCode     int
+	FinishedAt   time.Time
+	LastState    *v1.ContainerStateTerminated
+}
+
+// ExitEvent reports that a container's main process exited.
+type ExitEvent struct {
+	ContainerID string
+	PodUID      string
+	ExitCode    int
+	ExitedAt    time.Time
+}
