@@ -110,6 +110,13 @@ func (m *Manager) Del(ctx context.Context, a Attachment) error {
 	return nil
 }
 
+// Attached reports whether libcni holds a cached ADD for the attachment,
+// i.e. whether a DEL has anything to release.
+func (m *Manager) Attached(a Attachment) bool {
+	cached, _, err := m.cni.GetNetworkListCachedConfig(m.list, runtimeConf(a))
+	return err == nil && cached != nil
+}
+
 func runtimeConf(a Attachment) *libcni.RuntimeConf {
 	rt := &libcni.RuntimeConf{
 		ContainerID: a.ID,

@@ -14,8 +14,9 @@ type Runtime interface {
 	// EnsureImage makes ref available according to policy and returns the
 	// image's own configuration.
 	EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (ImageConfig, error)
-	// ListContainers returns every container noderun owns, with task state.
-	ListContainers(ctx context.Context) ([]ContainerStatus, error)
+	// ListContainers returns the containers noderun owns, with task state:
+	// those of one pod, or all when podUID is empty.
+	ListContainers(ctx context.Context, podUID string) ([]ContainerStatus, error)
 	// StartContainer creates the container described by cfg and starts its task.
 	StartContainer(ctx context.Context, cfg *ContainerConfig) error
 	// StopContainer signals the task, waits up to grace, then kills it. A
@@ -62,6 +63,13 @@ type Sandbox struct {
 	Hostname    string
 	HostNetwork bool
 	Dir         string // run-dir directory holding the pinned namespace files
+	Ports       []PortMapping
+}
+
+// PortMapping is a container's hostPort, for CNI's portmap plugin.
+type PortMapping struct {
+	HostPort, ContainerPort int
+	Protocol, HostIP        string
 }
 
 // Namespace file paths inside a sandbox directory.

@@ -1,0 +1,103 @@
+// Command noderun runs Kubernetes Pod manifests on one machine, without an
+// API server, by driving containerd and CNI directly.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/noderun/noderun/crilog"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	app := &cli.App{
+		Name:    "noderun",
+		Usage:   "run Kubernetes Pod manifests on containerd, without an API server",
+		Version: version,
+		Flags:   flags(),
+		Action:  runNode,
+		Commands: []*cli.Command{
+			{Name: "version", Usage: "print the version", Action: func(*cli.Context) error {
+				fmt.Println("noderun", version)
+				return nil
+			}},
+			podsCommand(),
+			imagesCommand(),
+			{
+				// containerd's shim runs this as the containers' log driver.
+				Name: "log-driver", Hidden: true, ArgsUsage: "PATH",
+				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First()) },
+			},
+		},
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := app.RunContext(ctx, os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "noderun:", err)
+		os.Exit(1)
+	}
+}
+
+func defaultNodeName() string {
+	h, err := os.Hostname()
+	if err != nil {
+		return "localhost"
+	}
+	return strings.ToLower(h)
+}
+
+func flags() []cli.Flag {
+	env := func(name string) []string { return []string{"NODERUN_" + name} }
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "manifests", Usage: "directory or file of Pod manifests (repeatable)", EnvVars: env("MANIFESTS")},
+		&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
+		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
+		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", EnvVars: env("CONTAINERD_ADDRESS")},
+		&cli.StringFlag{Name: "containerd-namespace", Value: "noderun", EnvVars: env("CONTAINERD_NAMESPACE")},
+		&cli.StringFlag{Name: "state-dir", Value: "/var/lib/noderun", EnvVars: env("STATE_DIR")},
+		&cli.StringFlag{Name: "run-dir", Value: "/run/noderun", EnvVars: env("RUN_DIR")},
+		&cli.StringFlag{Name: "pod-log-dir", Value: "/var/log/pods", EnvVars: env("POD_LOG_DIR")},
+		&cli.StringFlag{Name: "images-dir", Usage: "image tarballs imported at start and when added (default <state-dir>/images)", EnvVars: env("IMAGES_DIR")},
+		&cli.StringFlag{Name: "cni-conf-dir", Value: "/etc/cni/net.d", EnvVars: env("CNI_CONF_DIR")},
+		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", EnvVars: env("CNI_BIN_DIR")},
+		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},
+		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
+		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
+		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("LOG_FORMAT")},
+	}
+}
+
+func newLogger(c *cli.Context) (*slog.Logger, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch c.String("log-format") {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format: %q is neither text nor json", c.String("log-format"))
+}
+
+// statusSocket resolves the API socket path from flags.
+func statusSocket(c *cli.Context) string {
+	if s := c.String("status-socket"); s != "" {
+		return s
+	}
+	return c.String("run-dir") + "/noderun.sock"
+}

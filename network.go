@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/runner"
+)
+
+// network adapts the cni leaf to runner.Network. It remembers a pod's IPs in
+// its sandbox dir (on the run-dir tmpfs), so a restarted noderun finds a live
+// sandbox without calling CNI again, while after a reboot the dir is gone and
+// the stale allocation is released before the pod is attached anew.
+type network struct {
+	cni *cni.Manager
+	log *slog.Logger
+}
+
+var _ runner.Network = (*network)(nil)
+
+const ipsFile = "ips.json"
+
+func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, error) {
+	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
+		if ips, err := readIPs(sb.Dir); err == nil {
+			// Repairs ipc/uts if only those went missing.
+			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false)
+			return ips, err
+		}
+	}
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork); err != nil {
+		return nil, err
+	}
+	if sb.HostNetwork {
+		return nil, nil
+	}
+	att := attachment(sb)
+	// A fresh netns but an attachment left from an earlier boot or a crash
+	// mid-ADD: release it first so its IP does not leak.
+	if n.cni.Attached(att) {
+		if err := n.cni.Del(ctx, withoutNetNS(att)); err != nil {
+			n.log.Warn("releasing a stale pod network failed", "pod", sb.Namespace+"/"+sb.PodName, "err", err)
+		}
+	}
+	ips, err := n.cni.Add(ctx, att)
+	if err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(ips) // a []string always marshals
+	return ips, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
+}
+
+func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
+	var errs []error
+	if !sb.HostNetwork {
+		errs = append(errs, n.cni.Del(ctx, attachment(sb)))
+	}
+	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
+	errs = append(errs, cni.RemoveNamespaces(sb.Dir))
+	return errors.Join(errs...)
+}
+
+func attachment(sb *runner.Sandbox) cni.Attachment {
+	a := cni.Attachment{
+		ID: sb.ID, NetNS: sb.NetNSPath(),
+		PodNamespace: sb.Namespace, PodName: sb.PodName, PodUID: sb.PodUID,
+	}
+	for _, p := range sb.Ports {
+		a.PortMappings = append(a.PortMappings, cni.PortMapping{
+			HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: p.Protocol, HostIP: p.HostIP})
+	}
+	return a
+}
+
+func withoutNetNS(a cni.Attachment) cni.Attachment {
+	a.NetNS = ""
+	return a
+}
+
+func readIPs(dir string) ([]string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, ipsFile))
+	if err != nil {
+		return nil, err
+	}
+	var ips []string
+	return ips, json.Unmarshal(b, &ips)
+}
+
+// isNamespace reports whether path is a pinned namespace (an nsfs mount).
+func isNamespace(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}

@@ -1,0 +1,184 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/urfave/cli/v2"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/systemd"
+)
+
+const (
+	defaultRelist = 20 * time.Second
+	snapshotter   = "overlayfs"
+)
+
+// runNode is noderun's main mode: connect, import images, start the sources
+// and the engine, serve the status API until a signal arrives. Pods keep
+// running when noderun stops; a restart adopts them.
+func runNode(c *cli.Context) error {
+	log, err := newLogger(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Context
+	paths := uniq(c.StringSlice("manifests"))
+	if len(paths) == 0 {
+		return errors.New("no manifests: give --manifests DIR|FILE (or NODERUN_MANIFESTS)")
+	}
+	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
+	for _, d := range []string{stateDir, runDir, c.String("pod-log-dir")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	client, err := ctrdrt.Connect(ctx, ctrdrt.DaemonConfig{
+		Address: c.String("containerd-address"), StateDir: stateDir, RunDir: runDir,
+		Namespace: c.String("containerd-namespace"), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	imagesDir := c.String("images-dir")
+	if imagesDir == "" {
+		imagesDir = filepath.Join(stateDir, "images")
+	}
+	// Imported before the first reconcile so offline pods never try a pull.
+	if err := importImages(ctx, client, imagesDir, log); err != nil {
+		return err
+	}
+
+	cniMgr, err := cni.New(cni.Config{
+		ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
+		CacheDir: filepath.Join(stateDir, "cni", "cache"), DefaultSubnet: c.String("pod-cidr"), Logger: log,
+	})
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find own binary for the log driver: %w", err)
+	}
+	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
+		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
+
+	nodeName := c.String("node-name")
+	hostIP := c.String("node-ip")
+	if hostIP == "" {
+		hostIP = defaultHostIP()
+	}
+	engine := runner.New(runner.Config{
+		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
+		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
+		OnReady: func() {
+			log.Info("ready", "node", nodeName, "sources", len(paths))
+			if _, err := systemd.Ready(); err != nil {
+				log.Warn("sd_notify", "err", err)
+			}
+		},
+	}, rt, &network{cni: cniMgr, log: log})
+
+	snaps := make(chan manifests.Snapshot)
+	for _, p := range paths {
+		src := manifests.NewFileSource(p, nodeName,
+			manifests.WithRelistInterval(c.Duration("file-check-interval")), manifests.WithLogger(log))
+		go func() {
+			if err := src.Run(ctx, snaps); err != nil && ctx.Err() == nil {
+				log.Error("manifest source stopped", "path", p, "err", err)
+			}
+		}()
+	}
+
+	l, err := runner.ListenUnix(statusSocket(c))
+	if err != nil {
+		return fmt.Errorf("status socket: %w", err)
+	}
+	srv := &http.Server{Handler: engine.Handler(), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("status API", "err", err)
+		}
+	}()
+	defer srv.Close()
+
+	err = engine.Run(ctx, snaps, len(paths))
+	_, _ = systemd.Stopping()
+	log.Info("stopping; pods keep running")
+	return err
+}
+
+// importImages imports the tarballs present now, then keeps watching the
+// directory for new ones.
+func importImages(ctx context.Context, client *containerd.Client, dir string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if _, err := ctrdrt.ImportDir(ctx, client, dir, snapshotter, log); err != nil {
+		return err
+	}
+	go func() {
+		if err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, log); err != nil {
+			log.Error("images dir watch stopped", "dir", dir, "err", err)
+		}
+	}()
+	return nil
+}
+
+func uniq(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// defaultHostIP is the first IPv4 address of the default route's interface,
+// read from /proc/net/route; "" when there is no default route.
+func defaultHostIP() string {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[1] != "00000000" {
+			continue
+		}
+		iface, err := net.InterfaceByName(fields[0])
+		if err != nil {
+			return ""
+		}
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return ""
+}

@@ -1,0 +1,76 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Handler is the local status API, in place of the API server.
+func (e *Engine) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", e.serveHealthz)
+	mux.HandleFunc("GET /pods", e.servePods)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		// A browser page must not be able to reach the API.
+		if r.Header.Get("Origin") != "" {
+			http.Error(rw, "browser requests are refused", http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(rw, r)
+	})
+}
+
+func (e *Engine) serveHealthz(rw http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+	defer cancel()
+	if err := e.Healthy(ctx); err != nil {
+		http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(rw, "ok")
+}
+
+func (e *Engine) servePods(rw http.ResponseWriter, _ *http.Request) {
+	list := v1.PodList{
+		TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"},
+		Items:    e.Pods(),
+	}
+	for i := range list.Items {
+		list.Items[i].TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+	}
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(&list)
+}
+
+// ListenUnix opens the API socket with mode 0600, replacing a stale one. It
+// is made under a temporary name and renamed, so it is never reachable with
+// looser permissions.
+func ListenUnix(path string) (net.Listener, error) {
+	tmp := path + ".new"
+	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}

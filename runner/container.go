@@ -1,0 +1,252 @@
+package runner
+
+import (
+	"fmt"
+	"math"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+)
+
+// containerConfig resolves a container's Kubernetes semantics (env, args,
+// volumes, pod files) into what the runtime needs.
+func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img ImageConfig, restart int, last *v1.ContainerStateTerminated) (*ContainerConfig, error) {
+	env, err := containerEnv(pod, c, w.st.ips, w.e.cfg.HostIP)
+	if err != nil {
+		return nil, err
+	}
+	mounts, err := w.containerMounts(pod, c)
+	if err != nil {
+		return nil, err
+	}
+	wd := c.WorkingDir
+	if wd == "" {
+		wd = img.WorkingDir
+	}
+	return &ContainerConfig{
+		ID:           ContainerID(string(pod.UID), c.Name, restart),
+		Pod:          pod,
+		Container:    c,
+		Init:         init,
+		Image:        img,
+		Args:         containerArgs(c, img, env),
+		Env:          mergeEnv(img.Env, env),
+		WorkingDir:   wd,
+		Mounts:       mounts,
+		Sandbox:      w.sandbox(pod),
+		CgroupParent: w.cgroupParent(),
+		LogPath:      filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"),
+		RestartCount: restart,
+		SpecHash:     specHash(c),
+		LastState:    last,
+	}, nil
+}
+
+// envVar is one resolved container variable, in declaration order.
+type envVar struct{ name, value string }
+
+// containerEnv resolves the container's env list in order; $(VAR) refers to
+// variables declared earlier in the same list, as in Kubernetes.
+func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) ([]envVar, error) {
+	var out []envVar
+	defined := map[string]string{}
+	for _, ev := range c.Env {
+		var val string
+		switch {
+		case ev.ValueFrom == nil:
+			val = expand(ev.Value, func(n string) (string, bool) { v, ok := defined[n]; return v, ok })
+		case ev.ValueFrom.FieldRef != nil:
+			v, err := fieldRefValue(pod, ev.ValueFrom.FieldRef.FieldPath, podIPs, hostIP)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
+			}
+			val = v
+		case ev.ValueFrom.ResourceFieldRef != nil:
+			v, err := resourceFieldValue(pod, c, ev.ValueFrom.ResourceFieldRef)
+			if err != nil {
+				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
+			}
+			val = v
+		default:
+			return nil, fmt.Errorf("env %s: only fieldRef and resourceFieldRef sources exist without an API server", ev.Name)
+		}
+		defined[ev.Name] = val
+		out = append(out, envVar{ev.Name, val})
+	}
+	return out, nil
+}
+
+// mergeEnv puts container variables over the image's, keeping image order.
+func mergeEnv(image []string, env []envVar) []string {
+	out := make([]string, 0, len(image)+len(env))
+	index := map[string]int{}
+	for _, kv := range image {
+		name, _, _ := strings.Cut(kv, "=")
+		index[name] = len(out)
+		out = append(out, kv)
+	}
+	for _, ev := range env {
+		kv := ev.name + "=" + ev.value
+		if i, ok := index[ev.name]; ok {
+			out[i] = kv
+			continue
+		}
+		index[ev.name] = len(out)
+		out = append(out, kv)
+	}
+	return out
+}
+
+// containerArgs merges command/args with the image's Entrypoint/Cmd exactly
+// as Kubernetes does, then expands $(VAR) references.
+func containerArgs(c *v1.Container, img ImageConfig, env []envVar) []string {
+	var args []string
+	switch {
+	case len(c.Command) > 0:
+		args = append(append(args, c.Command...), c.Args...)
+	case len(c.Args) > 0:
+		args = append(append(args, img.Entrypoint...), c.Args...)
+	default:
+		args = append(append(args, img.Entrypoint...), img.Cmd...)
+	}
+	vars := map[string]string{}
+	for _, ev := range env {
+		vars[ev.name] = ev.value
+	}
+	lookup := func(n string) (string, bool) { v, ok := vars[n]; return v, ok }
+	for i := range args {
+		// Only what the user wrote is expanded, not the image's defaults.
+		if len(c.Command) > 0 || (len(c.Args) > 0 && i >= len(img.Entrypoint)) {
+			args[i] = expand(args[i], lookup)
+		}
+	}
+	return args
+}
+
+// expand implements Kubernetes' $(VAR) syntax: known variables are replaced,
+// unknown references stay as written, and $$ escapes a dollar.
+func expand(s string, lookup func(string) (string, bool)) string {
+	if !strings.Contains(s, "$") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 >= len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			name := s[i+2 : i+2+end]
+			if v, ok := lookup(name); ok {
+				b.WriteString(v)
+			} else {
+				b.WriteString(s[i : i+3+end])
+			}
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// fieldRefValue answers the downward API's fieldRef paths.
+func fieldRefValue(pod *v1.Pod, path string, podIPs []string, hostIP string) (string, error) {
+	if key, ok := subscript(path, "metadata.labels"); ok {
+		return pod.Labels[key], nil
+	}
+	if key, ok := subscript(path, "metadata.annotations"); ok {
+		return pod.Annotations[key], nil
+	}
+	switch path {
+	case "metadata.name":
+		return pod.Name, nil
+	case "metadata.namespace":
+		return pod.Namespace, nil
+	case "metadata.uid":
+		return string(pod.UID), nil
+	case "spec.nodeName":
+		return pod.Spec.NodeName, nil
+	case "spec.serviceAccountName":
+		return pod.Spec.ServiceAccountName, nil
+	case "status.hostIP", "status.hostIPs":
+		return hostIP, nil
+	case "status.podIP":
+		if pod.Spec.HostNetwork {
+			return hostIP, nil
+		}
+		if len(podIPs) > 0 {
+			return podIPs[0], nil
+		}
+		return "", nil
+	case "status.podIPs":
+		if pod.Spec.HostNetwork {
+			return hostIP, nil
+		}
+		return strings.Join(podIPs, ","), nil
+	}
+	return "", fmt.Errorf("unsupported fieldRef %q", path)
+}
+
+func subscript(path, prefix string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, prefix+"['")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "']")
+}
+
+// resourceFieldValue answers resourceFieldRef; an unset limit reports the
+// node's capacity, as the kubelet does.
+func resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector) (string, error) {
+	if ref.ContainerName != "" {
+		for _, o := range allContainers(pod) {
+			if o.Name == ref.ContainerName {
+				c = o
+			}
+		}
+	}
+	kind, name, ok := strings.Cut(ref.Resource, ".")
+	if !ok || (kind != "limits" && kind != "requests") {
+		return "", fmt.Errorf("unsupported resource %q", ref.Resource)
+	}
+	list := c.Resources.Limits
+	if kind == "requests" {
+		list = c.Resources.Requests
+	}
+	q, ok := list[v1.ResourceName(name)]
+	if !ok {
+		q = nodeCapacity(v1.ResourceName(name))
+	}
+	divisor := ref.Divisor
+	if divisor.IsZero() {
+		divisor = resource.MustParse("1")
+	}
+	if name == string(v1.ResourceCPU) {
+		return strconv.FormatInt(int64(math.Ceil(float64(q.MilliValue())/float64(divisor.MilliValue()))), 10), nil
+	}
+	return strconv.FormatInt(int64(math.Ceil(float64(q.Value())/float64(divisor.Value()))), 10), nil
+}
+
+func nodeCapacity(name v1.ResourceName) resource.Quantity {
+	switch name {
+	case v1.ResourceCPU:
+		return *resource.NewQuantity(int64(runtime.NumCPU()), resource.DecimalSI)
+	case v1.ResourceMemory:
+		return *resource.NewQuantity(memTotal(), resource.BinarySI)
+	}
+	return resource.Quantity{}
+}

@@ -1,0 +1,28 @@
+package containerd
+
+// Every label noderun puts on a containerd container. They are the durable
+// record of what runs, so a restarted noderun can adopt its pods.
+const (
+	labelPrefix       = "io.noderun."
+	LabelPodUID       = labelPrefix + "pod.uid"
+	LabelPodName      = labelPrefix + "pod.name"
+	LabelPodNamespace = labelPrefix + "pod.namespace"
+	LabelContainer    = labelPrefix + "container.name"
+	LabelInit         = labelPrefix + "container.init"
+	LabelSpecHash     = labelPrefix + "container.spec-hash"
+	LabelRestartCount = labelPrefix + "container.restart-count"
+	LabelImageRef     = labelPrefix + "container.image"
+	LabelStopSignal   = labelPrefix + "container.stop-signal"
+	LabelLogPath      = labelPrefix + "container.log-path"
+	LabelImageID      = labelPrefix + "container.image-id"
+	// The previous run's termination, so lastState survives the container
+	// being replaced on restart.
+	LabelLastExitCode = labelPrefix + "last.exit-code"
+	LabelLastReason   = labelPrefix + "last.reason"
+	LabelLastStarted  = labelPrefix + "last.started-at"
+	LabelLastFinished = labelPrefix + "last.finished-at"
+	LabelLastID       = labelPrefix + "last.container-id"
+)
+
+// ownedFilter selects the containers noderun manages.
+const ownedFilter = `labels."` + LabelPodUID + `"`

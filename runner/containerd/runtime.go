@@ -1,0 +1,421 @@
+// Package containerd implements runner.Runtime on containerd's Go client.
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strconv"
+	"syscall"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	apievents "github.com/containerd/containerd/api/events"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types/runc/options"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/plugin"
+	"github.com/containerd/typeurl/v2"
+	"github.com/moby/sys/signal"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/runner"
+)
+
+// Runtime drives containerd for the sync engine.
+type Runtime struct {
+	client      *ctrd.Client
+	namespace   string
+	snapshotter string
+	runcRoot    string // private runc state root, so several containerds never share one
+	logDriver   string // absolute path of the binary containerd runs as log driver
+	ownOOM      int
+	log         *slog.Logger
+}
+
+var _ runner.Runtime = (*Runtime)(nil)
+
+// Option configures a Runtime.
+type Option func(*Runtime)
+
+// WithSnapshotter selects the snapshotter (default overlayfs).
+func WithSnapshotter(s string) Option { return func(r *Runtime) { r.snapshotter = s } }
+
+// WithLogger sets the logger.
+func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
+
+// New returns a Runtime using client in namespace ns. logDriver is the
+// noderun binary; containerd runs it as `<logDriver> log-driver <path>`.
+func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *Runtime {
+	r := &Runtime{
+		client:      client,
+		namespace:   ns,
+		snapshotter: "overlayfs",
+		runcRoot:    runcRoot,
+		logDriver:   logDriver,
+		ownOOM:      OwnOOMScoreAdj(),
+		log:         slog.New(slog.DiscardHandler),
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r
+}
+
+func (r *Runtime) ctx(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, r.namespace)
+}
+
+// Ping reports whether containerd answers.
+func (r *Runtime) Ping(ctx context.Context) error {
+	_, err := r.client.Version(r.ctx(ctx))
+	return err
+}
+
+// EnsureImage applies the pull policy and returns the image's config.
+func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (runner.ImageConfig, error) {
+	img, err := EnsureImage(r.ctx(ctx), r.client, ref, policy, r.snapshotter)
+	if err != nil {
+		return runner.ImageConfig{}, err
+	}
+	return ImageConfigOf(r.ctx(ctx), img)
+}
+
+// StartContainer creates the container and starts its task. A leftover
+// container with the same id (a crash between create and start) is replaced.
+func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (retErr error) {
+	ctx = r.ctx(ctx)
+	img, err := r.client.GetImage(ctx, cfg.Image.Ref)
+	if err != nil {
+		return fmt.Errorf("image %s: %w", cfg.Image.Ref, err)
+	}
+	runtimeOpts := &options.Options{Root: r.runcRoot}
+	newContainer := func() (ctrd.Container, error) {
+		return r.client.NewContainer(ctx, cfg.ID,
+			ctrd.WithImageName(img.Name()),
+			ctrd.WithSnapshotter(r.snapshotter),
+			ctrd.WithNewSnapshot(cfg.ID, img),
+			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
+			ctrd.WithContainerLabels(labelsFor(cfg, img.Target().Digest.String())),
+			ctrd.WithNewSpec(specOpts(cfg, r.ownOOM)...))
+	}
+	c, err := newContainer()
+	if errdefs.IsAlreadyExists(err) {
+		if err := r.RemoveContainer(ctx, cfg.ID); err != nil {
+			return err
+		}
+		c, err = newContainer()
+	}
+	if err != nil {
+		return fmt.Errorf("create container %s: %w", cfg.ID, err)
+	}
+	defer func() {
+		if retErr != nil {
+			cctx, cancel := context.WithTimeout(r.ctx(context.Background()), 30*time.Second)
+			defer cancel()
+			if err := r.RemoveContainer(cctx, cfg.ID); err != nil {
+				r.log.Warn("cleanup after failed start", "container", cfg.ID, "err", err)
+			}
+		}
+	}()
+	logURI, err := url.Parse(crilog.URI(r.logDriver, cfg.LogPath))
+	if err != nil {
+		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
+	}
+	task, err := c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(runtimeOpts))
+	if err != nil {
+		return fmt.Errorf("create task %s: %w", cfg.ID, err)
+	}
+	if err := task.Start(ctx); err != nil {
+		return fmt.Errorf("start task %s: %w", cfg.ID, err)
+	}
+	return nil
+}
+
+// withTaskOptions repeats the runtime options on the task so every daemon
+// version hands the shim our runc root.
+func withTaskOptions(o *options.Options) ctrd.NewTaskOpts {
+	return func(_ context.Context, _ *ctrd.Client, ti *ctrd.TaskInfo) error {
+		ti.Options = o
+		return nil
+	}
+}
+
+func labelsFor(cfg *runner.ContainerConfig, imageID string) map[string]string {
+	l := map[string]string{
+		LabelPodUID:       string(cfg.Pod.UID),
+		LabelPodName:      cfg.Pod.Name,
+		LabelPodNamespace: cfg.Pod.Namespace,
+		LabelContainer:    cfg.Container.Name,
+		LabelSpecHash:     cfg.SpecHash,
+		LabelRestartCount: strconv.Itoa(cfg.RestartCount),
+		LabelImageRef:     cfg.Image.Ref,
+		LabelImageID:      imageID,
+		LabelLogPath:      cfg.LogPath,
+	}
+	if cfg.Init {
+		l[LabelInit] = "true"
+	}
+	if cfg.Image.StopSignal != "" {
+		l[LabelStopSignal] = cfg.Image.StopSignal
+	}
+	if ls := cfg.LastState; ls != nil {
+		l[LabelLastExitCode] = strconv.Itoa(int(ls.ExitCode))
+		l[LabelLastReason] = ls.Reason
+		l[LabelLastStarted] = ls.StartedAt.UTC().Format(time.RFC3339Nano)
+		l[LabelLastFinished] = ls.FinishedAt.UTC().Format(time.RFC3339Nano)
+		l[LabelLastID] = ls.ContainerID
+	}
+	return l
+}
+
+// ListContainers returns noderun's containers (all, or one pod's) with the
+// state of their tasks, using one task listing for all of them.
+func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.ContainerStatus, error) {
+	ctx = r.ctx(ctx)
+	filter := ownedFilter
+	if podUID != "" {
+		filter = fmt.Sprintf(`labels.%q==%q`, LabelPodUID, podUID)
+	}
+	recs, err := r.client.ContainerService().List(ctx, filter)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	procs, err := r.tasks(ctx, recs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runner.ContainerStatus, 0, len(recs))
+	for i := range recs {
+		out = append(out, statusOf(&recs[i], procs[recs[i].ID]))
+	}
+	return out, nil
+}
+
+// tasks fetches task state: one Get per container for a single pod, one
+// List for everything (the daemon asks every shim on List).
+func (r *Runtime) tasks(ctx context.Context, recs []containers.Container) (map[string]*tasktypes.Process, error) {
+	procs := make(map[string]*tasktypes.Process, len(recs))
+	if len(recs) > 8 {
+		resp, err := r.client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
+		if err != nil {
+			return nil, fmt.Errorf("list tasks: %w", err)
+		}
+		for _, p := range resp.Tasks {
+			procs[p.ID] = p
+		}
+		return procs, nil
+	}
+	for _, c := range recs {
+		resp, err := r.client.TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: c.ID})
+		if errdefs.IsNotFound(errdefs.FromGRPC(err)) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("task %s: %w", c.ID, errdefs.FromGRPC(err))
+		}
+		procs[c.ID] = resp.Process
+	}
+	return procs, nil
+}
+
+func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerStatus {
+	l := c.Labels
+	rc, _ := strconv.Atoi(l[LabelRestartCount])
+	st := runner.ContainerStatus{
+		ID:           c.ID,
+		PodUID:       l[LabelPodUID],
+		PodName:      l[LabelPodName],
+		PodNamespace: l[LabelPodNamespace],
+		Name:         l[LabelContainer],
+		Init:         l[LabelInit] == "true",
+		SpecHash:     l[LabelSpecHash],
+		RestartCount: rc,
+		ImageRef:     l[LabelImageRef],
+		ImageID:      l[LabelImageID],
+		CreatedAt:    c.CreatedAt,
+		State:        runner.StateCreated,
+		LastState:    lastState(l),
+	}
+	if p == nil {
+		return st
+	}
+	st.PID = p.Pid
+	switch p.Status {
+	case tasktypes.Status_RUNNING, tasktypes.Status_PAUSED, tasktypes.Status_PAUSING:
+		st.State = runner.StateRunning
+	case tasktypes.Status_STOPPED:
+		st.State = runner.StateExited
+		st.ExitCode = int(p.ExitStatus)
+		if p.ExitedAt != nil {
+			st.FinishedAt = p.ExitedAt.AsTime()
+		}
+	case tasktypes.Status_CREATED:
+		st.State = runner.StateCreated
+	default:
+		st.State = runner.StateUnknown
+	}
+	return st
+}
+
+func lastState(l map[string]string) *v1.ContainerStateTerminated {
+	code, ok := l[LabelLastExitCode]
+	if !ok {
+		return nil
+	}
+	ec, _ := strconv.Atoi(code)
+	t := &v1.ContainerStateTerminated{ExitCode: int32(ec), Reason: l[LabelLastReason], ContainerID: l[LabelLastID]}
+	if ts, err := time.Parse(time.RFC3339Nano, l[LabelLastStarted]); err == nil {
+		t.StartedAt.Time = ts
+	}
+	if ts, err := time.Parse(time.RFC3339Nano, l[LabelLastFinished]); err == nil {
+		t.FinishedAt.Time = ts
+	}
+	return t
+}
+
+// StopContainer sends the image's stop signal (SIGTERM by default), waits up
+// to grace for the task to exit, then SIGKILLs it. The exited task is kept
+// so its exit status can still be read.
+func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	task, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load task %s: %w", id, err)
+	}
+	st, err := task.Status(ctx)
+	if err != nil || st.Status == ctrd.Stopped {
+		return ignoreNotFound(err)
+	}
+	exited, err := task.Wait(ctx)
+	if err != nil {
+		return ignoreNotFound(err)
+	}
+	sig := syscall.SIGKILL
+	if grace > 0 {
+		sig = stopSignal(c, ctx)
+	}
+	if err := task.Kill(ctx, sig); ignoreNotFound(err) != nil {
+		return fmt.Errorf("signal %s: %w", id, err)
+	}
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+	}
+	if err := task.Kill(ctx, syscall.SIGKILL); ignoreNotFound(err) != nil {
+		return fmt.Errorf("kill %s: %w", id, err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func stopSignal(c ctrd.Container, ctx context.Context) syscall.Signal {
+	labels, err := c.Labels(ctx)
+	if err != nil || labels[LabelStopSignal] == "" {
+		return syscall.SIGTERM
+	}
+	sig, err := signal.ParseSignal(labels[LabelStopSignal])
+	if err != nil {
+		return syscall.SIGTERM
+	}
+	return sig
+}
+
+// RemoveContainer deletes the task (killing it if needed), the container and
+// its snapshot. Missing pieces are fine: removal is repeated after crashes.
+func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
+	ctx = r.ctx(ctx)
+	c, err := r.client.LoadContainer(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("load container %s: %w", id, err)
+	}
+	if task, err := c.Task(ctx, nil); err == nil {
+		if _, err := task.Delete(ctx, ctrd.WithProcessKill); ignoreNotFound(err) != nil {
+			return fmt.Errorf("delete task %s: %w", id, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return fmt.Errorf("load task %s: %w", id, err)
+	}
+	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); ignoreNotFound(err) != nil {
+		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	return nil
+}
+
+// Exits subscribes to containerd's task-exit events for our namespace. Only
+// a container's main process counts, not exec'd processes.
+func (r *Runtime) Exits(ctx context.Context) (<-chan runner.ExitEvent, error) {
+	ctx = r.ctx(ctx)
+	envs, errs := r.client.Subscribe(ctx, fmt.Sprintf(`topic=="/tasks/exit",namespace==%q`, r.namespace))
+	out := make(chan runner.ExitEvent, 64)
+	go func() {
+		defer close(out)
+		for {
+			select {
+			case env := <-envs:
+				ev, err := typeurl.UnmarshalAny(env.Event)
+				if err != nil {
+					continue
+				}
+				exit, ok := ev.(*apievents.TaskExit)
+				if !ok || exit.ID != exit.ContainerID {
+					continue
+				}
+				e := runner.ExitEvent{ContainerID: exit.ContainerID, ExitCode: int(exit.ExitStatus)}
+				if exit.ExitedAt != nil {
+					e.ExitedAt = exit.ExitedAt.AsTime()
+				}
+				if rec, err := r.client.ContainerService().Get(ctx, exit.ContainerID); err == nil {
+					e.PodUID = rec.Labels[LabelPodUID]
+				}
+				select {
+				case out <- e:
+				case <-ctx.Done():
+					return
+				}
+			case err := <-errs:
+				if err != nil && !errors.Is(err, context.Canceled) {
+					r.log.Warn("event stream broke", "err", err)
+				}
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func ignoreNotFound(err error) error {
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,262 @@
+package containerd
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// specOpts turns an engine-resolved container config into OCI spec options.
+// Each tweak is a small function so it can be tested on an empty spec.
+func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
+	c := cfg.Container
+	opts := []oci.SpecOpts{
+		oci.WithProcessArgs(cfg.Args...),
+		oci.WithEnv(cfg.Env),
+		withCwd(cfg.WorkingDir),
+		withSandboxNamespaces(cfg.Sandbox),
+		withMounts(cfg.Mounts),
+		oci.WithCgroup(cfg.CgroupParent + "/" + cfg.ID),
+		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
+		withResources(c.Resources),
+	}
+	opts = append(opts, userOpts(cfg)...)
+	opts = append(opts, securityOpts(c.SecurityContext)...)
+	return opts
+}
+
+func withCwd(dir string) oci.SpecOpts {
+	if dir == "" {
+		dir = "/"
+	}
+	return oci.WithProcessCwd(dir)
+}
+
+// withSandboxNamespaces joins the pod's pinned namespaces; hostNetwork pods
+// share the host's network and UTS namespaces, as in Kubernetes.
+func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		join := []specs.LinuxNamespace{{Type: specs.IPCNamespace, Path: sb.IPCNSPath()}}
+		host := []specs.LinuxNamespaceType{}
+		if sb.HostNetwork {
+			host = append(host, specs.NetworkNamespace, specs.UTSNamespace)
+		} else {
+			join = append(join,
+				specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: sb.NetNSPath()},
+				specs.LinuxNamespace{Type: specs.UTSNamespace, Path: sb.UTSNSPath()})
+		}
+		for _, ns := range join {
+			if err := oci.WithLinuxNamespace(ns)(ctx, cl, c, s); err != nil {
+				return err
+			}
+		}
+		for _, t := range host {
+			if err := oci.WithHostNamespace(t)(ctx, cl, c, s); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// withMounts bind-mounts volumes and the pod's generated files, replacing any
+// default mount at the same destination.
+func withMounts(mounts []runner.Mount) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		dests := make([]string, 0, len(mounts))
+		add := make([]specs.Mount, 0, len(mounts))
+		for _, m := range mounts {
+			opts := []string{"rbind", "rprivate"}
+			if m.ReadOnly {
+				opts = append(opts, "ro")
+			} else {
+				opts = append(opts, "rw")
+			}
+			dests = append(dests, m.Destination)
+			add = append(add, specs.Mount{Source: m.Source, Destination: m.Destination, Type: "bind", Options: opts})
+		}
+		if err := oci.WithoutMounts(dests...)(ctx, cl, c, s); err != nil {
+			return err
+		}
+		return oci.WithMounts(add)(ctx, cl, c, s)
+	}
+}
+
+// oomScoreAdj follows the kubelet's QoS policy, without the negative score
+// for Guaranteed pods' critical containers (clamped later anyway).
+func oomScoreAdj(pod *v1.Pod) int {
+	switch runner.QOSClass(pod) {
+	case v1.PodQOSGuaranteed:
+		return -997
+	case v1.PodQOSBestEffort:
+		return 1000
+	default:
+		return 500
+	}
+}
+
+// withOOMScoreAdj never goes below noderun's own score: lowering it needs
+// CAP_SYS_RESOURCE, which runc would otherwise fail on (containerd's
+// restrict_oom_score_adj does the same).
+func withOOMScoreAdj(want, own int) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if want < own {
+			want = own
+		}
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		s.Process.OOMScoreAdj = &want
+		return nil
+	}
+}
+
+// OwnOOMScoreAdj reads the calling process's oom_score_adj.
+func OwnOOMScoreAdj() int {
+	b, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return 0
+	}
+	v, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return 0
+	}
+	return v
+}
+
+// withResources maps limits and requests to cgroup settings the way the
+// kubelet does: cpu request → shares, cpu limit → CFS quota, memory limit.
+func withResources(r v1.ResourceRequirements) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Linux == nil {
+			s.Linux = &specs.Linux{}
+		}
+		if s.Linux.Resources == nil {
+			s.Linux.Resources = &specs.LinuxResources{}
+		}
+		res := s.Linux.Resources
+		if q, ok := r.Limits[v1.ResourceMemory]; ok && !q.IsZero() {
+			limit := q.Value()
+			res.Memory = &specs.LinuxMemory{Limit: &limit}
+		}
+		cpuReq, hasReq := r.Requests[v1.ResourceCPU]
+		cpuLim, hasLim := r.Limits[v1.ResourceCPU]
+		if !hasReq && hasLim {
+			cpuReq, hasReq = cpuLim, true
+		}
+		res.CPU = &specs.LinuxCPU{}
+		shares := uint64(2) // the kernel's minimum, as the kubelet gives BestEffort
+		if hasReq {
+			shares = max(uint64(cpuReq.MilliValue()*1024/1000), 2)
+		}
+		res.CPU.Shares = &shares
+		if hasLim && !cpuLim.IsZero() {
+			period := uint64(100000)
+			quota := max(cpuLim.MilliValue()*int64(period)/1000, 1000)
+			res.CPU.Period, res.CPU.Quota = &period, &quota
+		}
+		return nil
+	}
+}
+
+// userOpts picks the process user: runAsUser/runAsGroup win over the
+// image's USER; supplementary groups come from the image's /etc/group.
+func userOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
+	sc := effectiveSecurity(cfg.Pod, cfg.Container)
+	var opts []oci.SpecOpts
+	user := cfg.Image.User
+	if sc.RunAsUser != nil {
+		user = strconv.FormatInt(*sc.RunAsUser, 10)
+		opts = append(opts, oci.WithUserID(uint32(*sc.RunAsUser)))
+	} else if user != "" {
+		opts = append(opts, oci.WithUser(user))
+	}
+	if sc.RunAsGroup != nil {
+		opts = append(opts, withGID(uint32(*sc.RunAsGroup)))
+	}
+	if user == "" {
+		user = "0"
+	}
+	opts = append(opts, oci.WithAdditionalGIDs(strings.SplitN(user, ":", 2)[0]))
+	if cfg.Pod.Spec.SecurityContext != nil {
+		for _, g := range cfg.Pod.Spec.SecurityContext.SupplementalGroups {
+			opts = append(opts, oci.WithAppendAdditionalGroups(strconv.FormatInt(g, 10)))
+		}
+	}
+	return opts
+}
+
+func withGID(gid uint32) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		s.Process.User.GID = gid
+		return nil
+	}
+}
+
+// effectiveSecurity merges pod-level defaults into the container's context,
+// container fields winning, as Kubernetes does.
+func effectiveSecurity(pod *v1.Pod, c *v1.Container) v1.SecurityContext {
+	var sc v1.SecurityContext
+	if p := pod.Spec.SecurityContext; p != nil {
+		sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = p.RunAsUser, p.RunAsGroup, p.RunAsNonRoot
+	}
+	if cs := c.SecurityContext; cs != nil {
+		if cs.RunAsUser != nil {
+			sc.RunAsUser = cs.RunAsUser
+		}
+		if cs.RunAsGroup != nil {
+			sc.RunAsGroup = cs.RunAsGroup
+		}
+	}
+	return sc
+}
+
+func securityOpts(sc *v1.SecurityContext) []oci.SpecOpts {
+	if sc == nil {
+		return nil
+	}
+	var opts []oci.SpecOpts
+	if sc.Privileged != nil && *sc.Privileged {
+		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
+	}
+	if caps := sc.Capabilities; caps != nil {
+		if len(caps.Add) > 0 {
+			opts = append(opts, oci.WithAddedCapabilities(capNames(caps.Add)))
+		}
+		if len(caps.Drop) > 0 {
+			opts = append(opts, oci.WithDroppedCapabilities(capNames(caps.Drop)))
+		}
+	}
+	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
+		opts = append(opts, oci.WithRootFSReadonly())
+	}
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		opts = append(opts, oci.WithNoNewPrivileges)
+	}
+	return opts
+}
+
+// capNames accepts Kubernetes' "NET_ADMIN" and "CAP_NET_ADMIN" spellings and
+// "ALL" as runc expects them.
+func capNames(caps []v1.Capability) []string {
+	out := make([]string, 0, len(caps))
+	for _, c := range caps {
+		n := strings.ToUpper(string(c))
+		if n != "ALL" && !strings.HasPrefix(n, "CAP_") {
+			n = "CAP_" + n
+		}
+		out = append(out, n)
+	}
+	return out
+}

@@ -1,0 +1,349 @@
+// Package runner is noderun's sync engine: it turns manifest snapshots into
+// per-pod workers that drive a Runtime and a Network, and keeps pod status.
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderun/noderun/manifests"
+)
+
+// Config holds the engine's settings.
+type Config struct {
+	NodeName   string
+	HostIP     string
+	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
+	RunDir     string // pinned namespaces: <RunDir>/pods/<uid>
+	PodLogDir  string
+	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
+	CgroupRoot string // parent of every pod cgroup, e.g. /noderun
+	// Resync pokes every worker this often, a safety net for missed events.
+	Resync time.Duration
+	// OnReady runs once, after the first reconcile with every source.
+	OnReady func()
+	Logger  *slog.Logger
+	Clock   Clock
+}
+
+// Engine reconciles desired pods from sources against the runtime.
+type Engine struct {
+	cfg   Config
+	rt    Runtime
+	net   Network
+	log   *slog.Logger
+	clock Clock
+
+	mu       sync.Mutex
+	sources  map[string]manifests.Snapshot
+	workers  map[types.UID]*podWorker
+	statuses map[types.UID]*v1.Pod
+	wg       sync.WaitGroup
+
+	ready    atomic.Bool
+	lastLoop atomic.Int64 // unix nanos of the main loop's last turn
+}
+
+// New returns an engine; Run starts it.
+func New(cfg Config, rt Runtime, net Network) *Engine {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	if cfg.Resync == 0 {
+		cfg.Resync = time.Minute
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/noderun"
+	}
+	return &Engine{
+		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
+		sources:  map[string]manifests.Snapshot{},
+		workers:  map[types.UID]*podWorker{},
+		statuses: map[types.UID]*v1.Pod{},
+	}
+}
+
+// Run consumes snapshots from nSources sources until ctx ends. The first
+// reconcile waits until every source has reported once, so pods from a
+// source that is merely slow are never mistaken for removed ones.
+func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSources int) error {
+	for len(e.sources) < nSources {
+		select {
+		case s := <-snaps:
+			e.sources[s.Source] = s
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	exits, err := e.rt.Exits(ctx)
+	if err != nil {
+		return fmt.Errorf("subscribe to exits: %w", err)
+	}
+	if err := e.adopt(ctx); err != nil {
+		return err
+	}
+	e.ready.Store(true)
+	if e.cfg.OnReady != nil {
+		e.cfg.OnReady()
+	}
+	resync := e.clock.NewTicker(e.cfg.Resync)
+	defer resync.Stop()
+	for {
+		e.lastLoop.Store(e.clock.Now().UnixNano())
+		select {
+		case <-ctx.Done():
+			e.wg.Wait()
+			return nil
+		case s := <-snaps:
+			e.sources[s.Source] = s
+			e.apply(ctx)
+		case ev, ok := <-exits:
+			if ok {
+				e.poke(types.UID(ev.PodUID))
+				continue
+			}
+			exits = e.resubscribe(ctx)
+			e.pokeAll()
+		case <-resync.C():
+			e.pokeAll()
+		}
+	}
+}
+
+// resubscribe retries the exit stream with backoff; a nil channel (never
+// ready) would stall exits, so it keeps trying until ctx ends.
+func (e *Engine) resubscribe(ctx context.Context) <-chan ExitEvent {
+	delay := 100 * time.Millisecond
+	for {
+		ch, err := e.rt.Exits(ctx)
+		if err == nil {
+			return ch
+		}
+		e.log.Warn("exit events unavailable", "err", err, "retry", delay)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-e.clock.After(delay):
+		}
+		delay = min(delay*2, 10*time.Second)
+	}
+}
+
+// desired merges every source's pods; the first source (by name) wins a UID.
+func (e *Engine) desired() map[types.UID]*v1.Pod {
+	out := map[types.UID]*v1.Pod{}
+	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
+		for _, p := range e.sources[name].Pods {
+			if _, dup := out[p.UID]; !dup {
+				out[p.UID] = p
+			}
+		}
+	}
+	return out
+}
+
+// apply hands every desired pod to its worker and asks workers of pods no
+// longer desired to kill them.
+func (e *Engine) apply(ctx context.Context) {
+	want := e.desired()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, pod := range want {
+		w := e.workers[uid]
+		if w == nil {
+			w = e.startWorkerLocked(ctx, uid)
+		}
+		w.update(pod)
+	}
+	for uid, w := range e.workers {
+		if _, ok := want[uid]; !ok {
+			w.kill()
+		}
+	}
+}
+
+// adopt starts workers for desired pods (they find their running containers
+// and keep them) and kill workers for whatever noderun left behind earlier.
+func (e *Engine) adopt(ctx context.Context) error {
+	existing, err := e.rt.ListContainers(ctx, "")
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	want := e.desired()
+	orphans := map[types.UID]*v1.Pod{}
+	for _, c := range existing {
+		uid := types.UID(c.PodUID)
+		if _, ok := want[uid]; !ok && orphans[uid] == nil {
+			orphans[uid] = &v1.Pod{ObjectMeta: metaOf(c)}
+		}
+	}
+	for _, uid := range e.podDirs() {
+		if _, ok := want[uid]; ok {
+			continue
+		}
+		if p, err := e.loadPod(uid); err == nil {
+			orphans[uid] = p
+		} else if orphans[uid] == nil {
+			orphans[uid] = &v1.Pod{}
+			orphans[uid].UID = uid
+		}
+	}
+	e.apply(ctx)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, pod := range orphans {
+		e.log.Info("removing pod left from an earlier run", "pod", pod.Namespace+"/"+pod.Name, "uid", uid)
+		w := e.startWorkerLocked(ctx, uid)
+		w.last = pod
+		w.kill()
+	}
+	return nil
+}
+
+// podDirs lists the UIDs that have a state directory.
+func (e *Engine) podDirs() []types.UID {
+	ents, err := os.ReadDir(filepath.Join(e.cfg.StateDir, "pods"))
+	if err != nil {
+		return nil
+	}
+	var out []types.UID
+	for _, d := range ents {
+		if d.IsDir() {
+			out = append(out, types.UID(d.Name()))
+		}
+	}
+	return out
+}
+
+func (e *Engine) startWorkerLocked(ctx context.Context, uid types.UID) *podWorker {
+	w := newPodWorker(e, uid)
+	e.workers[uid] = w
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		w.run(ctx)
+	}()
+	return w
+}
+
+// workerDone forgets a worker once its pod is gone, unless the pod came back
+// meanwhile (the worker then keeps running it).
+func (e *Engine) workerDone(w *podWorker) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.workers[w.uid] == w {
+		delete(e.workers, w.uid)
+	}
+	delete(e.statuses, w.uid)
+	// A pod of the same name may be waiting for this one to finish.
+	for _, o := range e.workers {
+		o.poke()
+	}
+}
+
+// terminatingSibling reports whether another pod with the same namespace and
+// name is still being torn down; like the kubelet, a static pod's new version
+// starts only after the old one is gone (they may share host ports or paths).
+func (e *Engine) terminatingSibling(pod *v1.Pod) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, w := range e.workers {
+		if uid == pod.UID {
+			continue
+		}
+		if last := w.lastPod(); last != nil && last.Namespace == pod.Namespace && last.Name == pod.Name && w.isKilling() {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *Engine) poke(uid types.UID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if w := e.workers[uid]; w != nil {
+		w.poke()
+	}
+}
+
+func (e *Engine) pokeAll() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.workers {
+		w.poke()
+	}
+}
+
+func (e *Engine) setStatus(pod *v1.Pod) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.statuses[pod.UID] = pod
+}
+
+// Pods returns every pod with its current status, sorted by namespace/name.
+func (e *Engine) Pods() []v1.Pod {
+	e.mu.Lock()
+	out := make([]v1.Pod, 0, len(e.statuses))
+	for _, p := range e.statuses {
+		out = append(out, *p)
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b v1.Pod) int {
+		if a.Namespace != b.Namespace {
+			return compare(a.Namespace, b.Namespace)
+		}
+		return compare(a.Name, b.Name)
+	})
+	return out
+}
+
+// SourceErrors returns each source's current manifest errors.
+func (e *Engine) SourceErrors() map[string][]error {
+	out := map[string][]error{}
+	for name, s := range e.sources {
+		if len(s.Errors) > 0 {
+			out[name] = s.Errors
+		}
+	}
+	return out
+}
+
+// Healthy reports nil when the sync loop turns and the runtime answers.
+func (e *Engine) Healthy(ctx context.Context) error {
+	if !e.ready.Load() {
+		return errors.New("first reconcile not finished")
+	}
+	// The loop wakes at least every resync interval.
+	if age := e.clock.Since(time.Unix(0, e.lastLoop.Load())); age > 3*e.cfg.Resync {
+		return fmt.Errorf("sync loop stalled for %s", age.Round(time.Second))
+	}
+	if err := e.rt.Ping(ctx); err != nil {
+		return fmt.Errorf("containerd: %w", err)
+	}
+	return nil
+}
+
+func compare(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

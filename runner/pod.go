@@ -1,0 +1,69 @@
+package runner
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// QOSClass computes a pod's QoS class from its requests and limits.
+func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	guaranteed, any := true, false
+	for _, c := range allContainers(pod) {
+		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			req, hasReq := c.Resources.Requests[r]
+			lim, hasLim := c.Resources.Limits[r]
+			if hasReq || hasLim {
+				any = true
+			}
+			if !hasLim || (hasReq && req.Cmp(lim) != 0) {
+				guaranteed = false
+			}
+		}
+	}
+	switch {
+	case !any:
+		return v1.PodQOSBestEffort
+	case guaranteed:
+		return v1.PodQOSGuaranteed
+	}
+	return v1.PodQOSBurstable
+}
+
+func allContainers(pod *v1.Pod) []*v1.Container {
+	out := make([]*v1.Container, 0, len(pod.Spec.InitContainers)+len(pod.Spec.Containers))
+	for i := range pod.Spec.InitContainers {
+		out = append(out, &pod.Spec.InitContainers[i])
+	}
+	for i := range pod.Spec.Containers {
+		out = append(out, &pod.Spec.Containers[i])
+	}
+	return out
+}
+
+// ContainerID derives a containerd id unique per pod, container and restart
+// that fits containerd's 76-character identifier limit.
+func ContainerID(podUID, name string, restart int) string {
+	id := fmt.Sprintf("%s-%s-%d", shortHash(podUID, 12), name, restart)
+	if len(id) > 76 {
+		id = fmt.Sprintf("%s-%s-%d", shortHash(podUID, 12), shortHash(name, 16), restart)
+	}
+	return id
+}
+
+// SandboxID is the pod's stable sandbox id, CNI's container id.
+func SandboxID(podUID string) string { return shortHash(podUID, 32) }
+
+func shortHash(s string, n int) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:n]
+}
+
+// specHash fingerprints a container spec so a changed spec is noticed.
+func specHash(c *v1.Container) string {
+	b, _ := json.Marshal(c) // a v1.Container always marshals
+	return shortHash(string(b), 16)
+}

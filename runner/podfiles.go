@@ -1,0 +1,200 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// The kubelet's limits on resolv.conf contents.
+const (
+	maxNameservers = 3
+	maxSearches    = 32
+)
+
+// writePodFiles writes the pod's /etc/hosts, /etc/hostname and
+// /etc/resolv.conf, which every container bind-mounts. Files are rewritten
+// in place only when their content changes, so running containers keep them.
+func (w *podWorker) writePodFiles(pod *v1.Pod) error {
+	dir := w.podStateDir()
+	resolv, err := resolvConf(pod, w.e.cfg.ResolvConf)
+	if err != nil {
+		return err
+	}
+	if pod.Spec.DNSPolicy == v1.DNSClusterFirst && !pod.Spec.HostNetwork || pod.Spec.DNSPolicy == v1.DNSClusterFirstWithHostNet {
+		w.e.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
+	}
+	hostname := podHostname(pod)
+	if pod.Spec.HostNetwork {
+		hostname, _ = os.Hostname()
+	}
+	hosts, err := hostsFile(pod, w.st.ips)
+	if err != nil {
+		return err
+	}
+	for name, data := range map[string][]byte{"hosts": hosts, "hostname": []byte(hostname + "\n"), "resolv.conf": resolv} {
+		if err := writeIfChanged(filepath.Join(dir, name), data); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeIfChanged(path string, data []byte) error {
+	if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, data) {
+		return nil
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// podHostname is spec.hostname or the pod name, cut to a DNS label.
+func podHostname(pod *v1.Pod) string {
+	h := pod.Spec.Hostname
+	if h == "" {
+		h = pod.Name
+	}
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-.")
+	}
+	return h
+}
+
+// hostsFile follows the kubelet: a managed file with localhost entries, the
+// pod's own IPs and hostAliases; hostNetwork pods get the host's file plus
+// their aliases.
+func hostsFile(pod *v1.Pod, ips []string) ([]byte, error) {
+	var b bytes.Buffer
+	if pod.Spec.HostNetwork {
+		host, err := os.ReadFile("/etc/hosts")
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+		b.WriteString("# Kubernetes-managed hosts file (host network).\n")
+		b.Write(host)
+	} else {
+		b.WriteString("# Kubernetes-managed hosts file.\n" +
+			"127.0.0.1\tlocalhost\n" +
+			"::1\tlocalhost ip6-localhost ip6-loopback\n" +
+			"fe00::0\tip6-localnet\n" +
+			"fe00::0\tip6-mcastprefix\n" +
+			"fe00::1\tip6-allnodes\n" +
+			"fe00::2\tip6-allrouters\n")
+		name := podHostname(pod)
+		if pod.Spec.Subdomain != "" {
+			name = fmt.Sprintf("%s.%s.%s.svc.cluster.local\t%s", name, pod.Spec.Subdomain, pod.Namespace, name)
+		}
+		for _, ip := range ips {
+			fmt.Fprintf(&b, "%s\t%s\n", ip, name)
+		}
+	}
+	if len(pod.Spec.HostAliases) > 0 {
+		b.WriteString("\n# Entries added by HostAliases.\n")
+		for _, a := range pod.Spec.HostAliases {
+			fmt.Fprintf(&b, "%s\t%s\n", a.IP, strings.Join(a.Hostnames, "\t"))
+		}
+	}
+	return b.Bytes(), nil
+}
+
+// resolvConf builds the pod's resolv.conf from dnsPolicy and dnsConfig.
+// Without cluster DNS, ClusterFirst behaves as Default.
+func resolvConf(pod *v1.Pod, hostResolv string) ([]byte, error) {
+	var ns, search, opts []string
+	if pod.Spec.DNSPolicy != v1.DNSNone {
+		var err error
+		ns, search, opts, err = parseResolvConf(hostResolv)
+		if err != nil {
+			return nil, err
+		}
+	}
+	if c := pod.Spec.DNSConfig; c != nil {
+		ns = appendUnique(ns, c.Nameservers...)
+		search = appendUnique(search, c.Searches...)
+		for _, o := range c.Options {
+			opts = setOption(opts, o)
+		}
+	}
+	ns = ns[:min(len(ns), maxNameservers)]
+	search = search[:min(len(search), maxSearches)]
+	var b bytes.Buffer
+	for _, n := range ns {
+		fmt.Fprintf(&b, "nameserver %s\n", n)
+	}
+	if len(search) > 0 {
+		fmt.Fprintf(&b, "search %s\n", strings.Join(search, " "))
+	}
+	if len(opts) > 0 {
+		fmt.Fprintf(&b, "options %s\n", strings.Join(opts, " "))
+	}
+	return b.Bytes(), nil
+}
+
+func parseResolvConf(path string) (ns, search, opts []string, err error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil, nil, nil
+	} else if err != nil {
+		return nil, nil, nil, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || strings.HasPrefix(fields[0], "#") || strings.HasPrefix(fields[0], ";") {
+			continue
+		}
+		switch fields[0] {
+		case "nameserver":
+			ns = append(ns, fields[1])
+		case "search", "domain":
+			search = fields[1:]
+		case "options":
+			opts = append(opts, fields[1:]...)
+		}
+	}
+	return ns, search, opts, sc.Err()
+}
+
+func appendUnique(list []string, add ...string) []string {
+	for _, a := range add {
+		if !slices.Contains(list, a) {
+			list = append(list, a)
+		}
+	}
+	return list
+}
+
+// setOption adds or replaces a resolver option such as ndots:5.
+func setOption(opts []string, o v1.PodDNSConfigOption) []string {
+	s := o.Name
+	if o.Value != nil {
+		s += ":" + *o.Value
+	}
+	for i, old := range opts {
+		if name, _, _ := strings.Cut(old, ":"); name == o.Name {
+			opts[i] = s
+			return opts
+		}
+	}
+	return append(opts, s)
+}
+
+// podFileMounts bind-mounts the pod files unless the container mounts its
+// own at the same place.
+func (w *podWorker) podFileMounts(c *v1.Container) []Mount {
+	var out []Mount
+	for _, f := range []struct{ name, dest string }{
+		{"hosts", "/etc/hosts"}, {"hostname", "/etc/hostname"}, {"resolv.conf", "/etc/resolv.conf"},
+	} {
+		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.dest }) {
+			out = append(out, Mount{Source: filepath.Join(w.podStateDir(), f.name), Destination: f.dest})
+		}
+	}
+	return out
+}

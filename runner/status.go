@@ -1,0 +1,183 @@
+package runner
+
+import (
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// publish computes the pod's status from what the runtime reported and the
+// worker's own knowledge, and stores it for the status API.
+func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus) {
+	out := pod.DeepCopy()
+	s := &out.Status
+	s.HostIP = w.e.cfg.HostIP
+	if s.HostIP != "" {
+		s.HostIPs = []v1.HostIP{{IP: s.HostIP}}
+	}
+	if !w.st.started.IsZero() {
+		s.StartTime = &metav1.Time{Time: w.st.started}
+	}
+	s.QOSClass = QOSClass(pod)
+	ips := w.st.ips
+	if pod.Spec.HostNetwork && s.HostIP != "" {
+		ips = []string{s.HostIP}
+	}
+	for _, ip := range ips {
+		s.PodIPs = append(s.PodIPs, v1.PodIP{IP: ip})
+	}
+	if len(ips) > 0 {
+		s.PodIP = ips[0]
+	}
+	initDone := true
+	for i := range pod.Spec.InitContainers {
+		cs := w.containerStatus(pod, &pod.Spec.InitContainers[i], latest[pod.Spec.InitContainers[i].Name], true)
+		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+			initDone = false
+		}
+		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		cs := w.containerStatus(pod, c, latest[c.Name], false)
+		if !initDone && cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+			cs.State.Waiting.Reason = "PodInitializing"
+		}
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+	}
+	s.Phase = podPhase(pod, s, initDone)
+	s.Conditions = w.conditions(s, initDone)
+	w.e.setStatus(out)
+}
+
+func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerStatus, init bool) v1.ContainerStatus {
+	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image}
+	f := false
+	cs.Started = &f
+	if st == nil {
+		reason := waitReason{reason: "ContainerCreating"}
+		if r, ok := w.st.waiting[c.Name]; ok {
+			reason = r
+		} else if w.st.netErr != nil {
+			reason = waitReason{"ContainerCreating", w.st.netErr.Error()}
+		}
+		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason.reason, Message: reason.message}
+		return cs
+	}
+	cs.ContainerID = "containerd://" + st.ID
+	cs.ImageID = st.ImageID
+	if st.ImageRef != "" {
+		cs.Image = st.ImageRef
+	}
+	cs.RestartCount = int32(st.RestartCount)
+	if st.LastState != nil {
+		cs.LastTerminationState.Terminated = st.LastState
+	}
+	switch st.State {
+	case StateRunning:
+		t := true
+		cs.Started = &t
+		cs.Ready = !init
+		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(st.CreatedAt)}
+	case StateExited, StateCreated, StateUnknown:
+		term := terminatedState(st)
+		if r, ok := w.st.waiting[c.Name]; ok && shouldRestart(pod.Spec.RestartPolicy, st) {
+			// Waiting to be restarted: what just ended becomes lastState.
+			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: r.reason, Message: r.message}
+			cs.LastTerminationState.Terminated = term
+		} else {
+			cs.State.Terminated = term
+		}
+	}
+	return cs
+}
+
+// podPhase follows the kubelet's rules for a pod's phase.
+func podPhase(pod *v1.Pod, s *v1.PodStatus, initDone bool) v1.PodPhase {
+	if !initDone {
+		for _, cs := range s.InitContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+				return v1.PodFailed
+			}
+		}
+		return v1.PodPending
+	}
+	var running, waiting, stopped, succeeded int
+	for _, cs := range s.ContainerStatuses {
+		switch {
+		case cs.State.Running != nil:
+			running++
+		case cs.State.Terminated != nil:
+			stopped++
+			if cs.State.Terminated.ExitCode == 0 {
+				succeeded++
+			}
+		case cs.LastTerminationState.Terminated != nil:
+			stopped++
+		default:
+			waiting++
+		}
+	}
+	switch {
+	case waiting > 0:
+		return v1.PodPending
+	case running > 0:
+		return v1.PodRunning
+	case stopped > 0:
+		switch pod.Spec.RestartPolicy {
+		case v1.RestartPolicyAlways:
+			return v1.PodRunning
+		case v1.RestartPolicyOnFailure:
+			if stopped == succeeded {
+				return v1.PodSucceeded
+			}
+			return v1.PodRunning
+		}
+		if stopped == succeeded {
+			return v1.PodSucceeded
+		}
+		return v1.PodFailed
+	}
+	return v1.PodPending
+}
+
+func (w *podWorker) conditions(s *v1.PodStatus, initDone bool) []v1.PodCondition {
+	ready := len(s.ContainerStatuses) > 0
+	for _, cs := range s.ContainerStatuses {
+		ready = ready && cs.Ready
+	}
+	if s.Phase == v1.PodSucceeded || s.Phase == v1.PodFailed {
+		ready = false
+	}
+	now := metav1.NewTime(w.e.clock.Now())
+	cond := func(t v1.PodConditionType, ok bool) v1.PodCondition {
+		st := v1.ConditionFalse
+		if ok {
+			st = v1.ConditionTrue
+		}
+		return v1.PodCondition{Type: t, Status: st, LastTransitionTime: w.transition(t, st, now)}
+	}
+	return []v1.PodCondition{
+		cond(v1.PodReadyToStartContainers, w.st.sandboxOK),
+		cond(v1.PodInitialized, initDone),
+		cond(v1.PodReady, ready),
+		cond(v1.ContainersReady, ready),
+		cond(v1.PodScheduled, true),
+	}
+}
+
+// transition keeps a condition's lastTransitionTime until its status changes.
+func (w *podWorker) transition(t v1.PodConditionType, st v1.ConditionStatus, now metav1.Time) metav1.Time {
+	if w.st.conds == nil {
+		w.st.conds = map[v1.PodConditionType]condState{}
+	}
+	if c, ok := w.st.conds[t]; ok && c.status == st {
+		return c.since
+	}
+	w.st.conds[t] = condState{st, now}
+	return now
+}
+
+type condState struct {
+	status v1.ConditionStatus
+	since  metav1.Time
+}

@@ -1,0 +1,202 @@
+package runner
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+)
+
+func emptyDirPath(podDir, name string) string {
+	return filepath.Join(podDir, "volumes", "empty-dir", name)
+}
+
+// setupVolumes creates emptyDirs (tmpfs for medium Memory) and checks or
+// creates hostPaths per their type. Repeating it is harmless.
+func setupVolumes(pod *v1.Pod, podDir string) error {
+	for _, v := range pod.Spec.Volumes {
+		var err error
+		switch {
+		case v.EmptyDir != nil:
+			err = setupEmptyDir(emptyDirPath(podDir, v.Name), v.EmptyDir)
+		case v.HostPath != nil:
+			err = setupHostPath(v.HostPath)
+		default:
+			err = errors.New("unsupported volume type")
+		}
+		if err != nil {
+			return fmt.Errorf("volume %q: %w", v.Name, err)
+		}
+	}
+	return nil
+}
+
+func setupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	// Kubernetes makes emptyDirs world-writable so any container user can use them.
+	if err := os.Chmod(dir, 0o777); err != nil {
+		return err
+	}
+	if src.Medium != v1.StorageMediumMemory || isMountPoint(dir) {
+		return nil
+	}
+	opts := "mode=0777"
+	if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
+		opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
+	}
+	return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
+}
+
+func setupHostPath(hp *v1.HostPathVolumeSource) error {
+	t := v1.HostPathUnset
+	if hp.Type != nil {
+		t = *hp.Type
+	}
+	fi, err := os.Stat(hp.Path)
+	switch t {
+	case v1.HostPathUnset:
+		return nil
+	case v1.HostPathDirectoryOrCreate:
+		if os.IsNotExist(err) {
+			return os.MkdirAll(hp.Path, 0o755)
+		}
+	case v1.HostPathFileOrCreate:
+		if os.IsNotExist(err) {
+			if err := os.MkdirAll(filepath.Dir(hp.Path), 0o755); err != nil {
+				return err
+			}
+			f, err := os.OpenFile(hp.Path, os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				return err
+			}
+			return f.Close()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("hostPath %s: %w", hp.Path, err)
+	}
+	want := map[v1.HostPathType]func(os.FileMode) bool{
+		v1.HostPathDirectoryOrCreate: os.FileMode.IsDir,
+		v1.HostPathDirectory:         os.FileMode.IsDir,
+		v1.HostPathFileOrCreate:      os.FileMode.IsRegular,
+		v1.HostPathFile:              os.FileMode.IsRegular,
+		v1.HostPathSocket:            func(m os.FileMode) bool { return m&os.ModeSocket != 0 },
+		v1.HostPathCharDev:           func(m os.FileMode) bool { return m&os.ModeCharDevice != 0 },
+		v1.HostPathBlockDev:          func(m os.FileMode) bool { return m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0 },
+	}[t]
+	if want != nil && !want(fi.Mode()) {
+		return fmt.Errorf("hostPath %s is not of type %s", hp.Path, t)
+	}
+	return nil
+}
+
+// containerMounts resolves volumeMounts (with subPath) plus the pod files.
+func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, error) {
+	out := w.podFileMounts(c)
+	for _, m := range c.VolumeMounts {
+		var src string
+		for _, v := range pod.Spec.Volumes {
+			if v.Name != m.Name {
+				continue
+			}
+			switch {
+			case v.EmptyDir != nil:
+				src = emptyDirPath(w.podStateDir(), v.Name)
+			case v.HostPath != nil:
+				src = v.HostPath.Path
+			}
+		}
+		if src == "" {
+			return nil, fmt.Errorf("volumeMount %q: no such volume", m.Name)
+		}
+		if m.SubPath != "" {
+			if filepath.IsAbs(m.SubPath) || strings.Contains(m.SubPath, "..") {
+				return nil, fmt.Errorf("volumeMount %q: subPath %q must be a relative path inside the volume", m.Name, m.SubPath)
+			}
+			src = filepath.Join(src, m.SubPath)
+			if _, err := os.Stat(src); os.IsNotExist(err) {
+				if err := os.MkdirAll(src, 0o777); err != nil {
+					return nil, err
+				}
+			}
+		}
+		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly})
+	}
+	return out, nil
+}
+
+// unmountVolumes unmounts tmpfs emptyDirs below podDir before it is removed.
+func unmountVolumes(podDir string) error {
+	dirs, _ := filepath.Glob(filepath.Join(podDir, "volumes", "empty-dir", "*"))
+	for _, d := range dirs {
+		if isMountPoint(d) {
+			if err := unix.Unmount(d, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", d, err)
+			}
+		}
+	}
+	return nil
+}
+
+// isMountPoint compares the device with the parent's, enough for tmpfs.
+func isMountPoint(dir string) bool {
+	var st, parent unix.Stat_t
+	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil {
+		return false
+	}
+	return st.Dev != parent.Dev
+}
+
+// removeCgroup removes the pod's parent cgroup from every hierarchy; runc
+// removes the containers' own cgroups but not the parent it created.
+func removeCgroup(path string) {
+	for _, root := range cgroupRoots() {
+		_ = unix.Rmdir(filepath.Join(root, path))
+	}
+}
+
+// cgroupRoots lists the mount points of cgroup v1 hierarchies and cgroup2.
+func cgroupRoots() []string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Fields: id parent maj:min root mountpoint opts ... - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		fields, fstype := strings.Fields(pre), strings.Fields(post)
+		if len(fields) > 4 && len(fstype) > 0 && (fstype[0] == "cgroup" || fstype[0] == "cgroup2") {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// memTotal is the node's memory in bytes, from /proc/meminfo.
+func memTotal() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb * 1024
+		}
+	}
+	return 0
+}

@@ -1,0 +1,180 @@
+package runner
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// podWorker owns one pod: all of that pod's operations run on its goroutine,
+// one at a time. Its mailbox holds only the latest spec, and a pending kill
+// is never overwritten by an older update.
+type podWorker struct {
+	e    *Engine
+	uid  types.UID
+	wake chan struct{}
+
+	mu      sync.Mutex
+	desired *v1.Pod // latest spec from the sources
+	killing bool
+	last    *v1.Pod // the spec the worker last acted on
+
+	// Owned by the worker goroutine.
+	st podState
+}
+
+// podState is what a worker remembers between syncs.
+type podState struct {
+	started   time.Time
+	ips       []string
+	sandboxOK bool
+	netErr    error
+	waiting   map[string]waitReason // container name -> why it is not running
+	backoff   map[string]*backoff   // container name -> crash backoff
+	persisted bool
+	conds     map[v1.PodConditionType]condState
+	timer     Timer
+}
+
+type waitReason struct{ reason, message string }
+
+func newPodWorker(e *Engine, uid types.UID) *podWorker {
+	return &podWorker{
+		e: e, uid: uid, wake: make(chan struct{}, 1),
+		st: podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{}},
+	}
+}
+
+func (w *podWorker) update(pod *v1.Pod) {
+	w.mu.Lock()
+	w.desired, w.killing = pod, false
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *podWorker) kill() {
+	w.mu.Lock()
+	w.desired, w.killing = nil, true
+	w.mu.Unlock()
+	w.poke()
+}
+
+func (w *podWorker) poke() {
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) lastPod() *v1.Pod {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.desired != nil {
+		return w.desired
+	}
+	return w.last
+}
+
+func (w *podWorker) isKilling() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.killing
+}
+
+// run is the worker's loop: wait for a poke or a backoff timer, then act on
+// the latest state. It ends once its pod is killed and not wanted again.
+func (w *podWorker) run(ctx context.Context) {
+	w.st.timer = w.e.clock.NewTimer(time.Hour)
+	w.st.timer.Stop()
+	defer w.st.timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.wake:
+		case <-w.st.timer.C():
+		}
+		w.mu.Lock()
+		pod, killing := w.desired, w.killing
+		if pod != nil {
+			w.last = pod
+		}
+		last := w.last
+		w.mu.Unlock()
+
+		if killing {
+			if err := w.terminate(ctx, last); err != nil {
+				w.e.log.Error("pod teardown failed; will retry", "pod", podRef(last), "err", err)
+				w.st.timer.Reset(5 * time.Second)
+				continue
+			}
+			if w.finished() {
+				return
+			}
+			continue
+		}
+		if pod == nil {
+			continue
+		}
+		if after := w.sync(ctx, pod); after > 0 {
+			w.st.timer.Reset(after)
+		}
+	}
+}
+
+// finished ends the worker unless its pod was wanted again while dying.
+func (w *podWorker) finished() bool {
+	w.mu.Lock()
+	again := w.desired != nil
+	w.killing = false
+	w.mu.Unlock()
+	if again {
+		w.st = podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{}, timer: w.st.timer}
+		w.poke()
+		return false
+	}
+	w.e.workerDone(w)
+	return true
+}
+
+func podRef(p *v1.Pod) string {
+	if p == nil {
+		return ""
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+// backoff is the kubelet's crash-loop backoff: the first restart is
+// immediate, then 10 s doubling up to 5 min; a container that ran cleanly
+// for twice the cap starts over.
+type backoff struct {
+	delay time.Duration // what the next crash will wait
+	forID string        // the exited container the current wait is for
+	wait  time.Duration
+}
+
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+)
+
+// waitFor returns how long after its exit the container id may be replaced.
+// It is stable for one id, so repeated syncs of one crash agree.
+func (b *backoff) waitFor(id string, startedAt, finishedAt time.Time) time.Duration {
+	if b.forID == id {
+		return b.wait
+	}
+	if finishedAt.Sub(startedAt) > 2*backoffMax {
+		b.delay = 0
+	}
+	b.forID, b.wait = id, b.delay
+	if b.delay == 0 {
+		b.delay = backoffInitial
+	} else {
+		b.delay = min(b.delay*2, backoffMax)
+	}
+	return b.wait
+}
