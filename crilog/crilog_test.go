@@ -1,0 +1,318 @@
+package crilog
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+type record struct {
+	stream  string
+	partial bool
+	content string
+}
+
+func TestURI(t *testing.T) {
+	got := URI("/usr/local/bin/noderun", "/var/log/pods/ns_p_uid/c/0.log")
+	want := "binary:///usr/local/bin/noderun?log-driver=%2Fvar%2Flog%2Fpods%2Fns_p_uid%2Fc%2F0.log"
+	if got != want {
+		t.Fatalf("URI = %q, want %q", got, want)
+	}
+	// What the shim does with it: path is the binary, the query the args.
+	u, err := url.Parse(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Scheme != "binary" || u.Path != "/usr/local/bin/noderun" || u.Query().Get("log-driver") != "/var/log/pods/ns_p_uid/c/0.log" {
+		t.Fatalf("parsed URI = %#v", u)
+	}
+}
+
+func TestCopyStream(t *testing.T) {
+	long := strings.Repeat("a", MaxLineLen)
+	tests := []struct {
+		name string
+		in   string
+		want []record
+	}{
+		{"empty", "", nil},
+		{"lines", "one\ntwo\n", []record{{Stdout, false, "one"}, {Stdout, false, "two"}}},
+		{"empty line", "\n", []record{{Stdout, false, ""}}},
+		{"crlf", "dos\r\n", []record{{Stdout, false, "dos"}}},
+		{"unterminated tail", "a\nb", []record{{Stdout, false, "a"}, {Stdout, true, "b"}}},
+		{"exactly max", long + "\n", []record{{Stdout, false, long}}},
+		{"exactly max crlf", long + "\r\n", []record{{Stdout, false, long}}},
+		{"max plus one", long + "b\n", []record{{Stdout, true, long}, {Stdout, false, "b"}}},
+		{"three pieces", long + long + "tail\n", []record{{Stdout, true, long}, {Stdout, true, long}, {Stdout, false, "tail"}}},
+		{"long unterminated", long + "x", []record{{Stdout, true, long}, {Stdout, true, "x"}}},
+		{"spaces kept", "  a b  \n", []record{{Stdout, false, "  a b  "}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var out bytes.Buffer
+			w := &recordWriter{w: &out, now: time.Now}
+			if err := copyStream(w, strings.NewReader(tt.in), Stdout); err != nil {
+				t.Fatal(err)
+			}
+			assertRecords(t, out.String(), tt.want)
+		})
+	}
+}
+
+func TestRecordFormat(t *testing.T) {
+	var out bytes.Buffer
+	at := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
+	w := &recordWriter{w: &out, now: func() time.Time { return at }}
+	if err := w.write(Stderr, tagPartial, []byte("hi there")); err != nil {
+		t.Fatal(err)
+	}
+	if want := "2024-05-06T07:08:09.123456789Z stderr P hi there\n"; out.String() != want {
+		t.Fatalf("got %q, want %q", out.String(), want)
+	}
+}
+
+type errReader struct{ err error }
+
+func (r errReader) Read([]byte) (int, error) { return 0, r.err }
+
+func TestCopyStreamReadError(t *testing.T) {
+	boom := errors.New("boom")
+	w := &recordWriter{w: io.Discard, now: time.Now}
+	err := copyStream(w, io.MultiReader(strings.NewReader("x"), errReader{boom}), Stdout)
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want %v", err, boom)
+	}
+}
+
+type closeRecorder struct {
+	mu     sync.Mutex
+	closed bool
+}
+
+func (c *closeRecorder) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	return nil
+}
+
+func (c *closeRecorder) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// TestServe drives both streams through real pipes, as the shim does, and
+// checks readiness, per-stream order, whole lines and the file mode.
+func TestServe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pods", "c", "0.log")
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	ready := &closeRecorder{}
+	done := make(chan error, 1)
+	go func() { done <- Serve(path, outR, errR, ready) }()
+
+	const n = 200
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go writeLines(t, &wg, outW, "out", n)
+	go writeLines(t, &wg, errW, "err", n)
+	wg.Wait()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !ready.isClosed() {
+		t.Fatal("ready was not closed")
+	}
+
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o640 {
+		t.Errorf("mode = %v, want 0640", fi.Mode().Perm())
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, line := range strings.SplitAfter(strings.TrimSuffix(string(data), "\n"), "\n") {
+		_, stream, partial, content, err := ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		prefix := map[string]string{Stdout: "out", Stderr: "err"}[stream]
+		want := lineContent(prefix, seen[stream])
+		if partial || content != want {
+			t.Fatalf("%s record %d = %q (partial %v), want %q", stream, seen[stream], content, partial, want)
+		}
+		seen[stream]++
+	}
+	if seen[Stdout] != n || seen[Stderr] != n {
+		t.Fatalf("records per stream = %v, want %d each", seen, n)
+	}
+}
+
+func TestServeAppends(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	for _, text := range []string{"first\n", "second\n"} {
+		if err := Serve(path, strings.NewReader(text), strings.NewReader(""), &closeRecorder{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	assertRecords(t, string(data), []record{{Stdout, false, "first"}, {Stdout, false, "second"}})
+}
+
+func lineContent(prefix string, i int) string {
+	// Long enough that a write of one line is several pipe reads.
+	return prefix + strings.Repeat("-", 5000) + string(rune('a'+i%26))
+}
+
+func writeLines(t *testing.T, wg *sync.WaitGroup, w *io.PipeWriter, prefix string, n int) {
+	defer wg.Done()
+	bw := bufio.NewWriterSize(w, 1000)
+	for i := range n {
+		if _, err := bw.WriteString(lineContent(prefix, i) + "\n"); err != nil {
+			t.Error(err)
+			break
+		}
+	}
+	if err := bw.Flush(); err != nil {
+		t.Error(err)
+	}
+	w.Close()
+}
+
+func assertRecords(t *testing.T, out string, want []record) {
+	t.Helper()
+	var got []record
+	prev := time.Time{}
+	for _, line := range strings.SplitAfter(out, "\n") {
+		if line == "" {
+			continue
+		}
+		ts, stream, partial, content, err := ParseLine(line)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts.Before(prev) {
+			t.Errorf("timestamp %v before %v", ts, prev)
+		}
+		prev = ts
+		got = append(got, record{stream, partial, content})
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d records, want %d: %.200v", len(got), len(want), got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("record %d = %.100v, want %.100v", i, got[i], want[i])
+		}
+	}
+}
+
+func TestParseLine(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		stream  string
+		partial bool
+		content string
+		wantErr bool
+	}{
+		{"full", "2024-01-02T03:04:05.000000006Z stdout F hello world\n", Stdout, false, "hello world", false},
+		{"partial no newline", "2024-01-02T03:04:05+02:00 stderr P x", Stderr, true, "x", false},
+		{"empty content", "2024-01-02T03:04:05Z stdout F ", Stdout, false, "", false},
+		{"bad time", "yesterday stdout F x", "", false, "", true},
+		{"bad stream", "2024-01-02T03:04:05Z stdin F x", "", false, "", true},
+		{"bad tag", "2024-01-02T03:04:05Z stdout X x", "", false, "", true},
+		{"too short", "2024-01-02T03:04:05Z stdout F", "", false, "", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, stream, partial, content, err := ParseLine(tt.in)
+			if tt.wantErr {
+				if !errors.Is(err, ErrBadLine) {
+					t.Fatalf("err = %v, want ErrBadLine", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if stream != tt.stream || partial != tt.partial || content != tt.content {
+				t.Fatalf("got %q %v %q", stream, partial, content)
+			}
+		})
+	}
+}
+
+// TestServeFDs runs the test binary as the driver the way the shim does:
+// ExtraFiles become fds 3 (stdout), 4 (stderr) and 5 (ready).
+func TestServeFDs(t *testing.T) {
+	if path := os.Getenv("CRILOG_HELPER_PATH"); path != "" {
+		if err := ServeFDs(path); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	path := filepath.Join(t.TempDir(), "0.log")
+	outR, outW := mustPipe(t)
+	errR, errW := mustPipe(t)
+	readyR, readyW := mustPipe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
+	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	// Like the shim: block until the driver closes its end of the ready pipe.
+	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("ready read = %v, want EOF", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("log file not created before ready: %v", err)
+	}
+	io.WriteString(outW, "to stdout\n")
+	io.WriteString(errW, "to stderr\n")
+	outW.Close()
+	errW.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(data)
+	if !strings.Contains(got, " stdout F to stdout\n") || !strings.Contains(got, " stderr F to stderr\n") {
+		t.Fatalf("log = %q", got)
+	}
+}
+
+func mustPipe(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}

@@ -1,0 +1,236 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	"golang.org/x/sys/unix"
+)
+
+const testNamespace = "noderun-test"
+
+// prerequisite skips the test when ok is false, or fails it under CI=true,
+// where a missing tool means a broken machine rather than a laptop.
+func prerequisite(t *testing.T, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("prerequisite missing: %s", what)
+	}
+	t.Skipf("prerequisite missing: %s", what)
+}
+
+// requireDaemonPrereqs guards every test that runs a real containerd.
+func requireDaemonPrereqs(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts containerd; skipped with -short")
+	}
+	prerequisite(t, os.Geteuid() == 0, "root")
+	_, err := exec.LookPath("containerd")
+	prerequisite(t, err == nil, "containerd on PATH (apt-get install containerd)")
+}
+
+// shortTempDir is for unix sockets, whose paths must stay under 108 bytes.
+func shortTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/tmp", "nrd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// startTestDaemon starts a private containerd that is stopped at cleanup.
+func startTestDaemon(t *testing.T) *Daemon {
+	t.Helper()
+	requireDaemonPrereqs(t)
+	root := t.TempDir()
+	d, err := StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
+		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := d.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	return d
+}
+
+// testClient returns a client of a fresh private containerd.
+func testClient(t *testing.T) *ctrd.Client {
+	t.Helper()
+	d := startTestDaemon(t)
+	c, err := ctrd.New(d.Address(), ctrd.WithDefaultNamespace(testNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func testLogger(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, nil))
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+func TestStartDaemonStop(t *testing.T) {
+	d := startTestDaemon(t)
+	c, err := ctrd.New(d.Address())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Version(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if sid, _ := unix.Getsid(d.PID()); sid != d.PID() {
+		t.Errorf("containerd session = %d, want its own (%d)", sid, d.PID())
+	}
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if alive(d.PID()) {
+		t.Fatal("containerd still running after Stop")
+	}
+	if err := d.Stop(context.Background()); err != nil {
+		t.Fatalf("second Stop: %v", err)
+	}
+}
+
+// socketPID is the pid of the process listening on a unix socket.
+func socketPID(t *testing.T, path string) int {
+	t.Helper()
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if credErr != nil {
+		t.Fatal(credErr)
+	}
+	return int(cred.Pid)
+}
+
+func TestConnectStartsThenReuses(t *testing.T) {
+	requireDaemonPrereqs(t)
+	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+	cfg := DaemonConfig{
+		Address:   "/nonexistent/containerd.sock",
+		StateDir:  t.TempDir(),
+		RunDir:    shortTempDir(t),
+		Namespace: testNamespace,
+		Logger:    testLogger(t),
+	}
+	ctx := context.Background()
+	c1, err := Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	socket := cfg.managedSocket()
+	pid := socketPID(t, socket)
+	t.Cleanup(func() { stopPID(t, pid) })
+
+	c2, err := Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if again := socketPID(t, socket); again != pid {
+		t.Fatalf("second Connect talks to pid %d, want the running %d", again, pid)
+	}
+	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(env), "NOTIFY_SOCKET=") {
+		t.Error("managed containerd inherited NOTIFY_SOCKET")
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "containerd", "containerd.log")); err != nil {
+		t.Errorf("log file: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, "containerd", "io.containerd.metadata.v1.bolt")); err != nil {
+		t.Errorf("root not under StateDir/containerd: %v", err)
+	}
+}
+
+// stopPID stops a containerd this test started through Connect.
+func stopPID(t *testing.T, pid int) {
+	t.Helper()
+	syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(pid) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+func TestConnectWithoutContainerd(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := Connect(context.Background(), DaemonConfig{
+		Address:  "/nonexistent/containerd.sock",
+		StateDir: t.TempDir(),
+		RunDir:   t.TempDir(),
+	})
+	if !errors.Is(err, ErrNoContainerd) {
+		t.Fatalf("err = %v, want ErrNoContainerd", err)
+	}
+	for _, hint := range []string{"apt-get install containerd runc", "--containerd-address"} {
+		if !strings.Contains(err.Error(), hint) {
+			t.Errorf("error %q does not mention %q", err, hint)
+		}
+	}
+}
+
+func TestStartDaemonEarlyExit(t *testing.T) {
+	requireDaemonPrereqs(t)
+	dir := t.TempDir()
+	// A socket path longer than sun_path makes containerd exit at once.
+	socket := filepath.Join(shortTempDir(t), strings.Repeat("s", 120))
+	logPath := filepath.Join(dir, "containerd.log")
+	_, err := StartDaemon(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"), socket, logPath)
+	if err == nil {
+		t.Fatal("StartDaemon succeeded with an unusable socket path")
+	}
+	if !strings.Contains(err.Error(), logPath) {
+		t.Errorf("error %q does not point at the log", err)
+	}
+}

@@ -1,0 +1,233 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// Image errors, named after the kubelet's waiting reasons.
+var (
+	ErrImagePull        = errors.New("ErrImagePull")
+	ErrImageNeverPull   = errors.New("ErrImageNeverPull")
+	ErrInvalidImageName = errors.New("InvalidImageName")
+)
+
+// settleDelay is how long a tarball in the images dir must go without
+// writes before it is imported.
+const settleDelay = 500 * time.Millisecond
+
+// ImportArchive imports an OCI layout or docker-archive tarball, unpacks
+// every named image into snapshotter and returns the image names.
+func ImportArchive(ctx context.Context, c *ctrd.Client, path, snapshotter string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	imgs, err := c.Import(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("import %s: %w", path, err)
+	}
+	if len(imgs) == 0 {
+		return nil, fmt.Errorf("import %s: archive names no image", path)
+	}
+	names := make([]string, 0, len(imgs))
+	for _, img := range imgs {
+		if err := ctrd.NewImage(c, img).Unpack(ctx, snapshotter); err != nil {
+			return names, fmt.Errorf("unpack %s from %s: %w", img.Name, path, err)
+		}
+		names = append(names, img.Name)
+	}
+	return names, nil
+}
+
+// ImportDir imports every *.tar in dir in name order, skipping dot-files
+// (tarballs still being written). A bad tarball is logged and skipped.
+func ImportDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, e := range entries {
+		if ctx.Err() != nil {
+			return names, ctx.Err()
+		}
+		if e.Type().IsRegular() && isArchiveName(e.Name()) {
+			names = append(names, importLogged(ctx, c, filepath.Join(dir, e.Name()), snapshotter, log)...)
+		}
+	}
+	return names, nil
+}
+
+func isArchiveName(name string) bool {
+	return strings.HasSuffix(name, ".tar") && !strings.HasPrefix(name, ".")
+}
+
+func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string, log *slog.Logger) []string {
+	names, err := ImportArchive(ctx, c, path, snapshotter)
+	if err != nil {
+		log.Warn("image import failed", "path", path, "err", err)
+		return names
+	}
+	log.Info("imported images", "path", path, "images", names)
+	return names
+}
+
+// WatchImagesDir imports the tarballs in dir (creating dir if needed), then
+// imports each *.tar that is created, written or renamed into dir once it
+// has settled, until ctx ends; it then returns nil. Importing is idempotent,
+// so a tarball imported twice or too early and again later is harmless.
+func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return err
+	}
+	defer w.Close()
+	// Watch before the first scan so nothing lands unseen in between.
+	if err := w.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	if _, err := ImportDir(ctx, c, dir, snapshotter, log); err != nil {
+		return err
+	}
+	return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, log) }, log)
+}
+
+// watchLoop calls settled for each archive path once settleDelay has passed
+// since its last create or write event.
+func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path string), log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx) // also releases pending timers on return
+	defer cancel()
+	ready := make(chan string)
+	timers := map[string]*time.Timer{}
+	defer func() {
+		for _, t := range timers {
+			t.Stop()
+		}
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case path := <-ready:
+			delete(timers, path)
+			settled(path)
+		case err, ok := <-w.Errors:
+			if !ok {
+				return errors.New("images dir watcher closed")
+			}
+			log.Warn("images dir watch", "err", err)
+		case ev, ok := <-w.Events:
+			if !ok {
+				return errors.New("images dir watcher closed")
+			}
+			if !isArchiveName(filepath.Base(ev.Name)) || !ev.Has(fsnotify.Create|fsnotify.Write) {
+				continue
+			}
+			if t, ok := timers[ev.Name]; ok {
+				t.Reset(settleDelay)
+				continue
+			}
+			timers[ev.Name] = time.AfterFunc(settleDelay, func() {
+				select {
+				case ready <- ev.Name:
+				case <-ctx.Done():
+				}
+			})
+		}
+	}
+}
+
+// EnsureImage returns the image for ref after applying the Kubernetes pull
+// policy; ref is normalized as Kubernetes does ("busybox" is
+// "docker.io/library/busybox:latest"). The image is unpacked into
+// snapshotter.
+//
+// Always means pull, and a failed pull fails even when the image is
+// present, as in Kubernetes: falling back would silently run a stale image.
+// Offline machines should use IfNotPresent or Never with preloaded images;
+// the error says so when a local copy exists.
+func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (ctrd.Image, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
+	}
+	name := named.String()
+	switch policy {
+	case v1.PullAlways:
+		return pull(ctx, c, name, snapshotter)
+	case v1.PullNever, v1.PullIfNotPresent, "":
+	default:
+		return nil, fmt.Errorf("image %s: unknown pull policy %q", name, policy)
+	}
+	img, err := c.GetImage(ctx, name)
+	switch {
+	case err == nil:
+		return img, ensureUnpacked(ctx, img, snapshotter)
+	case !errdefs.IsNotFound(err):
+		return nil, fmt.Errorf("image %s: %w", name, err)
+	case policy == v1.PullNever:
+		return nil, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
+	default:
+		return pull(ctx, c, name, snapshotter)
+	}
+}
+
+func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string) (ctrd.Image, error) {
+	img, err := c.Pull(ctx, name, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(snapshotter))
+	if err == nil {
+		return img, nil
+	}
+	if _, gerr := c.GetImage(ctx, name); gerr == nil {
+		return nil, fmt.Errorf("%w: %s (a local copy exists; imagePullPolicy IfNotPresent would use it): %w", ErrImagePull, name, err)
+	}
+	return nil, fmt.Errorf("%w: %s: %w", ErrImagePull, name, err)
+}
+
+func ensureUnpacked(ctx context.Context, img ctrd.Image, snapshotter string) error {
+	unpacked, err := img.IsUnpacked(ctx, snapshotter)
+	if err == nil && !unpacked {
+		err = img.Unpack(ctx, snapshotter)
+	}
+	if err != nil {
+		return fmt.Errorf("unpack %s: %w", img.Name(), err)
+	}
+	return nil
+}
+
+// ImageConfigOf returns the parts of img's OCI config that Kubernetes merges
+// with a container spec.
+func ImageConfigOf(ctx context.Context, img ctrd.Image) (runner.ImageConfig, error) {
+	spec, err := img.Spec(ctx)
+	if err != nil {
+		return runner.ImageConfig{}, fmt.Errorf("image %s config: %w", img.Name(), err)
+	}
+	cfg := spec.Config
+	return runner.ImageConfig{
+		Ref:        img.Name(),
+		Entrypoint: cfg.Entrypoint,
+		Cmd:        cfg.Cmd,
+		Env:        cfg.Env,
+		WorkingDir: cfg.WorkingDir,
+		User:       cfg.User,
+		StopSignal: cfg.StopSignal,
+	}, nil
+}
