@@ -1,0 +1,455 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Snapshot is a source's complete current view (the kubelet's SET semantics):
+// a pod missing from it is to be stopped. Pods may be shared between
+// snapshots and must be treated as read-only.
+type Snapshot struct {
+	Source string    // e.g. "file:/etc/pods"; identifies the source
+	Pods   []*v1.Pod // identified, defaulted, validated pods
+	Errors []error   // per-file/per-document problems, each a *ManifestError
+}
+
+// FileSource reads Pod manifests from a directory or a single file and emits
+// a Snapshot whenever what they define changes.
+type FileSource struct {
+	path     string
+	nodeName string
+	source   string
+	relist   time.Duration
+	debounce time.Duration
+	log      *slog.Logger
+}
+
+// FileOption configures a FileSource.
+type FileOption func(*FileSource)
+
+// WithRelistInterval sets how often the source re-reads everything, as a
+// safety net for missed events and for symlink targets changing elsewhere.
+// The default is 20s.
+func WithRelistInterval(d time.Duration) FileOption {
+	return func(s *FileSource) { s.relist = d }
+}
+
+// WithDebounce sets how long a path must stay quiet before it is re-read, so
+// an editor's save dance or a copy-then-rename yields one update. The default
+// is 100ms.
+func WithDebounce(d time.Duration) FileOption {
+	return func(s *FileSource) { s.debounce = d }
+}
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) FileOption {
+	return func(s *FileSource) { s.log = l }
+}
+
+// NewFileSource returns a source for path, a directory of manifests or a
+// single manifest file, whose pods are to run on nodeName. In a directory only
+// regular files (or symlinks to them) named *.yaml, *.yml or *.json count;
+// subdirectories and editor or package-manager leftovers are ignored.
+func NewFileSource(path, nodeName string, opts ...FileOption) *FileSource {
+	// An absolute path keeps UIDs, which hash the source, independent of the
+	// working directory.
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	s := &FileSource{path: filepath.Clean(path), nodeName: nodeName}
+	for _, o := range opts {
+		o(s)
+	}
+	// Defaults after options, so a zero value cannot stall the timers.
+	if s.relist <= 0 {
+		s.relist = 20 * time.Second
+	}
+	if s.debounce <= 0 {
+		s.debounce = 100 * time.Millisecond
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.source = "file:" + s.path
+	return s
+}
+
+// Run sends a Snapshot after the initial list, then one each time the
+// manifests' pods or errors change, until ctx ends. It returns nil when ctx
+// ends and an error only if it cannot watch at all.
+func (s *FileSource) Run(ctx context.Context, out chan<- Snapshot) error {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("watching %s: %w", s.path, err)
+	}
+	defer w.Close()
+	r := &fileRun{FileSource: s, w: w, files: map[string]*fileResult{}, pending: map[string]time.Time{}}
+	// Watch before listing, so no change between the two is missed.
+	r.watch()
+	r.relistAll()
+	if !r.send(ctx, out, true) {
+		return nil
+	}
+	return r.loop(ctx, out)
+}
+
+// fileRun is the state of one Run.
+type fileRun struct {
+	*FileSource
+	w           *fsnotify.Watcher
+	watched     string      // directory under watch, "" if none
+	watchedInfo fs.FileInfo // to notice the directory being replaced
+	files       map[string]*fileResult
+	pending     map[string]time.Time // debounce deadline per path
+	last        string               // fingerprint of the last snapshot sent
+}
+
+// fileResult is what one file yielded.
+type fileResult struct {
+	data   []byte // content as last read, to skip re-parsing it unchanged
+	readOK bool
+	pods   []entry
+	errs   []error
+}
+
+// entry is an accepted pod and where it came from.
+type entry struct {
+	pod  *v1.Pod
+	line int
+	sum  string // hash of the pod's JSON, so edits show even with a fixed UID
+}
+
+func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
+	relist := time.NewTicker(r.relist)
+	defer relist.Stop()
+	debounce := time.NewTimer(time.Hour)
+	debounce.Stop()
+	defer debounce.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case ev, ok := <-r.w.Events:
+			if !ok {
+				return fmt.Errorf("watching %s: event stream closed", r.path)
+			}
+			r.event(ev, debounce)
+			continue
+		case err, ok := <-r.w.Errors:
+			if !ok {
+				return fmt.Errorf("watching %s: error stream closed", r.path)
+			}
+			// Most likely a queue overflow: events were lost.
+			r.log.Warn("watch error; re-listing", "path", r.path, "err", err)
+			r.watch()
+			r.relistAll()
+		case <-relist.C:
+			r.watch()
+			r.relistAll()
+		case now := <-debounce.C:
+			r.expire(now)
+			if next, ok := r.nextDeadline(); ok {
+				debounce.Reset(time.Until(next))
+			}
+		}
+		if !r.send(ctx, out, false) {
+			return nil
+		}
+	}
+}
+
+// event notes a change at a path that matters and (re)arms the debounce.
+func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
+	if !r.relevant(ev.Name) {
+		return
+	}
+	r.log.Debug("manifest event", "path", ev.Name, "op", ev.Op.String())
+	if ev.Name == r.watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+		r.unwatch()
+	}
+	r.watch()
+	// A change to the source path or above it may reveal or hide files
+	// that produced no events of their own: list everything again.
+	key := ev.Name
+	if isAncestor(key, r.path) {
+		key = r.path
+	}
+	r.pending[key] = time.Now().Add(r.debounce)
+	next, _ := r.nextDeadline()
+	debounce.Reset(time.Until(next))
+}
+
+// relevant reports whether a change at name can change the snapshot: the
+// source path itself, a directory on the way to it, or a manifest in it.
+func (r *fileRun) relevant(name string) bool {
+	if name == r.path || isAncestor(name, r.path) {
+		return true
+	}
+	return filepath.Dir(name) == r.path && manifestName(filepath.Base(name))
+}
+
+func isAncestor(dir, path string) bool {
+	return dir == "/" || strings.HasPrefix(path, dir+string(filepath.Separator))
+}
+
+// manifestName accepts *.yaml, *.yml and *.json but not dot-files (editor
+// swap files, atomic-writer staging). Other editor and package-manager
+// leftovers (*.swp, *~, 4913, *.bak, *.orig, *.tmp) fail the extension test.
+func manifestName(name string) bool {
+	if strings.HasPrefix(name, ".") || strings.Contains(name, ".dpkg-") {
+		return false
+	}
+	switch strings.ToLower(filepath.Ext(name)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// expire re-reads every path whose debounce deadline has passed.
+func (r *fileRun) expire(now time.Time) {
+	for p, deadline := range r.pending {
+		if deadline.After(now) {
+			continue
+		}
+		delete(r.pending, p)
+		if p == r.path {
+			r.relistAll()
+		} else {
+			r.load(p)
+		}
+	}
+}
+
+func (r *fileRun) nextDeadline() (time.Time, bool) {
+	var next time.Time
+	for _, d := range r.pending {
+		if next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	return next, !next.IsZero()
+}
+
+// watch keeps a watch on the directory that holds the manifests: the source
+// directory, a single file's parent, or, while the path does not exist, its
+// nearest existing ancestor, so that its creation is noticed. It repeats
+// until the target is stable, since a directory created before its parent's
+// watch was in place produced no event.
+func (r *fileRun) watch() {
+	for range 16 {
+		want, fi, err := r.watchTarget()
+		if err != nil {
+			r.log.Warn("cannot watch manifests", "path", r.path, "err", err)
+			return
+		}
+		if want == r.watched && os.SameFile(fi, r.watchedInfo) {
+			return
+		}
+		r.unwatch()
+		if err := r.w.Add(want); err != nil {
+			r.log.Warn("cannot watch manifests", "path", want, "err", err)
+			return
+		}
+		r.log.Debug("watching", "dir", want, "for", r.path)
+		r.watched, r.watchedInfo = want, fi
+	}
+}
+
+func (r *fileRun) watchTarget() (string, fs.FileInfo, error) {
+	want := r.path
+	fi, err := os.Stat(want)
+	if err == nil && !fi.IsDir() {
+		want = filepath.Dir(want)
+		fi, err = os.Stat(want)
+	}
+	for err != nil && filepath.Dir(want) != want {
+		want = filepath.Dir(want)
+		fi, err = os.Stat(want)
+	}
+	return want, fi, err
+}
+
+func (r *fileRun) unwatch() {
+	if r.watched != "" {
+		// The kernel drops the watch of a deleted directory itself.
+		_ = r.w.Remove(r.watched)
+		r.watched, r.watchedInfo = "", nil
+	}
+}
+
+// relistAll re-reads every manifest. A missing path means no pods, as in the
+// kubelet; an unreadable directory keeps the last state rather than stopping
+// every pod over what may be a passing problem.
+func (r *fileRun) relistAll() {
+	paths, err := r.manifestPaths()
+	if err != nil {
+		r.log.Error("cannot list manifests", "path", r.path, "err", err)
+		return
+	}
+	for p := range r.files {
+		if !slices.Contains(paths, p) {
+			delete(r.files, p)
+		}
+	}
+	for _, p := range paths {
+		r.load(p)
+	}
+}
+
+func (r *fileRun) manifestPaths() ([]string, error) {
+	fi, err := os.Stat(r.path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !fi.IsDir() {
+		return []string{r.path}, nil
+	}
+	entries, err := os.ReadDir(r.path)
+	if err != nil {
+		return nil, err
+	}
+	var paths []string
+	for _, e := range entries {
+		if !e.IsDir() && manifestName(e.Name()) {
+			paths = append(paths, filepath.Join(r.path, e.Name()))
+		}
+	}
+	return paths, nil
+}
+
+// load re-reads one manifest file into r.files.
+func (r *fileRun) load(path string) {
+	data, exists, err := readManifest(path)
+	switch prev := r.files[path]; {
+	case !exists:
+		delete(r.files, path)
+	case err != nil:
+		r.files[path] = &fileResult{errs: []error{&ManifestError{File: path, Err: err}}}
+	case prev != nil && prev.readOK && bytes.Equal(prev.data, data):
+		// Unchanged: keep the pods as they are, config.seen included.
+	default:
+		r.files[path] = r.parse(path, data)
+	}
+}
+
+// readManifest reads path if it is a regular file or a symlink to one;
+// exists is false when there is no such file to read.
+func readManifest(path string) (data []byte, exists bool, err error) {
+	fi, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, true, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, false, nil
+	}
+	if fi.Size() > MaxFileSize {
+		return nil, true, ErrTooLarge
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, !errors.Is(err, fs.ErrNotExist), err
+	}
+	defer f.Close()
+	// The size may have grown since Stat.
+	data, err = io.ReadAll(io.LimitReader(f, MaxFileSize+1))
+	if err == nil && len(data) > MaxFileSize {
+		err = ErrTooLarge
+	}
+	return data, true, err
+}
+
+// parse turns a file's content into accepted pods and errors.
+func (r *fileRun) parse(path string, data []byte) *fileResult {
+	res := &fileResult{data: data, readOK: true}
+	docs, errs := decodeDocuments(data)
+	locate(errs, path, 0)
+	res.errs = errs
+	for _, d := range docs {
+		ApplyDefaults(d.pod)
+		if verrs := Validate(d.pod); len(verrs) > 0 {
+			locate(verrs, path, d.line)
+			res.errs = append(res.errs, verrs...)
+			continue
+		}
+		Identify(d.pod, r.nodeName, r.source, d.raw)
+		res.pods = append(res.pods, entry{pod: d.pod, line: d.line, sum: contentHash(d.raw, "", "")})
+	}
+	return res
+}
+
+// send emits the current snapshot if it differs from the last one sent, or
+// always when force is set. It returns false if ctx ended first.
+func (r *fileRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {
+	snap, fingerprint := r.snapshot()
+	if !force && fingerprint == r.last {
+		return true
+	}
+	r.log.Info("manifests changed", "source", r.source, "pods", len(snap.Pods), "errors", len(snap.Errors))
+	for _, err := range snap.Errors {
+		r.log.Warn("bad manifest", "err", err)
+	}
+	select {
+	case out <- snap:
+		r.last = fingerprint
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// snapshot assembles the files' pods in path order, where the first
+// definition of a namespace/name (or UID) wins, and fingerprints the result.
+func (r *fileRun) snapshot() (Snapshot, string) {
+	snap := Snapshot{Source: r.source}
+	var fp strings.Builder
+	names := map[string]string{}   // namespace/name -> where defined
+	uids := map[types.UID]string{} // UID -> where defined
+	for _, path := range slices.Sorted(maps.Keys(r.files)) {
+		f := r.files[path]
+		snap.Errors = append(snap.Errors, f.errs...)
+		for _, e := range f.pods {
+			where := fmt.Sprintf("%s:%d", path, e.line)
+			key := e.pod.Namespace + "/" + e.pod.Name
+			if first, dup := names[key]; dup {
+				snap.Errors = append(snap.Errors, &ManifestError{File: path, Line: e.line, Field: "metadata.name",
+					Message: fmt.Sprintf("pod %s is already defined in %s", key, first)})
+				continue
+			}
+			if first, dup := uids[e.pod.UID]; dup {
+				snap.Errors = append(snap.Errors, &ManifestError{File: path, Line: e.line, Field: "metadata.uid",
+					Message: fmt.Sprintf("uid %s is already used by the pod in %s", e.pod.UID, first)})
+				continue
+			}
+			names[key], uids[e.pod.UID] = where, where
+			snap.Pods = append(snap.Pods, e.pod)
+			fmt.Fprintf(&fp, "pod %s %s\n", e.pod.UID, e.sum)
+		}
+	}
+	for _, err := range snap.Errors {
+		fmt.Fprintf(&fp, "error %s\n", err)
+	}
+	return snap, fp.String()
+}

@@ -1,0 +1,343 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// wait bounds every wait for a snapshot; generous for loaded CI machines.
+const wait = 5 * time.Second
+
+func manifest(name, image string) string {
+	return fmt.Sprintf("apiVersion: v1\nkind: Pod\nmetadata:\n  name: %s\nspec:\n  containers:\n  - name: c\n    image: %s\n", name, image)
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// startSource runs a FileSource on path until the test ends. Relisting is
+// off unless opts turn it on, so tests see the effect of events alone.
+func startSource(t *testing.T, path string, opts ...FileOption) <-chan Snapshot {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := make(chan Snapshot)
+	done := make(chan error, 1)
+	opts = append([]FileOption{WithRelistInterval(time.Hour), WithDebounce(50 * time.Millisecond)}, opts...)
+	s := NewFileSource(path, "node1", opts...)
+	go func() { done <- s.Run(ctx, out) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(wait):
+			t.Error("Run did not return after cancel")
+		}
+	})
+	return out
+}
+
+func next(t *testing.T, ch <-chan Snapshot) Snapshot {
+	t.Helper()
+	select {
+	case s := <-ch:
+		return s
+	case <-time.After(wait):
+		t.Fatal("no snapshot")
+		return Snapshot{}
+	}
+}
+
+// summary renders a snapshot as "name image" lines, then error lines.
+func summary(s Snapshot) string {
+	var b strings.Builder
+	for _, p := range s.Pods {
+		fmt.Fprintf(&b, "%s %s\n", p.Name, p.Spec.Containers[0].Image)
+	}
+	for _, err := range s.Errors {
+		fmt.Fprintf(&b, "error %s\n", err)
+	}
+	return b.String()
+}
+
+func expect(t *testing.T, s Snapshot, want string) {
+	t.Helper()
+	if got := summary(s); got != want {
+		t.Errorf("snapshot:\n%s\nwant:\n%s", got, want)
+	}
+}
+
+// barrier proves that no snapshot is pending: it adds a marker pod and
+// requires the very next snapshot to be want plus that pod.
+func barrier(t *testing.T, dir string, ch <-chan Snapshot, want string) {
+	t.Helper()
+	writeFile(t, filepath.Join(dir, "zz-marker.yaml"), manifest("marker", "busybox"))
+	expect(t, next(t, ch), want+"marker-node1 busybox\n")
+}
+
+func TestFileSourceInitialSnapshot(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "b.yml"), manifest("b", "nginx:1"))
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifest("a", "nginx:1")+"---\n"+manifest("a2", "nginx:2"))
+	writeFile(t, filepath.Join(dir, "c.json"), `{"apiVersion":"v1","kind":"Pod","metadata":{"name":"c"},"spec":{"containers":[{"name":"c","image":"nginx:3"}]}}`)
+	writeFile(t, filepath.Join(dir, "d-bad.yaml"), manifest("d", "nginx")+"---\n"+strings.Replace(manifest("e", "nginx"), "image", "imag", 1))
+	// Anything below would be an error if it were read.
+	for _, name := range []string{".hidden.yaml", "web.yaml.swp", ".web.yaml.swp", "web.yaml~", "4913", "web.yaml.bak",
+		"web.yaml.orig", "web.yaml.dpkg-new", "web.dpkg-old.yaml", "web.yaml.tmp", "README.md"} {
+		writeFile(t, filepath.Join(dir, name), "not: [a manifest")
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "sub.yaml", "x.yaml"), "not: [a manifest")
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.yaml"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir, "b.yml"), filepath.Join(dir, "link.yaml")); err != nil {
+		t.Fatal(err)
+	}
+
+	s := next(t, startSource(t, dir))
+	expect(t, s, "a-node1 nginx:1\na2-node1 nginx:2\nb-node1 nginx:1\nc-node1 nginx:3\nd-node1 nginx\n"+
+		"error "+filepath.Join(dir, "d-bad.yaml")+":17: spec.containers[0].imag: unknown field\n"+
+		"error "+filepath.Join(dir, "link.yaml")+":1: metadata.name: pod default/b-node1 is already defined in "+filepath.Join(dir, "b.yml")+":1\n")
+	if s.Source != "file:"+dir {
+		t.Errorf("Source = %q", s.Source)
+	}
+	for _, err := range s.Errors {
+		var me *ManifestError
+		if !errors.As(err, &me) {
+			t.Errorf("%v is not a *ManifestError", err)
+		}
+	}
+	p := s.Pods[0]
+	if p.Namespace != "default" || p.Spec.NodeName != "node1" || p.Spec.RestartPolicy != v1.RestartPolicyAlways ||
+		p.Annotations[ConfigHashAnnotation] != string(p.UID) {
+		t.Errorf("pod not identified and defaulted: %+v", p)
+	}
+}
+
+func TestFileSourceChanges(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifest("a", "nginx:1"))
+	ch := startSource(t, dir)
+	first := next(t, ch)
+	expect(t, first, "a-node1 nginx:1\n")
+
+	writeFile(t, filepath.Join(dir, "b.yaml"), manifest("b", "nginx:1"))
+	added := next(t, ch)
+	expect(t, added, "a-node1 nginx:1\nb-node1 nginx:1\n")
+	if added.Pods[0] != first.Pods[0] {
+		t.Error("an unchanged file's pod was rebuilt")
+	}
+
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifest("a", "nginx:2"))
+	modified := next(t, ch)
+	expect(t, modified, "a-node1 nginx:2\nb-node1 nginx:1\n")
+	if modified.Pods[0].UID == first.Pods[0].UID {
+		t.Error("an edited manifest kept its UID")
+	}
+
+	writeFile(t, filepath.Join(dir, "a.yaml"), "apiVersion: v1\nkind: Pod\nmetadata: {name: a\n")
+	expect(t, next(t, ch), "b-node1 nginx:1\nerror "+filepath.Join(dir, "a.yaml")+":3: invalid YAML: line 3: did not find expected ',' or '}'\n")
+
+	if err := os.Remove(filepath.Join(dir, "a.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "b-node1 nginx:1\n")
+	barrier(t, dir, ch, "b-node1 nginx:1\n")
+}
+
+func TestFileSourceCopyThenRename(t *testing.T) {
+	dir := t.TempDir()
+	ch := startSource(t, dir)
+	expect(t, next(t, ch), "")
+
+	tmp := filepath.Join(dir, ".web.yaml.tmp")
+	writeFile(t, tmp, manifest("web", "nginx:1"))
+	if err := os.Rename(tmp, filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+	barrier(t, dir, ch, "web-node1 nginx:1\n")
+}
+
+// An editor's save dance (vim with backupcopy=no) passes through states with
+// no web.yaml at all; the debounce hides them.
+func TestFileSourceEditorSave(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	ch := startSource(t, dir, WithDebounce(200*time.Millisecond))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	writeFile(t, filepath.Join(dir, "4913"), "")
+	os.Remove(filepath.Join(dir, "4913"))
+	if err := os.Rename(web, web+"~"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(web)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content := manifest("web", "nginx:2")
+	f.WriteString(content[:20])
+	f.WriteString(content[20:])
+	f.Close()
+	os.Remove(web + "~")
+
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+	barrier(t, dir, ch, "web-node1 nginx:2\n")
+}
+
+func TestFileSourceMissingDirectoryAppears(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "etc", "noderun", "pods")
+	ch := startSource(t, dir)
+	expect(t, next(t, ch), "")
+
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("web", "nginx:1"))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	// Removing the directory removes its pods; recreating it is seen again.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("web", "nginx:2"))
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+}
+
+func TestFileSourceDuplicates(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.yaml"), filepath.Join(dir, "b.yaml")
+	writeFile(t, a, manifest("web", "nginx:a"))
+	writeFile(t, b, "# the same pod again\n"+manifest("web", "nginx:b")+"---\n"+manifest("web", "nginx:b2"))
+	ch := startSource(t, dir)
+	expect(t, next(t, ch), "web-node1 nginx:a\n"+
+		"error "+b+":2: metadata.name: pod default/web-node1 is already defined in "+a+":1\n"+
+		"error "+b+":11: metadata.name: pod default/web-node1 is already defined in "+a+":1\n")
+
+	// Once a.yaml is gone, b.yaml's first document wins.
+	os.Remove(a)
+	expect(t, next(t, ch), "web-node1 nginx:b\n"+
+		"error "+b+":11: metadata.name: pod default/web-node1 is already defined in "+b+":2\n")
+}
+
+func TestFileSourceSingleFile(t *testing.T) {
+	dir := t.TempDir()
+	pod := filepath.Join(dir, "pod.conf") // any name will do for an explicit file
+	writeFile(t, pod, manifest("web", "nginx:1"))
+	ch := startSource(t, pod)
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	writeFile(t, filepath.Join(dir, "other.yaml"), manifest("other", "nginx:1"))
+	writeFile(t, pod, manifest("web", "nginx:2"))
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+	os.Remove(pod)
+	expect(t, next(t, ch), "")
+}
+
+// Symlink targets outside the directory produce no events there; the
+// periodic relist still sees them change.
+func TestFileSourceRelistSeesSymlinkTarget(t *testing.T) {
+	dir, elsewhere := t.TempDir(), t.TempDir()
+	target := filepath.Join(elsewhere, "web.yaml")
+	writeFile(t, target, manifest("web", "nginx:1"))
+	if err := os.Symlink(target, filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	ch := startSource(t, dir, WithRelistInterval(50*time.Millisecond))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+	writeFile(t, target, manifest("web", "nginx:2"))
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+}
+
+func TestFileSourceTooLarge(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.yaml")
+	writeFile(t, big, manifest("big", "nginx")+"# "+strings.Repeat("x", MaxFileSize)+"\n")
+	writeFile(t, filepath.Join(dir, "ok.yaml"), manifest("ok", "nginx"))
+	s := next(t, startSource(t, dir))
+	expect(t, s, "ok-node1 nginx\nerror "+big+": manifest file is larger than 10 MiB\n")
+	if !errors.Is(s.Errors[0], ErrTooLarge) {
+		t.Errorf("%v is not ErrTooLarge", s.Errors[0])
+	}
+}
+
+// A relist that finds nothing new must send nothing and keep the pods, with
+// their config.seen, as they were.
+func TestRelistUnchangedSendsNothing(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("web", "nginx"))
+	writeFile(t, filepath.Join(dir, "bad.yaml"), "kind: Deployment\napiVersion: v1\n")
+	r := &fileRun{FileSource: NewFileSource(dir, "node1"), files: map[string]*fileResult{}}
+	r.relistAll()
+	out := make(chan Snapshot, 1)
+	if !r.send(context.Background(), out, true) {
+		t.Fatal("send failed")
+	}
+	first := <-out
+	for range 3 {
+		r.relistAll()
+		r.send(context.Background(), out, false)
+		select {
+		case s := <-out:
+			t.Fatalf("unchanged relist sent %s", summary(s))
+		default:
+		}
+	}
+	// Rewriting the same bytes is no change either.
+	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("web", "nginx"))
+	r.relistAll()
+	if snap, _ := r.snapshot(); snap.Pods[0] != first.Pods[0] {
+		t.Error("pod rebuilt from unchanged bytes")
+	}
+}
+
+func TestManifestName(t *testing.T) {
+	tests := []struct {
+		in   string
+		want bool
+	}{
+		{"web.yaml", true}, {"web.yml", true}, {"web.json", true}, {"WEB.YAML", true},
+		{".web.yaml", false}, {"web.yaml.swp", false}, {"web.yaml~", false}, {"4913", false},
+		{"web.yaml.bak", false}, {"web.yaml.orig", false}, {"web.yaml.dpkg-dist", false},
+		{"web.dpkg-new.yaml", false}, {"web.yaml.tmp", false}, {"web.txt", false}, {"web", false},
+	}
+	for _, tt := range tests {
+		if got := manifestName(tt.in); got != tt.want {
+			t.Errorf("manifestName(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestReadManifestLimit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "exact.yaml")
+	writeFile(t, path, string(bytes.Repeat([]byte("#"), MaxFileSize)))
+	if _, ok, err := readManifest(path); !ok || err != nil {
+		t.Errorf("a file of exactly MaxFileSize: ok=%v err=%v", ok, err)
+	}
+}

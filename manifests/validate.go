@@ -1,0 +1,192 @@
+package manifests
+
+import (
+	"fmt"
+	"path"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// validator collects ManifestErrors; each check adds to it and goes on, so
+// one pass reports every problem.
+type validator struct {
+	errs        []error
+	volumes     map[string]bool // names in spec.volumes
+	containers  map[string]bool // names across init and app containers
+	hostNetwork bool
+}
+
+func (v *validator) add(field, format string, args ...any) {
+	v.errs = append(v.errs, &ManifestError{Field: field, Message: fmt.Sprintf(format, args...)})
+}
+
+// check adds the messages apimachinery's validation functions return.
+func (v *validator) check(field string, msgs []string) {
+	if len(msgs) > 0 {
+		v.add(field, "%s", strings.Join(msgs, "; "))
+	}
+}
+
+// Validate applies the Kubernetes rules that matter for what noderun runs and
+// rejects what needs an API server (secrets, config maps, claims, pull
+// secrets). Service account fields pass and are ignored: there is no token
+// to mount. Empty enum fields pass, since ApplyDefaults fills them. Errors
+// are *ManifestError with Field set.
+func Validate(pod *v1.Pod) []error {
+	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
+	v.metadata(pod)
+	v.spec(&pod.Spec)
+	for i := range pod.Spec.Volumes {
+		v.volume(&pod.Spec.Volumes[i], fmt.Sprintf("spec.volumes[%d]", i))
+	}
+	for i := range pod.Spec.InitContainers {
+		v.container(&pod.Spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i), true)
+	}
+	for i := range pod.Spec.Containers {
+		v.container(&pod.Spec.Containers[i], fmt.Sprintf("spec.containers[%d]", i), false)
+	}
+	return v.errs
+}
+
+func (v *validator) metadata(pod *v1.Pod) {
+	if pod.Name == "" {
+		v.add("metadata.name", "required")
+	} else {
+		v.check("metadata.name", validation.IsDNS1123Subdomain(pod.Name))
+	}
+	if pod.Namespace != "" {
+		v.check("metadata.namespace", validation.IsDNS1123Label(pod.Namespace))
+	}
+	if pod.GenerateName != "" {
+		v.add("metadata.generateName", "static pods need a fixed metadata.name")
+	}
+}
+
+func (v *validator) spec(spec *v1.PodSpec) {
+	if len(spec.Containers) == 0 {
+		v.add("spec.containers", "at least one container is required")
+	}
+	v.oneOf("spec.restartPolicy", string(spec.RestartPolicy), "Always", "OnFailure", "Never")
+	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+	if spec.DNSPolicy == v1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
+		v.add("spec.dnsConfig.nameservers", "required when dnsPolicy is None")
+	}
+	if len(spec.ImagePullSecrets) > 0 {
+		v.add("spec.imagePullSecrets", "static pods cannot use imagePullSecrets (no API server)")
+	}
+	if len(spec.EphemeralContainers) > 0 {
+		v.add("spec.ephemeralContainers", "static pods cannot have ephemeral containers")
+	}
+	if len(spec.ResourceClaims) > 0 {
+		v.add("spec.resourceClaims", "static pods cannot use resource claims (no API server)")
+	}
+}
+
+// oneOf accepts value if it is empty (to be defaulted) or one of allowed.
+func (v *validator) oneOf(field, value string, allowed ...string) {
+	if value == "" {
+		return
+	}
+	for _, a := range allowed {
+		if value == a {
+			return
+		}
+	}
+	v.add(field, "unsupported value %q: supported values: %s", value, strings.Join(allowed, ", "))
+}
+
+func (v *validator) volume(vol *v1.Volume, field string) {
+	v.check(field+".name", validation.IsDNS1123Label(vol.Name))
+	if v.volumes[vol.Name] {
+		v.add(field+".name", "duplicate volume name %q", vol.Name)
+	}
+	v.volumes[vol.Name] = true
+	v.volumeSource(field, &vol.VolumeSource)
+}
+
+func (v *validator) volumeSource(field string, src *v1.VolumeSource) {
+	switch kinds := volumeKinds(src); {
+	case len(kinds) == 0:
+		v.add(field, "a volume type is required (emptyDir, hostPath or downwardAPI)")
+	case len(kinds) > 1:
+		v.add(field, "only one volume type may be set, found %s", strings.Join(kinds, ", "))
+	case src.HostPath != nil:
+		v.hostPath(field+".hostPath", src.HostPath)
+	case src.DownwardAPI != nil:
+		v.downwardAPI(field+".downwardAPI", src.DownwardAPI)
+	case src.EmptyDir != nil:
+		// Nothing to check: any medium and size limit is fine.
+	case needsAPIServer(kinds[0]):
+		v.add(field+"."+kinds[0], "static pods cannot use %s volumes (no API server)", kinds[0])
+	default:
+		v.add(field+"."+kinds[0], "unsupported volume type %s: noderun supports emptyDir, hostPath and downwardAPI", kinds[0])
+	}
+}
+
+// needsAPIServer reports whether a volume type's content or provisioning
+// lives in API objects.
+func needsAPIServer(kind string) bool {
+	switch kind {
+	case "secret", "configMap", "persistentVolumeClaim", "projected", "csi", "ephemeral":
+		return true
+	}
+	return false
+}
+
+// volumeKinds names the volume types set in src, by their JSON field names.
+func volumeKinds(src *v1.VolumeSource) []string {
+	set := []struct {
+		name string
+		ok   bool
+	}{
+		{"hostPath", src.HostPath != nil}, {"emptyDir", src.EmptyDir != nil},
+		{"downwardAPI", src.DownwardAPI != nil}, {"secret", src.Secret != nil},
+		{"configMap", src.ConfigMap != nil}, {"persistentVolumeClaim", src.PersistentVolumeClaim != nil},
+		{"projected", src.Projected != nil}, {"csi", src.CSI != nil},
+		{"ephemeral", src.Ephemeral != nil}, {"image", src.Image != nil},
+		{"nfs", src.NFS != nil}, {"iscsi", src.ISCSI != nil},
+		{"gitRepo", src.GitRepo != nil}, {"fc", src.FC != nil},
+		{"rbd", src.RBD != nil}, {"cephfs", src.CephFS != nil},
+	}
+	var kinds []string
+	for _, s := range set {
+		if s.ok {
+			kinds = append(kinds, s.name)
+		}
+	}
+	return kinds
+}
+
+func (v *validator) hostPath(field string, hp *v1.HostPathVolumeSource) {
+	if !path.IsAbs(hp.Path) {
+		v.add(field+".path", "must be an absolute path")
+	}
+	if hp.Type != nil {
+		v.oneOf(field+".type", string(*hp.Type), "DirectoryOrCreate", "Directory", "FileOrCreate", "File", "Socket", "CharDevice", "BlockDevice")
+	}
+}
+
+func (v *validator) downwardAPI(field string, d *v1.DownwardAPIVolumeSource) {
+	for i, item := range d.Items {
+		f := fmt.Sprintf("%s.items[%d]", field, i)
+		if item.Path == "" || path.IsAbs(item.Path) || hasDotDot(item.Path) {
+			v.add(f+".path", "must be a relative path without '..'")
+		}
+		if (item.FieldRef == nil) == (item.ResourceFieldRef == nil) {
+			v.add(f, "exactly one of fieldRef and resourceFieldRef is required")
+		} else if item.FieldRef != nil && !fieldPathOK(item.FieldRef.FieldPath, false) {
+			v.add(f+".fieldRef.fieldPath", "unsupported field path %q", item.FieldRef.FieldPath)
+		}
+	}
+}
+
+func hasDotDot(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return true
+		}
+	}
+	return false
+}

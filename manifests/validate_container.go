@@ -1,0 +1,145 @@
+package manifests
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// container validates one init or app container. Names must be unique across
+// both lists, since they name the containers in one sandbox.
+func (v *validator) container(c *v1.Container, field string, init bool) {
+	v.check(field+".name", validation.IsDNS1123Label(c.Name))
+	if v.containers[c.Name] {
+		v.add(field+".name", "duplicate container name %q", c.Name)
+	}
+	v.containers[c.Name] = true
+	if strings.TrimSpace(c.Image) == "" {
+		v.add(field+".image", "required")
+	}
+	v.oneOf(field+".imagePullPolicy", string(c.ImagePullPolicy), "Always", "IfNotPresent", "Never")
+	v.oneOf(field+".terminationMessagePolicy", string(c.TerminationMessagePolicy), "File", "FallbackToLogsOnError")
+	if c.RestartPolicy != nil {
+		// Only init containers may be sidecars, and Always is the only value.
+		if !init || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
+			v.add(field+".restartPolicy", "only init containers may set restartPolicy, and only to Always")
+		}
+	}
+	v.ports(c.Ports, field)
+	v.env(c, field)
+	v.mounts(c, field)
+	probes := []struct {
+		name  string
+		probe *v1.Probe
+	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}}
+	for _, p := range probes {
+		if p.probe != nil {
+			v.handler(field+"."+p.name, &p.probe.ProbeHandler)
+		}
+	}
+}
+
+func (v *validator) ports(ports []v1.ContainerPort, field string) {
+	names := map[string]bool{}
+	for i, p := range ports {
+		f := fmt.Sprintf("%s.ports[%d]", field, i)
+		v.check(f+".containerPort", validation.IsValidPortNum(int(p.ContainerPort)))
+		if p.HostPort != 0 {
+			v.check(f+".hostPort", validation.IsValidPortNum(int(p.HostPort)))
+		}
+		if v.hostNetwork && p.HostPort != 0 && p.HostPort != p.ContainerPort {
+			v.add(f+".hostPort", "must equal containerPort with hostNetwork")
+		}
+		v.oneOf(f+".protocol", string(p.Protocol), "TCP", "UDP", "SCTP")
+		if p.Name != "" {
+			v.check(f+".name", validation.IsValidPortName(p.Name))
+			if names[p.Name] {
+				v.add(f+".name", "duplicate port name %q", p.Name)
+			}
+			names[p.Name] = true
+		}
+	}
+}
+
+func (v *validator) env(c *v1.Container, field string) {
+	for i, e := range c.Env {
+		f := fmt.Sprintf("%s.env[%d]", field, i)
+		v.check(f+".name", validation.IsRelaxedEnvVarName(e.Name))
+		if e.ValueFrom == nil {
+			continue
+		}
+		if e.Value != "" {
+			v.add(f+".valueFrom", "may not be set together with value")
+		}
+		switch src := e.ValueFrom; {
+		case src.SecretKeyRef != nil:
+			v.add(f+".valueFrom.secretKeyRef", "static pods cannot use secrets (no API server)")
+		case src.ConfigMapKeyRef != nil:
+			v.add(f+".valueFrom.configMapKeyRef", "static pods cannot use config maps (no API server)")
+		case src.FieldRef != nil && !fieldPathOK(src.FieldRef.FieldPath, true):
+			v.add(f+".valueFrom.fieldRef.fieldPath", "unsupported field path %q", src.FieldRef.FieldPath)
+		}
+	}
+	for i, e := range c.EnvFrom {
+		f := fmt.Sprintf("%s.envFrom[%d]", field, i)
+		if e.SecretRef != nil {
+			v.add(f+".secretRef", "static pods cannot use secrets (no API server)")
+		}
+		if e.ConfigMapRef != nil {
+			v.add(f+".configMapRef", "static pods cannot use config maps (no API server)")
+		}
+	}
+}
+
+// fieldPathOK accepts the downward API fields the kubelet can resolve; env
+// vars can also see spec and status fields.
+func fieldPathOK(p string, env bool) bool {
+	for _, prefix := range []string{"metadata.labels['", "metadata.annotations['"} {
+		if strings.HasPrefix(p, prefix) && strings.HasSuffix(p, "']") {
+			return true
+		}
+	}
+	switch p {
+	case "metadata.name", "metadata.namespace", "metadata.uid":
+		return true
+	case "metadata.labels", "metadata.annotations":
+		return !env
+	case "spec.nodeName", "spec.serviceAccountName", "status.hostIP", "status.hostIPs", "status.podIP", "status.podIPs":
+		return env
+	}
+	return false
+}
+
+func (v *validator) mounts(c *v1.Container, field string) {
+	paths := map[string]bool{}
+	for i, m := range c.VolumeMounts {
+		f := fmt.Sprintf("%s.volumeMounts[%d]", field, i)
+		if !v.volumes[m.Name] {
+			v.add(f+".name", "volume %q is not defined in spec.volumes", m.Name)
+		}
+		if m.MountPath == "" {
+			v.add(f+".mountPath", "required")
+		} else if paths[m.MountPath] {
+			v.add(f+".mountPath", "%q is mounted more than once", m.MountPath)
+		}
+		paths[m.MountPath] = true
+	}
+	if len(c.VolumeDevices) > 0 {
+		v.add(field+".volumeDevices", "block devices need persistentVolumeClaim volumes, which static pods cannot use")
+	}
+}
+
+// handler checks that a probe names exactly one action.
+func (v *validator) handler(field string, h *v1.ProbeHandler) {
+	n := 0
+	for _, set := range []bool{h.Exec != nil, h.HTTPGet != nil, h.TCPSocket != nil, h.GRPC != nil} {
+		if set {
+			n++
+		}
+	}
+	if n != 1 {
+		v.add(field, "exactly one of exec, httpGet, tcpSocket and grpc is required")
+	}
+}

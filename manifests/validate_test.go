@@ -1,0 +1,233 @@
+package manifests
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// podWith wraps a spec body (YAML indented by two spaces) in a Pod named web.
+func podWith(spec string) string {
+	return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n" + spec
+}
+
+const oneContainer = "  containers:\n  - name: app\n    image: nginx:1.29\n"
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		wantErr string // the only error expected; "" for a valid pod
+	}{
+		{name: "minimal pod", in: podWith(oneContainer)},
+		{
+			name: "sidecar init container",
+			in:   podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always}\n" + oneContainer),
+		},
+		{
+			name:    "missing name",
+			in:      "apiVersion: v1\nkind: Pod\nspec:\n" + oneContainer,
+			wantErr: "metadata.name: required",
+		},
+		{
+			name:    "name not DNS-1123",
+			in:      "apiVersion: v1\nkind: Pod\nmetadata: {name: Web_1}\nspec:\n" + oneContainer,
+			wantErr: "metadata.name: a lowercase RFC 1123 subdomain must consist of",
+		},
+		{
+			name:    "bad namespace",
+			in:      "apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: kube.system}\nspec:\n" + oneContainer,
+			wantErr: "metadata.namespace: must not contain dots",
+		},
+		{
+			name:    "no containers",
+			in:      podWith("  restartPolicy: Never\n"),
+			wantErr: "spec.containers: at least one container is required",
+		},
+		{
+			name:    "missing image",
+			in:      podWith("  containers:\n  - name: app\n"),
+			wantErr: "spec.containers[0].image: required",
+		},
+		{
+			name:    "duplicate container name across init and app",
+			in:      podWith("  initContainers:\n  - {name: app, image: busybox}\n" + oneContainer),
+			wantErr: `spec.containers[0].name: duplicate container name "app"`,
+		},
+		{
+			name:    "container name not a label",
+			in:      podWith("  containers:\n  - {name: App, image: nginx}\n"),
+			wantErr: "spec.containers[0].name: a lowercase RFC 1123 label must consist of",
+		},
+		{
+			name:    "bad restartPolicy",
+			in:      podWith("  restartPolicy: Sometimes\n" + oneContainer),
+			wantErr: `spec.restartPolicy: unsupported value "Sometimes": supported values: Always, OnFailure, Never`,
+		},
+		{
+			name:    "app container restartPolicy",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Always}\n"),
+			wantErr: "spec.containers[0].restartPolicy: only init containers may set restartPolicy, and only to Always",
+		},
+		{
+			name:    "mount of undefined volume",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: data, mountPath: /data}]\n"),
+			wantErr: `spec.containers[0].volumeMounts[0].name: volume "data" is not defined in spec.volumes`,
+		},
+		{
+			name:    "port out of range",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    ports: [{containerPort: 70000}]\n"),
+			wantErr: "spec.containers[0].ports[0].containerPort: must be between 1 and 65535, inclusive",
+		},
+		{
+			name:    "port zero",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    ports: [{containerPort: 0}]\n"),
+			wantErr: "spec.containers[0].ports[0].containerPort: must be between 1 and 65535, inclusive",
+		},
+		{
+			name:    "bad protocol",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    ports: [{containerPort: 80, protocol: ICMP}]\n"),
+			wantErr: `spec.containers[0].ports[0].protocol: unsupported value "ICMP"`,
+		},
+		{
+			name:    "hostPort differs with hostNetwork",
+			in:      podWith("  hostNetwork: true\n  containers:\n  - name: app\n    image: nginx\n    ports: [{containerPort: 80, hostPort: 8080}]\n"),
+			wantErr: "spec.containers[0].ports[0].hostPort: must equal containerPort with hostNetwork",
+		},
+		{
+			name:    "env var name with =",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: A=B, value: x}]\n"),
+			wantErr: "spec.containers[0].env[0].name: a valid environment variable name must consist only of printable ASCII characters other than '='",
+		},
+		{
+			name:    "secret env",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n"),
+			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: static pods cannot use secrets (no API server)",
+		},
+		{
+			name:    "configMap envFrom",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    envFrom: [{configMapRef: {name: c}}]\n"),
+			wantErr: "spec.containers[0].envFrom[0].configMapRef: static pods cannot use config maps (no API server)",
+		},
+		{
+			name:    "unsupported downward API field",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: X, valueFrom: {fieldRef: {fieldPath: spec.hostname}}}]\n"),
+			wantErr: `spec.containers[0].env[0].valueFrom.fieldRef.fieldPath: unsupported field path "spec.hostname"`,
+		},
+		{
+			name:    "secret volume",
+			in:      podWith(oneContainer + "  volumes: [{name: s, secret: {secretName: s}}]\n"),
+			wantErr: "spec.volumes[0].secret: static pods cannot use secret volumes (no API server)",
+		},
+		{
+			name:    "configMap volume",
+			in:      podWith(oneContainer + "  volumes: [{name: c, configMap: {name: c}}]\n"),
+			wantErr: "spec.volumes[0].configMap: static pods cannot use configMap volumes (no API server)",
+		},
+		{
+			name:    "PVC volume",
+			in:      podWith(oneContainer + "  volumes: [{name: p, persistentVolumeClaim: {claimName: p}}]\n"),
+			wantErr: "spec.volumes[0].persistentVolumeClaim: static pods cannot use persistentVolumeClaim volumes (no API server)",
+		},
+		{
+			name:    "projected volume",
+			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: []}}]\n"),
+			wantErr: "spec.volumes[0].projected: static pods cannot use projected volumes (no API server)",
+		},
+		{
+			name:    "CSI volume",
+			in:      podWith(oneContainer + "  volumes: [{name: p, csi: {driver: d}}]\n"),
+			wantErr: "spec.volumes[0].csi: static pods cannot use csi volumes (no API server)",
+		},
+		{
+			name:    "NFS volume",
+			in:      podWith(oneContainer + "  volumes: [{name: share, nfs: {server: s, path: /x}}]\n"),
+			wantErr: "spec.volumes[0].nfs: unsupported volume type nfs: noderun supports emptyDir, hostPath and downwardAPI",
+		},
+		{
+			name:    "volume without a type",
+			in:      podWith(oneContainer + "  volumes: [{name: v}]\n"),
+			wantErr: "spec.volumes[0]: a volume type is required (emptyDir, hostPath or downwardAPI)",
+		},
+		{
+			name:    "two volume types",
+			in:      podWith(oneContainer + "  volumes: [{name: v, emptyDir: {}, hostPath: {path: /x}}]\n"),
+			wantErr: "spec.volumes[0]: only one volume type may be set, found hostPath, emptyDir",
+		},
+		{
+			name:    "duplicate volume",
+			in:      podWith(oneContainer + "  volumes: [{name: v, emptyDir: {}}, {name: v, emptyDir: {}}]\n"),
+			wantErr: `spec.volumes[1].name: duplicate volume name "v"`,
+		},
+		{
+			name:    "relative hostPath",
+			in:      podWith(oneContainer + "  volumes: [{name: v, hostPath: {path: srv}}]\n"),
+			wantErr: "spec.volumes[0].hostPath.path: must be an absolute path",
+		},
+		{
+			name:    "bad hostPath type",
+			in:      podWith(oneContainer + "  volumes: [{name: v, hostPath: {path: /srv, type: Folder}}]\n"),
+			wantErr: `spec.volumes[0].hostPath.type: unsupported value "Folder"`,
+		},
+		{
+			name:    "downwardAPI item escapes",
+			in:      podWith(oneContainer + "  volumes: [{name: v, downwardAPI: {items: [{path: ../x, fieldRef: {fieldPath: metadata.name}}]}}]\n"),
+			wantErr: "spec.volumes[0].downwardAPI.items[0].path: must be a relative path without '..'",
+		},
+		{
+			name:    "imagePullSecrets",
+			in:      podWith(oneContainer + "  imagePullSecrets: [{name: regcred}]\n"),
+			wantErr: "spec.imagePullSecrets: static pods cannot use imagePullSecrets (no API server)",
+		},
+		{
+			name:    "ephemeral containers",
+			in:      podWith(oneContainer + "  ephemeralContainers: [{name: debug, image: busybox}]\n"),
+			wantErr: "spec.ephemeralContainers: static pods cannot have ephemeral containers",
+		},
+		{
+			name:    "probe without a handler",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    readinessProbe: {periodSeconds: 5}\n"),
+			wantErr: "spec.containers[0].readinessProbe: exactly one of exec, httpGet, tcpSocket and grpc is required",
+		},
+		{
+			name:    "dnsPolicy None without nameservers",
+			in:      podWith("  dnsPolicy: None\n" + oneContainer),
+			wantErr: "spec.dnsConfig.nameservers: required when dnsPolicy is None",
+		},
+		{
+			name:    "duplicate mountPath",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /d}, {name: v, mountPath: /d}]\n  volumes: [{name: v, emptyDir: {}}]\n"),
+			wantErr: `spec.containers[0].volumeMounts[1].mountPath: "/d" is mounted more than once`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := mustDecode(t, tt.in)
+			ApplyDefaults(pod)
+			errs := Validate(pod)
+			if tt.wantErr == "" {
+				if len(errs) > 0 {
+					t.Fatalf("unexpected errors: %v", errors.Join(errs...))
+				}
+				return
+			}
+			if len(errs) != 1 {
+				t.Fatalf("got %d errors, want 1 containing %q: %v", len(errs), tt.wantErr, errors.Join(errs...))
+			}
+			var me *ManifestError
+			if !errors.As(errs[0], &me) {
+				t.Fatalf("error %T is not a *ManifestError", errs[0])
+			}
+			if !strings.HasPrefix(errs[0].Error(), tt.wantErr) {
+				t.Errorf("got %q, want it to start with %q", errs[0], tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestValidateReportsEveryProblem(t *testing.T) {
+	pod := mustDecode(t, podWith("  restartPolicy: Sometimes\n  containers:\n  - name: app\n  - name: app\n    image: nginx\n"))
+	if errs := Validate(pod); len(errs) != 3 {
+		t.Errorf("got %d errors, want 3 (policy, image, duplicate name): %v", len(errs), errors.Join(errs...))
+	}
+}
