@@ -11,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 
+	ctrdlog "github.com/containerd/log"
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/crilog"
@@ -84,6 +85,9 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return nil, fmt.Errorf("--log-level: %w", err)
 	}
+	// The containerd client logs through logrus (e.g. every failed pull
+	// attempt at info level); our own log says what matters.
+	_ = ctrdlog.SetLevel("warn")
 	opts := &slog.HandlerOptions{Level: level}
 	switch c.String("log-format") {
 	case "text":

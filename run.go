@@ -128,14 +128,12 @@ func runNode(c *cli.Context) error {
 // importImages imports the tarballs present now, then keeps watching the
 // directory for new ones.
 func importImages(ctx context.Context, client *containerd.Client, dir string, log *slog.Logger) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if _, err := ctrdrt.ImportDir(ctx, client, dir, snapshotter, log); err != nil {
+	watch, err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, log)
+	if err != nil {
 		return err
 	}
 	go func() {
-		if err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, log); err != nil {
+		if err := watch(); err != nil {
 			log.Error("images dir watch stopped", "dir", dir, "err", err)
 		}
 	}()

@@ -212,12 +212,15 @@ func subscript(path, prefix string) (string, bool) {
 // resourceFieldValue answers resourceFieldRef; an unset limit reports the
 // node's capacity, as the kubelet does.
 func resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector) (string, error) {
-	if ref.ContainerName != "" {
+	if c == nil || ref.ContainerName != "" {
 		for _, o := range allContainers(pod) {
 			if o.Name == ref.ContainerName {
 				c = o
 			}
 		}
+	}
+	if c == nil {
+		return "", fmt.Errorf("resourceFieldRef %s: no container %q", ref.Resource, ref.ContainerName)
 	}
 	kind, name, ok := strings.Cut(ref.Resource, ".")
 	if !ok || (kind != "limits" && kind != "requests") {

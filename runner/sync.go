@@ -319,7 +319,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if err := w.writePodFiles(pod); err != nil {
 		return err
 	}
-	if err := setupVolumes(pod, w.podStateDir()); err != nil {
+	if err := w.setupVolumes(pod); err != nil {
 		return err
 	}
 	w.st.sandboxOK = true

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -17,9 +19,15 @@ func emptyDirPath(podDir, name string) string {
 	return filepath.Join(podDir, "volumes", "empty-dir", name)
 }
 
-// setupVolumes creates emptyDirs (tmpfs for medium Memory) and checks or
-// creates hostPaths per their type. Repeating it is harmless.
-func setupVolumes(pod *v1.Pod, podDir string) error {
+func downwardAPIPath(podDir, name string) string {
+	return filepath.Join(podDir, "volumes", "downward-api", name)
+}
+
+// setupVolumes creates emptyDirs (tmpfs for medium Memory), checks or
+// creates hostPaths per their type and writes downwardAPI files. Repeating it
+// is harmless.
+func (w *podWorker) setupVolumes(pod *v1.Pod) error {
+	podDir := w.podStateDir()
 	for _, v := range pod.Spec.Volumes {
 		var err error
 		switch {
@@ -27,6 +35,8 @@ func setupVolumes(pod *v1.Pod, podDir string) error {
 			err = setupEmptyDir(emptyDirPath(podDir, v.Name), v.EmptyDir)
 		case v.HostPath != nil:
 			err = setupHostPath(v.HostPath)
+		case v.DownwardAPI != nil:
+			err = w.writeDownwardAPI(downwardAPIPath(podDir, v.Name), pod, v.DownwardAPI)
 		default:
 			err = errors.New("unsupported volume type")
 		}
@@ -98,6 +108,62 @@ func setupHostPath(hp *v1.HostPathVolumeSource) error {
 	return nil
 }
 
+// writeDownwardAPI writes one file per item. Pod metadata of a static pod
+// never changes without a new UID, so the files are written once.
+func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAPIVolumeSource) error {
+	mode := os.FileMode(0o644)
+	if src.DefaultMode != nil {
+		mode = os.FileMode(*src.DefaultMode)
+	}
+	for _, item := range src.Items {
+		var val string
+		var err error
+		switch {
+		case item.FieldRef != nil:
+			val, err = downwardFieldFile(pod, item.FieldRef.FieldPath, w.st.ips, w.e.cfg.HostIP)
+		case item.ResourceFieldRef != nil:
+			val, err = resourceFieldValue(pod, nil, item.ResourceFieldRef)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", item.Path, err)
+		}
+		m := mode
+		if item.Mode != nil {
+			m = os.FileMode(*item.Mode)
+		}
+		p := filepath.Join(dir, item.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := writeIfChanged(p, []byte(val)); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// downwardFieldFile renders metadata.labels and metadata.annotations as
+// key="value" lines, as the kubelet does; other fields as their value.
+func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (string, error) {
+	var m map[string]string
+	switch path {
+	case "metadata.labels":
+		m = pod.Labels
+	case "metadata.annotations":
+		m = pod.Annotations
+	default:
+		return fieldRefValue(pod, path, ips, hostIP)
+	}
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+	}
+	return b.String(), nil
+}
+
 // containerMounts resolves volumeMounts (with subPath) plus the pod files.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, error) {
 	out := w.podFileMounts(c)
@@ -112,6 +178,8 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, erro
 				src = emptyDirPath(w.podStateDir(), v.Name)
 			case v.HostPath != nil:
 				src = v.HostPath.Path
+			case v.DownwardAPI != nil:
+				src = downwardAPIPath(w.podStateDir(), v.Name)
 			}
 		}
 		if src == "" {

@@ -88,27 +88,32 @@ func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string,
 	return names
 }
 
-// WatchImagesDir imports the tarballs in dir (creating dir if needed), then
-// imports each *.tar that is created, written or renamed into dir once it
-// has settled, until ctx ends; it then returns nil. Importing is idempotent,
-// so a tarball imported twice or too early and again later is harmless.
-func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) error {
+// WatchImagesDir imports the tarballs in dir (creating dir if needed) and
+// returns once they are in, so pods never race an offline image; the
+// returned watch then imports each *.tar that is created, written or renamed
+// into dir once it has settled, until ctx ends (it then returns nil).
+// Importing is idempotent, so a tarball imported twice is harmless.
+func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) (watch func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer w.Close()
 	// Watch before the first scan so nothing lands unseen in between.
 	if err := w.Add(dir); err != nil {
-		return fmt.Errorf("watch %s: %w", dir, err)
+		w.Close()
+		return nil, fmt.Errorf("watch %s: %w", dir, err)
 	}
 	if _, err := ImportDir(ctx, c, dir, snapshotter, log); err != nil {
-		return err
+		w.Close()
+		return nil, err
 	}
-	return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, log) }, log)
+	return func() error {
+		defer w.Close()
+		return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, log) }, log)
+	}, nil
 }
 
 // watchLoop calls settled for each archive path once settleDelay has passed

@@ -111,8 +111,14 @@ func TestWatchImagesDir(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- WatchImagesDir(ctx, c, dir, testSnapshotter, testLogger(t)) }()
-	waitImage(t, c, "docker.io/library/early:1")
+	watch, err := WatchImagesDir(ctx, c, dir, testSnapshotter, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetImage(ctx, "docker.io/library/early:1"); err != nil {
+		t.Fatalf("a tarball present at start must be imported before WatchImagesDir returns: %v", err)
+	}
+	go func() { done <- watch() }()
 
 	// Renamed in whole, as ociimage.WriteFile does.
 	staging := t.TempDir()

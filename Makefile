@@ -1,0 +1,44 @@
+# noderun: `make run` runs the bundled examples, `make test` runs every test.
+# Both install what is missing from Debian's packages (run as root).
+
+GO          ?= go
+BIN         := bin/noderun
+RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2
+EXAMPLE_IMG := examples/images/busybox.tar
+VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: all build run test test-short lint deps test-deps example-image clean
+
+all: build
+
+build:
+	$(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) .
+
+# Installs only the packages that are missing; apt-get update runs only then.
+deps:
+	@./.ci/install-packages $(RUN_DEPS)
+
+test-deps:
+	@./.ci/install-packages $(TEST_DEPS)
+
+# An offline image packed from the host's busybox-static, named as the
+# examples expect, so nothing is pulled from the internet.
+example-image: deps
+	$(GO) run ./internal/ociimage/cmd/mkimage -o $(EXAMPLE_IMG) -name docker.io/library/busybox:1.36
+
+run: deps build example-image
+	./$(BIN) --manifests examples/pods --images-dir examples/images
+
+test: test-deps lint
+	$(GO) test -count=1 -timeout 15m ./...
+
+test-short:
+	$(GO) test -short ./...
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+	$(GO) vet ./...
+
+clean:
+	rm -rf bin $(EXAMPLE_IMG)

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestPackageDependencies keeps the architecture honest: leaves import no
+// noderun package, runner imports only manifests, and so on.
+func TestPackageDependencies(t *testing.T) {
+	const mod = "github.com/noderun/noderun"
+	allowed := map[string][]string{
+		"manifests":                     nil,
+		"cni":                           nil,
+		"crilog":                        nil,
+		"systemd":                       nil,
+		"internal/ociimage":             nil,
+		"runner":                        {"manifests"},
+		"runner/containerd":             {"runner", "manifests", "crilog"},
+		"e2e":                           {"runner/containerd", "internal/ociimage", "crilog", "runner", "manifests"},
+		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
+	}
+	out, err := exec.Command("go", "list", "-test", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		pkg, ok := strings.CutPrefix(fields[0], mod+"/")
+		if !ok || strings.Contains(pkg, " ") {
+			continue // the main package wires everything
+		}
+		pkg, _, _ = strings.Cut(pkg, " ") // "pkg [pkg.test]" variants
+		if strings.HasSuffix(pkg, ".test") || strings.HasSuffix(pkg, "_test") {
+			continue
+		}
+		allow, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %s has no entry in the dependency rules", pkg)
+			continue
+		}
+		for _, imp := range fields[1:] {
+			if dep, ok := strings.CutPrefix(imp, mod+"/"); ok && !slices.Contains(allow, dep) {
+				t.Errorf("%s imports %s; allowed: %v", pkg, dep, allow)
+			}
+		}
+	}
+}

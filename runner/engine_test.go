@@ -1,0 +1,203 @@
+package runner
+
+import (
+	"context"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderun/noderun/manifests"
+)
+
+type engineFixture struct {
+	e     *Engine
+	rt    *fakeRuntime
+	net   *fakeNetwork
+	clock *fakeClock
+	snaps chan manifests.Snapshot
+}
+
+func startEngine(t *testing.T, preload ...ContainerStatus) *engineFixture {
+	t.Helper()
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	for i := range preload {
+		f.rt.containers[preload[i].ID] = &preload[i]
+	}
+	dir := t.TempDir()
+	f.e = New(Config{
+		NodeName: "n1", HostIP: "192.0.2.1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
+		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
+	}, f.rt, f.net)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.e.Run(ctx, f.snaps, 1) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return f
+}
+
+func (f *engineFixture) send(pods ...*v1.Pod) {
+	f.snaps <- manifests.Snapshot{Source: "file:/test", Pods: pods}
+}
+
+func testPod(uid, name string, policy v1.RestartPolicy) *v1.Pod {
+	grace := int64(30)
+	return &v1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name + "-n1", Namespace: "default", UID: types.UID(uid)},
+		Spec: v1.PodSpec{
+			RestartPolicy: policy, TerminationGracePeriodSeconds: &grace, DNSPolicy: v1.DNSDefault,
+			Containers: []v1.Container{{Name: "main", Image: "busybox:1.36", Args: []string{"run", "$(X)"},
+				Env: []v1.EnvVar{{Name: "X", Value: "x-value"}}}},
+		},
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (f *engineFixture) status(uid string) *v1.Pod {
+	for _, p := range f.e.Pods() {
+		if string(p.UID) == uid {
+			return &p
+		}
+	}
+	return nil
+}
+
+func TestEngineRestartsWithCrashBackoff(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "first start", func() bool { return f.rt.startedCount() == 1 })
+
+	first := f.rt.started[0]
+	if want := []string{"/entry", "run", "x-value"}; !slices.Equal(first.Args, want) {
+		t.Fatalf("args = %q, want %q (image entrypoint + expanded args)", first.Args, want)
+	}
+	f.rt.exit(first.ID, 3)
+	// First crash: restarted at once, like the kubelet.
+	waitFor(t, "immediate restart", func() bool { return f.rt.startedCount() == 2 })
+	second := f.rt.started[1]
+	if second.RestartCount != 1 || second.LastState == nil || second.LastState.ExitCode != 3 {
+		t.Fatalf("restart = %d, lastState = %+v; want 1 and exit code 3", second.RestartCount, second.LastState)
+	}
+	f.rt.exit(second.ID, 3)
+	waitFor(t, "CrashLoopBackOff", func() bool {
+		p := f.status("u1")
+		return p != nil && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	f.clock.Advance(9 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if n := f.rt.startedCount(); n != 2 {
+		t.Fatalf("restarted after 9s; the second crash must wait 10s (starts=%d)", n)
+	}
+	f.clock.Advance(time.Second)
+	waitFor(t, "restart after 10s backoff", func() bool { return f.rt.startedCount() == 3 })
+	p := f.status("u1")
+	waitFor(t, "status restartCount 2", func() bool {
+		p = f.status("u1")
+		return p.Status.ContainerStatuses[0].RestartCount == 2 && p.Status.ContainerStatuses[0].State.Running != nil
+	})
+	if p.Status.Phase != v1.PodRunning || p.Status.PodIP != "10.0.0.2" {
+		t.Fatalf("phase %s ip %q; want Running on 10.0.0.2", p.Status.Phase, p.Status.PodIP)
+	}
+	if len(f.rt.containers) != 1 {
+		t.Fatalf("%d containers left; replaced ones must be removed", len(f.rt.containers))
+	}
+}
+
+func TestEngineRestartPolicyNeverEndsInPhase(t *testing.T) {
+	for _, tc := range []struct {
+		code int
+		want v1.PodPhase
+	}{{0, v1.PodSucceeded}, {7, v1.PodFailed}} {
+		f := startEngine(t)
+		f.send(testPod("u1", "job", v1.RestartPolicyNever))
+		waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+		f.rt.exit(f.rt.started[0].ID, tc.code)
+		waitFor(t, string(tc.want), func() bool { p := f.status("u1"); return p != nil && p.Status.Phase == tc.want })
+		term := f.status("u1").Status.ContainerStatuses[0].State.Terminated
+		if term == nil || int(term.ExitCode) != tc.code {
+			t.Fatalf("terminated = %+v, want exit code %d", term, tc.code)
+		}
+		if f.rt.startedCount() != 1 {
+			t.Fatalf("restartPolicy Never restarted the container")
+		}
+	}
+}
+
+func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
+	pod := testPod("keep", "web", v1.RestartPolicyAlways)
+	running := ContainerStatus{
+		ID: ContainerID("keep", "main", 4), PodUID: "keep", PodName: pod.Name, PodNamespace: "default",
+		Name: "main", SpecHash: specHash(&pod.Spec.Containers[0]), RestartCount: 4, State: StateRunning, PID: 42,
+	}
+	orphan := ContainerStatus{ID: ContainerID("gone", "main", 0), PodUID: "gone", PodName: "old-n1",
+		PodNamespace: "default", Name: "main", State: StateRunning}
+	f := startEngine(t, running, orphan)
+	f.send(pod)
+	waitFor(t, "orphan teardown", func() bool { return slices.Contains(f.net.tornDown(), "gone") })
+	waitFor(t, "adopted status", func() bool {
+		p := f.status("keep")
+		return p != nil && p.Status.Phase == v1.PodRunning
+	})
+	if n := f.rt.startedCount(); n != 0 {
+		t.Fatalf("adoption started %d containers; a running pod must be left alone", n)
+	}
+	if got := f.status("keep").Status.ContainerStatuses[0].RestartCount; got != 4 {
+		t.Fatalf("restartCount %d, want 4 from the container's labels", got)
+	}
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if _, ok := f.rt.containers[orphan.ID]; ok || !slices.Contains(f.rt.stopped, orphan.ID) {
+		t.Fatalf("orphan not stopped and removed (stopped=%v)", f.rt.stopped)
+	}
+}
+
+func TestEngineReplacesPodOfSameNameAfterOldOneIsGone(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("v1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "v1 start", func() bool { return f.rt.startedCount() == 1 })
+	f.send(testPod("v2", "web", v1.RestartPolicyAlways))
+	waitFor(t, "v2 start", func() bool { return f.rt.startedCount() == 2 })
+	if !slices.Contains(f.net.tornDown(), "v1") {
+		t.Fatal("new version started before the old one was torn down")
+	}
+	waitFor(t, "v1 status gone", func() bool { return f.status("v1") == nil })
+}
+
+func TestBackoffSequence(t *testing.T) {
+	var b backoff
+	start := time.Now()
+	var got []time.Duration
+	for i := range 8 {
+		got = append(got, b.waitFor(string(rune('a'+i)), start, start.Add(time.Second)))
+	}
+	want := []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
+		160 * time.Second, 300 * time.Second, 300 * time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("backoff %v, want %v", got, want)
+	}
+	if again := b.waitFor("h", start, start); again != 300*time.Second {
+		t.Fatalf("same container asked twice got %v, want the same wait", again)
+	}
+	if reset := b.waitFor("long-runner", start, start.Add(11*time.Minute)); reset != 0 {
+		t.Fatalf("a container that ran 11m should restart at once, got %v", reset)
+	}
+}

@@ -1,0 +1,205 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// fakeClock is a manual clock: timers fire only when Advance passes them.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
+
+func (c *fakeClock) NewTimer(d time.Duration) Timer {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{c: c, ch: make(chan time.Time, 1), at: c.now.Add(d), active: true}
+	c.timers = append(c.timers, t)
+	return t
+}
+
+func (c *fakeClock) NewTicker(d time.Duration) Ticker {
+	return &fakeTicker{fakeTimer: c.NewTimer(d).(*fakeTimer), period: d}
+}
+
+// Advance moves time forward and fires every timer that is due.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	for _, t := range c.timers {
+		if t.active && !t.at.After(c.now) {
+			t.active = false
+			select {
+			case t.ch <- c.now:
+			default:
+			}
+			if t.period > 0 {
+				t.at, t.active = c.now.Add(t.period), true
+			}
+		}
+	}
+}
+
+type fakeTimer struct {
+	c      *fakeClock
+	ch     chan time.Time
+	at     time.Time
+	active bool
+	period time.Duration
+}
+
+func (t *fakeTimer) C() <-chan time.Time { return t.ch }
+
+func (t *fakeTimer) Stop() bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.active = false
+	return was
+}
+
+func (t *fakeTimer) Reset(d time.Duration) bool {
+	t.c.mu.Lock()
+	defer t.c.mu.Unlock()
+	was := t.active
+	t.at, t.active = t.c.now.Add(d), true
+	return was
+}
+
+type fakeTicker struct {
+	*fakeTimer
+	period time.Duration
+}
+
+func (t *fakeTicker) Stop() { t.fakeTimer.Stop() }
+
+// fakeRuntime keeps containers in memory; tests make them exit.
+type fakeRuntime struct {
+	mu         sync.Mutex
+	clock      Clock
+	containers map[string]*ContainerStatus
+	started    []*ContainerConfig
+	stopped    []string
+	exits      chan ExitEvent
+	startErr   error
+}
+
+func newFakeRuntime(clock Clock) *fakeRuntime {
+	return &fakeRuntime{clock: clock, containers: map[string]*ContainerStatus{}, exits: make(chan ExitEvent, 16)}
+}
+
+func (r *fakeRuntime) EnsureImage(_ context.Context, ref string, _ v1.PullPolicy) (ImageConfig, error) {
+	return ImageConfig{Ref: "docker.io/library/" + ref, Entrypoint: []string{"/entry"}, Cmd: []string{"default"}}, nil
+}
+
+func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]ContainerStatus, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []ContainerStatus
+	for _, c := range r.containers {
+		if podUID == "" || c.PodUID == podUID {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
+}
+
+func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.startErr != nil {
+		return r.startErr
+	}
+	if _, dup := r.containers[cfg.ID]; dup {
+		return fmt.Errorf("container %s exists", cfg.ID)
+	}
+	r.started = append(r.started, cfg)
+	r.containers[cfg.ID] = &ContainerStatus{
+		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
+		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
+		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState,
+	}
+	return nil
+}
+
+func (r *fakeRuntime) StopContainer(_ context.Context, id string, _ time.Duration) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = append(r.stopped, id)
+	if c := r.containers[id]; c != nil && c.State == StateRunning {
+		c.State, c.ExitCode, c.FinishedAt = StateExited, 137, r.clock.Now()
+	}
+	return nil
+}
+
+func (r *fakeRuntime) RemoveContainer(_ context.Context, id string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.containers, id)
+	return nil
+}
+
+func (r *fakeRuntime) Exits(context.Context) (<-chan ExitEvent, error) { return r.exits, nil }
+
+func (r *fakeRuntime) Ping(context.Context) error { return nil }
+
+// exit makes a running container exit with code and reports the event.
+func (r *fakeRuntime) exit(id string, code int) {
+	r.mu.Lock()
+	c := r.containers[id]
+	c.State, c.ExitCode, c.FinishedAt = StateExited, code, r.clock.Now()
+	uid := c.PodUID
+	r.mu.Unlock()
+	r.exits <- ExitEvent{ContainerID: id, PodUID: uid, ExitCode: code}
+}
+
+func (r *fakeRuntime) startedCount() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.started)
+}
+
+// fakeNetwork hands out one IP per pod and records teardowns.
+type fakeNetwork struct {
+	mu        sync.Mutex
+	setups    map[string]int
+	teardowns []string
+}
+
+func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.setups == nil {
+		n.setups = map[string]int{}
+	}
+	n.setups[sb.PodUID]++
+	return []string{"10.0.0.2"}, nil
+}
+
+func (n *fakeNetwork) Teardown(_ context.Context, sb *Sandbox) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.teardowns = append(n.teardowns, sb.PodUID)
+	return nil
+}
+
+func (n *fakeNetwork) tornDown() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.teardowns...)
+}
