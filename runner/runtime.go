@@ -45,7 +45,8 @@ type Network interface {
 // ImageConfig is the part of an OCI image config that Kubernetes merges with
 // the container spec.
 type ImageConfig struct {
-	Ref        string
+	Ref        string // normalized name, e.g. docker.io/library/busybox:1.36
+	ID         string // repo digest, e.g. docker.io/library/busybox@sha256:…
 	Entrypoint []string
 	Cmd        []string
 	Env        []string

@@ -170,7 +170,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 	old := latest[c.Name]
 	latest[c.Name] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: init, SpecHash: cfg.SpecHash,
-		RestartCount: restart, ImageRef: img.Ref, State: StateRunning, CreatedAt: e.clock.Now(), LastState: last,
+		RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateRunning, CreatedAt: e.clock.Now(), LastState: last,
 	}
 	if old != nil && old.ID != cfg.ID {
 		w.remove(ctx, old.ID)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/url"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -85,7 +86,21 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	if err != nil {
 		return runner.ImageConfig{}, err
 	}
-	return ImageConfigOf(r.ctx(ctx), img)
+	cfg, err := ImageConfigOf(r.ctx(ctx), img)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.ID = repoDigest(img.Name(), img.Target().Digest.String())
+	return cfg, nil
+}
+
+// repoDigest formats an image id as the kubelet reports it: name@digest.
+func repoDigest(name, digest string) string {
+	repo, _, _ := strings.Cut(name, "@")
+	if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+		repo = repo[:i]
+	}
+	return repo + "@" + digest
 }
 
 // StartContainer creates the container and starts its task. A leftover
@@ -103,7 +118,7 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 			ctrd.WithSnapshotter(r.snapshotter),
 			ctrd.WithNewSnapshot(cfg.ID, img),
 			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
-			ctrd.WithContainerLabels(labelsFor(cfg, img.Target().Digest.String())),
+			ctrd.WithContainerLabels(labelsFor(cfg)),
 			ctrd.WithNewSpec(specOpts(cfg, r.ownOOM)...))
 	}
 	c, err := newContainer()
@@ -148,7 +163,7 @@ func withTaskOptions(o *options.Options) ctrd.NewTaskOpts {
 	}
 }
 
-func labelsFor(cfg *runner.ContainerConfig, imageID string) map[string]string {
+func labelsFor(cfg *runner.ContainerConfig) map[string]string {
 	l := map[string]string{
 		LabelPodUID:       string(cfg.Pod.UID),
 		LabelPodName:      cfg.Pod.Name,
@@ -157,7 +172,7 @@ func labelsFor(cfg *runner.ContainerConfig, imageID string) map[string]string {
 		LabelSpecHash:     cfg.SpecHash,
 		LabelRestartCount: strconv.Itoa(cfg.RestartCount),
 		LabelImageRef:     cfg.Image.Ref,
-		LabelImageID:      imageID,
+		LabelImageID:      cfg.Image.ID,
 		LabelLogPath:      cfg.LogPath,
 	}
 	if cfg.Init {

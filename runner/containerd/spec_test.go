@@ -109,3 +109,16 @@ func TestCapNames(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+func TestRepoDigest(t *testing.T) {
+	for in, want := range map[string]string{
+		"docker.io/library/busybox:1.36":       "docker.io/library/busybox@sha256:ab",
+		"127.0.0.1:5000/app:v1":                "127.0.0.1:5000/app@sha256:ab",
+		"127.0.0.1:5000/app":                   "127.0.0.1:5000/app@sha256:ab",
+		"docker.io/library/busybox@sha256:old": "docker.io/library/busybox@sha256:ab",
+	} {
+		if got := repoDigest(in, "sha256:ab"); got != want {
+			t.Errorf("repoDigest(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
