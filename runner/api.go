@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"time"
 
@@ -19,6 +20,9 @@ func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", e.serveHealthz)
 	mux.HandleFunc("GET /pods", e.servePods)
+	// Profiles for `make bench-profile`; the socket is root-only.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		// A browser page must not be able to reach the API.
 		if r.Header.Get("Origin") != "" {
