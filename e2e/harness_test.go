@@ -1,0 +1,728 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/ociimage"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+)
+
+const (
+	nodeName    = "e2e"
+	cniBinDir   = "/usr/lib/cni"
+	snapshotter = "overlayfs" // what noderun uses
+	pollEvery   = 100 * time.Millisecond
+	waitTimeout = 30 * time.Second
+	// podUIDFilter selects one pod's containers; the label is noderun's.
+	podUIDFilter = `labels."` + ctrdrt.LabelPodUID + `"==%q`
+)
+
+// imageNames are the names the busybox tarball carries; manifests use them
+// with the default pull policy of a tagged image (IfNotPresent), so nothing
+// is ever pulled.
+var imageNames = []string{"docker.io/library/busybox:1.36", "registry.k8s.io/busybox:1.27.2"}
+
+// Set once by TestMain, read-only afterwards.
+var (
+	noderunBin string
+	imageTar   string
+	ctrdSocket string
+	client     *containerd.Client
+	missing    string // a missing prerequisite; tests skip (or fail under CI=true)
+	setupErr   error  // prerequisites are there but the shared setup failed
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	os.Exit(runTests(m))
+}
+
+// runTests does the expensive shared setup once: the noderun binary, the
+// image tarball and one private containerd whose namespaces keep tests apart.
+func runTests(m *testing.M) int {
+	if testing.Short() {
+		return m.Run()
+	}
+	if missing = missingPrerequisite(); missing != "" {
+		return m.Run()
+	}
+	// A short path: containerd's socket lives here and must fit sun_path.
+	dir, err := os.MkdirTemp("/tmp", "nre")
+	if err != nil {
+		setupErr = err
+		return m.Run()
+	}
+	defer os.RemoveAll(dir)
+	stop, err := setup(dir)
+	if err != nil {
+		setupErr = err
+		return m.Run()
+	}
+	defer stop()
+	return m.Run()
+}
+
+func missingPrerequisite() string {
+	if os.Geteuid() != 0 {
+		return "root"
+	}
+	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ip", "iptables", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return bin + " in PATH"
+		}
+	}
+	for _, f := range []string{"bridge", "host-local", "portmap", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, f)); err != nil {
+			return "CNI plugin " + filepath.Join(cniBinDir, f)
+		}
+	}
+	if _, err := os.Stat(ociimage.BusyboxPath); err != nil {
+		return "static busybox at " + ociimage.BusyboxPath
+	}
+	return ""
+}
+
+func setup(dir string) (stop func(), err error) {
+	noderunBin = filepath.Join(dir, "noderun")
+	// The test runs in e2e/, so ".." is the main package.
+	if out, err := exec.Command("go", "build", "-o", noderunBin, "..").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %w\n%s", err, out)
+	}
+	var imgs []ociimage.Image
+	for _, name := range imageNames {
+		img, err := ociimage.Busybox(name)
+		if err != nil {
+			return nil, err
+		}
+		imgs = append(imgs, img)
+	}
+	imageTar = filepath.Join(dir, "busybox.tar")
+	if err := ociimage.WriteFile(imageTar, imgs...); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	d, err := ctrdrt.StartDaemon(ctx, filepath.Join(dir, "root"), filepath.Join(dir, "state"),
+		filepath.Join(dir, "c.sock"), filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		return nil, err
+	}
+	stopDaemon := func() {
+		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := d.Stop(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "stop containerd:", err)
+		}
+	}
+	ctrdSocket = d.Address()
+	client, err = containerd.New(ctrdSocket, containerd.WithTimeout(10*time.Second))
+	if err != nil {
+		stopDaemon()
+		return nil, err
+	}
+	return func() {
+		client.Close()
+		stopDaemon()
+	}, nil
+}
+
+// requireE2E skips under -short or without prerequisites, except that CI=true
+// turns a missing prerequisite into a failure: there a skip would hide that
+// nothing was tested.
+func requireE2E(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("end-to-end test; skipped with -short")
+	}
+	if missing != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("missing prerequisite: %s", missing)
+		}
+		t.Skipf("missing prerequisite: %s", missing)
+	}
+	if setupErr != nil {
+		t.Fatalf("e2e setup: %v", setupErr)
+	}
+}
+
+// node is one noderun process with private directories, containerd
+// namespace, bridge and subnet.
+type node struct {
+	t                                       *testing.T
+	ns                                      string
+	root, state, run, logs, images, podsDir string
+	cniConf, socket, out                    string
+	bridge, subnet, netName                 string
+	api                                     *http.Client
+
+	proc *exec.Cmd
+	done chan struct{} // closed when proc has exited
+}
+
+// Bridges and subnets are handed out per test so parallel tests never share one.
+var (
+	netMu   sync.Mutex
+	netNext = 1
+)
+
+func allocNet(t *testing.T) int {
+	t.Helper()
+	netMu.Lock()
+	defer netMu.Unlock()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ; netNext < 255; netNext++ {
+		n := netNext
+		if _, err := net.InterfaceByName(fmt.Sprintf("nre2e%d", n)); err == nil {
+			continue // left by an interrupted run
+		}
+		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.211.%d.0/24", n))
+		if slices.ContainsFunc(addrs, func(a net.Addr) bool {
+			ipn, ok := a.(*net.IPNet)
+			return ok && (subnet.Contains(ipn.IP) || ipn.Contains(subnet.IP))
+		}) {
+			continue
+		}
+		netNext++
+		return n
+	}
+	t.Fatal("no free bridge and subnet")
+	return 0
+}
+
+// newNode prepares a node and starts noderun on it; cleanup tears it all down.
+func newNode(t *testing.T) *node {
+	t.Helper()
+	requireE2E(t)
+	root, err := os.MkdirTemp("/tmp", "nre")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := allocNet(t)
+	n := &node{
+		t: t, root: root,
+		ns:      fmt.Sprintf("e2e-%d-%s", idx, nsSuffix(t.Name())),
+		state:   filepath.Join(root, "s"),
+		run:     filepath.Join(root, "r"),
+		logs:    filepath.Join(root, "l"),
+		images:  filepath.Join(root, "i"),
+		podsDir: filepath.Join(root, "m"),
+		cniConf: filepath.Join(root, "c"),
+		out:     filepath.Join(root, "noderun.out"),
+		bridge:  fmt.Sprintf("nre2e%d", idx),
+		subnet:  fmt.Sprintf("10.211.%d.0/24", idx),
+		netName: fmt.Sprintf("nre2e%d", idx),
+	}
+	n.socket = filepath.Join(n.run, "noderun.sock")
+	n.api = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DisableKeepAlives: true, // a restarted noderun must not meet a stale connection
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", n.socket)
+		},
+	}}
+	t.Cleanup(n.cleanup)
+	for _, d := range []string{n.state, n.run, n.logs, n.images, n.podsDir, n.cniConf} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.writeCNIConfig()
+	if err := os.Link(imageTar, filepath.Join(n.images, "busybox.tar")); err != nil {
+		t.Fatal(err)
+	}
+	n.start()
+	return n
+}
+
+func nsSuffix(name string) string {
+	name = strings.ToLower(strings.TrimPrefix(name, "Test"))
+	name = strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			return r
+		}
+		return -1
+	}, name)
+	return name[:min(len(name), 40)]
+}
+
+// writeCNIConfig has the shape of noderun's default config but a bridge,
+// subnet and IPAM directory of the test's own.
+func (n *node) writeCNIConfig() {
+	type obj = map[string]any
+	conf := obj{
+		"cniVersion": "1.0.0",
+		"name":       n.netName,
+		"plugins": []obj{
+			{
+				"type": "bridge", "bridge": n.bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": obj{
+					"type":    "host-local",
+					"ranges":  [][]obj{{{"subnet": n.subnet}}},
+					"routes":  []obj{{"dst": "0.0.0.0/0"}},
+					"dataDir": n.ipamDir(),
+				},
+			},
+			{"type": "portmap", "capabilities": obj{"portMappings": true}},
+			{"type": "loopback"},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(n.cniConf, "10-e2e.conflist"), b, 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *node) ipamDir() string { return filepath.Join(n.state, "cni", "networks") }
+
+// start runs noderun and waits until its status API reports healthy.
+func (n *node) start() {
+	t := n.t
+	t.Helper()
+	f, err := os.OpenFile(n.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the child has its own copy
+	cmd := exec.Command(noderunBin,
+		"--manifests", n.podsDir,
+		"--node-name", nodeName,
+		"--state-dir", n.state,
+		"--run-dir", n.run,
+		"--pod-log-dir", n.logs,
+		"--images-dir", n.images,
+		"--containerd-address", ctrdSocket,
+		"--containerd-namespace", n.ns,
+		"--cni-conf-dir", n.cniConf,
+		"--cni-bin-dir", cniBinDir,
+		"--pod-cidr", n.subnet,
+		"--status-socket", n.socket,
+		"--file-check-interval", "2s",
+		"--log-level", "debug",
+	)
+	cmd.Stdout, cmd.Stderr = f, f
+	// Should the test binary die without cleanup, noderun goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	n.proc, n.done = cmd, done
+	n.waitHealthy()
+}
+
+func (n *node) running() bool {
+	if n.proc == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (n *node) waitHealthy() {
+	t := n.t
+	t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if !n.running() {
+			t.Fatalf("noderun exited during start: %v", n.proc.ProcessState)
+		}
+		var body string
+		if last = n.get("/healthz", &body); last == nil {
+			return
+		}
+		time.Sleep(pollEvery)
+	}
+	t.Fatalf("noderun not healthy after %s: %v", waitTimeout, last)
+}
+
+// kill9 kills noderun the hard way, as a crash would.
+func (n *node) kill9() {
+	n.t.Helper()
+	if err := n.proc.Process.Signal(syscall.SIGKILL); err != nil {
+		n.t.Fatal(err)
+	}
+	<-n.done
+}
+
+// stop asks noderun to exit (pods keep running) and kills it if it does not.
+func (n *node) stop() {
+	if !n.running() {
+		return
+	}
+	_ = n.proc.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-n.done:
+	case <-time.After(15 * time.Second):
+		n.t.Errorf("noderun ignored SIGTERM for 15s; killing it")
+		_ = n.proc.Process.Kill()
+		<-n.done
+	}
+}
+
+// get fetches a status API path; v is a *string for plain text or a value
+// to decode JSON into.
+func (n *node) get(path string, v any) error {
+	resp, err := n.api.Get("http://noderun" + path)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
+	}
+	if s, ok := v.(*string); ok {
+		*s = string(b)
+		return nil
+	}
+	return json.Unmarshal(b, v)
+}
+
+func (n *node) pods() []v1.Pod {
+	n.t.Helper()
+	var list v1.PodList
+	if err := n.get("/pods", &list); err != nil {
+		n.t.Fatal(err)
+	}
+	return list.Items
+}
+
+// pod returns the status of the static pod from manifest name, or nil.
+func (n *node) pod(name string) *v1.Pod {
+	n.t.Helper()
+	for _, p := range n.pods() {
+		if p.Name == name+"-"+nodeName {
+			return &p
+		}
+	}
+	return nil
+}
+
+// waitPod polls the status API until the pod exists and cond holds, and
+// returns that status.
+func (n *node) waitPod(name, what string, cond func(*v1.Pod) bool) *v1.Pod {
+	n.t.Helper()
+	return n.waitPodFor(name, what, waitTimeout, cond)
+}
+
+func (n *node) waitPodFor(name, what string, timeout time.Duration, cond func(*v1.Pod) bool) *v1.Pod {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *v1.Pod
+	for time.Now().Before(deadline) {
+		if last = n.pod(name); last != nil && cond(last) {
+			return last
+		}
+		time.Sleep(pollEvery)
+	}
+	n.t.Fatalf("pod %s: not %s after %s; last status: %s", name, what, timeout, statusJSON(last))
+	return nil
+}
+
+// waitGone waits until the pod is no longer listed and returns when it
+// noticed.
+func (n *node) waitGone(name string, timeout time.Duration) time.Time {
+	n.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if n.pod(name) == nil {
+			return time.Now()
+		}
+		time.Sleep(pollEvery / 2)
+	}
+	n.t.Fatalf("pod %s still listed after %s: %s", name, timeout, statusJSON(n.pod(name)))
+	return time.Time{}
+}
+
+func statusJSON(p *v1.Pod) string {
+	if p == nil {
+		return "<not listed>"
+	}
+	b, _ := json.Marshal(struct {
+		UID    string
+		Status v1.PodStatus
+	}{string(p.UID), p.Status})
+	return string(b)
+}
+
+func running(p *v1.Pod) bool {
+	return p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) > 0 &&
+		!slices.ContainsFunc(p.Status.ContainerStatuses, func(cs v1.ContainerStatus) bool { return cs.State.Running == nil })
+}
+
+// writeManifest writes via a dot-file and a rename, so noderun (which skips
+// dot-files) never reads half a manifest.
+func (n *node) writeManifest(file, content string) {
+	n.t.Helper()
+	tmp := filepath.Join(n.podsDir, "."+file+".tmp")
+	if err := os.WriteFile(tmp, []byte(content), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(n.podsDir, file)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func (n *node) removeManifest(file string) {
+	n.t.Helper()
+	if err := os.Remove(filepath.Join(n.podsDir, file)); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// logPath is where the kubelet layout puts a container's log.
+func (n *node) logPath(p *v1.Pod, container string, restart int) string {
+	return filepath.Join(n.logs, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID), container, fmt.Sprintf("%d.log", restart))
+}
+
+type logLine struct {
+	time    time.Time
+	stream  string
+	content string
+}
+
+// readLog parses a CRI log file; a missing file is no lines.
+func (n *node) readLog(path string) []logLine {
+	n.t.Helper()
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	var out []logLine
+	sc := bufio.NewScanner(strings.NewReader(string(b)))
+	for sc.Scan() {
+		ts, stream, _, content, err := crilog.ParseLine(sc.Text())
+		if err != nil {
+			n.t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, logLine{ts, stream, content})
+	}
+	return out
+}
+
+// waitLogLine waits until the log has a stdout line equal to want.
+func (n *node) waitLogLine(path, want string) logLine {
+	n.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for time.Now().Before(deadline) {
+		for _, l := range n.readLog(path) {
+			if l.stream == crilog.Stdout && l.content == want {
+				return l
+			}
+		}
+		time.Sleep(pollEvery)
+	}
+	b, _ := os.ReadFile(path)
+	n.t.Fatalf("log %s: no line %q after %s; it holds:\n%s", path, want, waitTimeout, b)
+	return logLine{}
+}
+
+// ctx is a context in the node's containerd namespace.
+func (n *node) ctx() context.Context {
+	return namespaces.WithNamespace(context.Background(), n.ns)
+}
+
+// containers lists the namespace's containers, or one pod's when uid is set.
+func (n *node) containers(uid string) []containers.Container {
+	n.t.Helper()
+	var filters []string
+	if uid != "" {
+		filters = append(filters, fmt.Sprintf(podUIDFilter, uid))
+	}
+	cs, err := client.ContainerService().List(n.ctx(), filters...)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return cs
+}
+
+func (n *node) tasks() []*tasktypes.Process {
+	n.t.Helper()
+	resp, err := client.TaskService().List(n.ctx(), &tasksapi.ListTasksRequest{})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return resp.Tasks
+}
+
+// task returns the container's task as containerd sees it.
+func (n *node) task(id string) *tasktypes.Process {
+	n.t.Helper()
+	resp, err := client.TaskService().Get(n.ctx(), &tasksapi.GetRequest{ContainerID: id})
+	if err != nil {
+		n.t.Fatalf("task %s: %v", id, errdefs.FromGRPC(err))
+	}
+	return resp.Process
+}
+
+func (n *node) snapshots() []snapshots.Info {
+	n.t.Helper()
+	var out []snapshots.Info
+	err := client.SnapshotService(snapshotter).Walk(n.ctx(), func(_ context.Context, info snapshots.Info) error {
+		out = append(out, info)
+		return nil
+	})
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return out
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
+			out = append(out, fields[4])
+		}
+	}
+	return out
+}
+
+// cleanup removes every manifest and lets noderun tear the pods down; what
+// noderun leaves (or everything, if it is not running) is removed directly.
+func (n *node) cleanup() {
+	t := n.t
+	ents, _ := os.ReadDir(n.podsDir)
+	for _, e := range ents {
+		_ = os.Remove(filepath.Join(n.podsDir, e.Name()))
+	}
+	clean := false
+	if n.running() {
+		deadline := time.Now().Add(waitTimeout)
+		for !clean && time.Now().Before(deadline) {
+			var list v1.PodList
+			clean = n.get("/pods", &list) == nil && len(list.Items) == 0 && n.countContainers() == 0
+			if !clean {
+				time.Sleep(pollEvery)
+			}
+		}
+		if !clean {
+			t.Logf("cleanup: noderun did not tear the pods down within %s; removing them directly", waitTimeout)
+		}
+		n.stop()
+	}
+	if !clean {
+		n.forceClean()
+	}
+	if _, err := net.InterfaceByName(n.bridge); err == nil {
+		if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil {
+			t.Errorf("ip link del %s: %v: %s", n.bridge, err, out)
+		}
+	}
+	if t.Failed() {
+		b, _ := os.ReadFile(n.out)
+		t.Logf("noderun output (%s):\n%s", n.out, b)
+	}
+	if err := os.RemoveAll(n.root); err != nil {
+		t.Errorf("remove %s: %v", n.root, err)
+	}
+}
+
+func (n *node) countContainers() int {
+	cs, err := client.ContainerService().List(n.ctx())
+	if err != nil {
+		return -1
+	}
+	return len(cs)
+}
+
+// forceClean removes what noderun would: containers with their tasks and
+// snapshots, CNI attachments, pinned namespaces and any other mount left
+// under the node's directories.
+func (n *node) forceClean() {
+	t := n.t
+	ctx, cancel := context.WithTimeout(n.ctx(), time.Minute)
+	defer cancel()
+	cs, err := client.Containers(ctx)
+	if err != nil {
+		t.Errorf("cleanup: list containers: %v", err)
+	}
+	for _, c := range cs {
+		if task, err := c.Task(ctx, nil); err == nil {
+			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				t.Errorf("cleanup: delete task %s: %v", c.ID(), err)
+			}
+		}
+		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("cleanup: delete container %s: %v", c.ID(), err)
+		}
+	}
+	mgr, err := cni.New(cni.Config{ConfDir: n.cniConf, BinDirs: []string{cniBinDir}, CacheDir: filepath.Join(n.state, "cni", "cache")})
+	if err != nil {
+		t.Errorf("cleanup: %v", err)
+	}
+	sandboxes, _ := os.ReadDir(filepath.Join(n.run, "pods"))
+	for _, sb := range sandboxes {
+		dir := filepath.Join(n.run, "pods", sb.Name())
+		if mgr != nil {
+			if err := mgr.Del(ctx, cni.Attachment{ID: sb.Name(), NetNS: filepath.Join(dir, "net")}); err != nil {
+				t.Errorf("cleanup: %v", err)
+			}
+		}
+		if err := cni.RemoveNamespaces(dir); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	}
+	mounts := mountsUnder(t, n.root)
+	slices.Reverse(mounts) // children before parents
+	for _, m := range mounts {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Errorf("cleanup: unmount %s: %v", m, err)
+		}
+	}
+}
