@@ -17,7 +17,6 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 )
 
 // Snapshot is a source's complete current view (the kubelet's SET semantics):
@@ -27,6 +26,7 @@ type Snapshot struct {
 	Source string    // e.g. "file:/etc/pods"; identifies the source
 	Pods   []*v1.Pod // identified, defaulted, validated pods
 	Errors []error   // per-file/per-document problems, each a *ManifestError
+	Info   SourceInfo
 }
 
 // FileSource reads Pod manifests from a directory or a single file and emits
@@ -118,21 +118,7 @@ type fileRun struct {
 	files       map[string]*fileResult
 	pending     map[string]time.Time // debounce deadline per path
 	last        string               // fingerprint of the last snapshot sent
-}
-
-// fileResult is what one file yielded.
-type fileResult struct {
-	data   []byte // content as last read, to skip re-parsing it unchanged
-	readOK bool
-	pods   []entry
-	errs   []error
-}
-
-// entry is an accepted pod and where it came from.
-type entry struct {
-	pod  *v1.Pod
-	line int
-	sum  string // hash of the pod's JSON, so edits show even with a fixed UID
+	changes     changeLog
 }
 
 func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
@@ -337,18 +323,19 @@ func (r *fileRun) manifestPaths() ([]string, error) {
 	return paths, nil
 }
 
-// load re-reads one manifest file into r.files.
+// load re-reads one manifest file into r.files. Only a removed file or
+// valid content replaces the pods a file had (see keepLastGood).
 func (r *fileRun) load(path string) {
 	data, exists, err := readManifest(path)
 	switch prev := r.files[path]; {
 	case !exists:
 		delete(r.files, path)
 	case err != nil:
-		r.files[path] = &fileResult{errs: []error{&ManifestError{File: path, Err: err}}}
+		r.files[path] = readFailed(prev, &ManifestError{File: path, Err: err})
 	case prev != nil && prev.readOK && bytes.Equal(prev.data, data):
 		// Unchanged: keep the pods as they are, config.seen included.
 	default:
-		r.files[path] = r.parse(path, data)
+		r.files[path] = keepLastGood(prev, parseManifest(data, path, r.nodeName, r.source, time.Now()))
 	}
 }
 
@@ -381,25 +368,6 @@ func readManifest(path string) (data []byte, exists bool, err error) {
 	return data, true, err
 }
 
-// parse turns a file's content into accepted pods and errors.
-func (r *fileRun) parse(path string, data []byte) *fileResult {
-	res := &fileResult{data: data, readOK: true}
-	docs, errs := decodeDocuments(data)
-	locate(errs, path, 0)
-	res.errs = errs
-	for _, d := range docs {
-		ApplyDefaults(d.pod)
-		if verrs := Validate(d.pod); len(verrs) > 0 {
-			locate(verrs, path, d.line)
-			res.errs = append(res.errs, verrs...)
-			continue
-		}
-		Identify(d.pod, r.nodeName, r.source, d.raw)
-		res.pods = append(res.pods, entry{pod: d.pod, line: d.line, sum: contentHash(d.raw, "", "")})
-	}
-	return res
-}
-
 // send emits the current snapshot if it differs from the last one sent, or
 // always when force is set. It returns false if ctx ended first.
 func (r *fileRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {
@@ -407,49 +375,23 @@ func (r *fileRun) send(ctx context.Context, out chan<- Snapshot, force bool) boo
 	if !force && fingerprint == r.last {
 		return true
 	}
-	r.log.Info("manifests changed", "source", r.source, "pods", len(snap.Pods), "errors", len(snap.Errors))
-	for _, err := range snap.Errors {
-		r.log.Warn("bad manifest", "err", err)
-	}
 	select {
 	case out <- snap:
 		r.last = fingerprint
+		r.changes.report(r.log, snap)
 		return true
 	case <-ctx.Done():
 		return false
 	}
 }
 
-// snapshot assembles the files' pods in path order, where the first
-// definition of a namespace/name (or UID) wins, and fingerprints the result.
+// snapshot assembles the files' pods in path order (see assemble).
 func (r *fileRun) snapshot() (Snapshot, string) {
-	snap := Snapshot{Source: r.source}
-	var fp strings.Builder
-	names := map[string]string{}   // namespace/name -> where defined
-	uids := map[types.UID]string{} // UID -> where defined
-	for _, path := range slices.Sorted(maps.Keys(r.files)) {
-		f := r.files[path]
-		snap.Errors = append(snap.Errors, f.errs...)
-		for _, e := range f.pods {
-			where := fmt.Sprintf("%s:%d", path, e.line)
-			key := e.pod.Namespace + "/" + e.pod.Name
-			if first, dup := names[key]; dup {
-				snap.Errors = append(snap.Errors, &ManifestError{File: path, Line: e.line, Field: "metadata.name",
-					Message: fmt.Sprintf("pod %s is already defined in %s", key, first)})
-				continue
-			}
-			if first, dup := uids[e.pod.UID]; dup {
-				snap.Errors = append(snap.Errors, &ManifestError{File: path, Line: e.line, Field: "metadata.uid",
-					Message: fmt.Sprintf("uid %s is already used by the pod in %s", e.pod.UID, first)})
-				continue
-			}
-			names[key], uids[e.pod.UID] = where, where
-			snap.Pods = append(snap.Pods, e.pod)
-			fmt.Fprintf(&fp, "pod %s %s\n", e.pod.UID, e.sum)
-		}
+	order := slices.Sorted(maps.Keys(r.files))
+	snap, fp := assemble(r.source, order, r.files)
+	snap.Info.Kind, snap.Info.Path = KindFile, r.path
+	for _, path := range order {
+		snap.Info.Files = append(snap.Info.Files, FileInfo{Path: path, ReadAt: r.files[path].readAt})
 	}
-	for _, err := range snap.Errors {
-		fmt.Fprintf(&fp, "error %s\n", err)
-	}
-	return snap, fp.String()
+	return snap, fp
 }
