@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -19,27 +20,30 @@ import (
 // sandbox without calling CNI again, while after a reboot the dir is gone and
 // the stale allocation is released before the pod is attached anew.
 type network struct {
-	cni *cni.Manager
-	log *slog.Logger
+	cni     *cni.Manager
+	podsDir string // <run-dir>/pods, where sandbox dirs live
+	log     *slog.Logger
 }
 
 var _ runner.Network = (*network)(nil)
 
 const ipsFile = "ips.json"
 
-func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, error) {
+func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
 			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false)
-			return ips, err
+			return ips, false, err
 		}
 	}
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork); err != nil {
-		return nil, err
-	}
 	if sb.HostNetwork {
-		return nil, nil
+		fresh := !isNamespace(sb.IPCNSPath())
+		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true)
+		return nil, fresh, err
+	}
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false); err != nil {
+		return nil, false, err
 	}
 	att := attachment(sb)
 	// A fresh netns but an attachment left from an earlier boot or a crash
@@ -51,10 +55,10 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, erro
 	}
 	ips, err := n.cni.Add(ctx, att)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	b, _ := json.Marshal(ips) // a []string always marshals
-	return ips, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
+	return ips, true, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
 }
 
 func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
@@ -66,6 +70,36 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, cni.RemoveNamespaces(sb.Dir))
+	return errors.Join(errs...)
+}
+
+// Check finds a sandbox whose pinned netns vanished.
+func (n *network) Check(_ context.Context, sb *runner.Sandbox, _ bool) error {
+	if !isNamespace(sb.NetNSPath()) {
+		return fmt.Errorf("%w: %s is not a network namespace", runner.ErrSandboxBroken, sb.NetNSPath())
+	}
+	return nil
+}
+
+// GC removes pinned namespaces of sandboxes noderun no longer knows.
+func (n *network) GC(_ context.Context, keep map[string]bool) error {
+	ents, err := os.ReadDir(n.podsDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	var errs []error
+	for _, d := range ents {
+		if d.IsDir() && !keep[d.Name()] {
+			dir := filepath.Join(n.podsDir, d.Name())
+			n.log.Info("removing leftover pod sandbox", "dir", dir)
+			if err := os.Remove(filepath.Join(dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+			errs = append(errs, cni.RemoveNamespaces(dir))
+		}
+	}
 	return errors.Join(errs...)
 }
 

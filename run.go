@@ -94,7 +94,7 @@ func runNode(c *cli.Context) error {
 				log.Warn("sd_notify", "err", err)
 			}
 		},
-	}, rt, &network{cni: cniMgr, log: log})
+	}, rt, &network{cni: cniMgr, podsDir: filepath.Join(runDir, "pods"), log: log})
 
 	snaps := make(chan manifests.Snapshot)
 	for _, p := range paths {

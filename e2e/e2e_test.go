@@ -560,7 +560,7 @@ func TestInvalidManifestReported(t *testing.T) {
 	n.writeManifest("typo.yaml", unknownField)
 	n.writeManifest("noimage.yaml", noImage)
 	for _, f := range []string{"typo.yaml", "noimage.yaml"} {
-		n.waitOutput(regexp.MustCompile(`bad manifest.*` + regexp.QuoteMeta(filepath.Join(n.podsDir, f))))
+		n.waitOutput(regexp.MustCompile(`manifest error.*` + regexp.QuoteMeta(filepath.Join(n.podsDir, f))))
 	}
 	for _, name := range []string{"typo", "noimage"} {
 		if p := n.pod(name); p != nil {

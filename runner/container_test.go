@@ -112,11 +112,11 @@ func TestResolvConf(t *testing.T) {
 			"nameserver 9.9.9.9\nnameserver 8.8.8.8\nnameserver 7.7.7.7\n"},
 	} {
 		pod := &v1.Pod{Spec: v1.PodSpec{DNSPolicy: tc.policy, DNSConfig: tc.cfg}}
-		got, err := resolvConf(pod, host)
+		d, err := resolvConfig(pod, host)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if string(got) != tc.want {
+		if got := renderResolvConf(d); string(got) != tc.want {
 			t.Errorf("%s:\n got %q\nwant %q", tc.name, got, tc.want)
 		}
 	}

@@ -32,6 +32,8 @@ type Config struct {
 	CgroupRoot string // parent of every pod cgroup, e.g. /noderun
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
+	// GCInterval is how often network resources of unknown pods are released.
+	GCInterval time.Duration
 	// OnReady runs once, after the first reconcile with every source.
 	OnReady func()
 	Logger  *slog.Logger
@@ -67,6 +69,9 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Minute
 	}
+	if cfg.GCInterval == 0 {
+		cfg.GCInterval = 10 * time.Minute
+	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/noderun"
 	}
@@ -97,12 +102,15 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	if err := e.adopt(ctx); err != nil {
 		return err
 	}
+	e.gc(ctx)
 	e.ready.Store(true)
 	if e.cfg.OnReady != nil {
 		e.cfg.OnReady()
 	}
 	resync := e.clock.NewTicker(e.cfg.Resync)
 	defer resync.Stop()
+	gc := e.clock.NewTicker(e.cfg.GCInterval)
+	defer gc.Stop()
 	for {
 		e.lastLoop.Store(e.clock.Now().UnixNano())
 		select {
@@ -121,6 +129,35 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 			e.pokeAll()
 		case <-resync.C():
 			e.pokeAll()
+		case <-gc.C():
+			e.gc(ctx)
+		}
+	}
+}
+
+// gc releases network resources that belong to no pod noderun knows. It runs
+// on the loop goroutine, where workers are created, so no sandbox can appear
+// between taking the list and releasing what is not on it.
+func (e *Engine) gc(ctx context.Context) {
+	e.mu.Lock()
+	keep := make(map[string]bool, len(e.workers))
+	for uid := range e.workers {
+		keep[SandboxID(string(uid))] = true
+	}
+	e.mu.Unlock()
+	if err := e.net.GC(ctx, keep); err != nil {
+		e.log.Warn("network garbage collection", "err", err)
+	}
+}
+
+// NetworkChanged makes the worker of the pod with this sandbox ID look at its
+// network now; the network layer calls it when, say, a pod's veth vanishes.
+func (e *Engine) NetworkChanged(sandboxID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for uid, w := range e.workers {
+		if SandboxID(string(uid)) == sandboxID {
+			w.poke()
 		}
 	}
 }

@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,6 +153,7 @@ func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
 	orphan := ContainerStatus{ID: ContainerID("gone", "main", 0), PodUID: "gone", PodName: "old-n1",
 		PodNamespace: "default", Name: "main", State: StateRunning}
 	f := startEngine(t, running, orphan)
+	f.net.adopted = map[string]bool{"keep": true} // its sandbox survived the restart
 	f.send(pod)
 	waitFor(t, "orphan teardown", func() bool { return slices.Contains(f.net.tornDown(), "gone") })
 	waitFor(t, "adopted status", func() bool {
@@ -167,6 +170,55 @@ func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
 	defer f.rt.mu.Unlock()
 	if _, ok := f.rt.containers[orphan.ID]; ok || !slices.Contains(f.rt.stopped, orphan.ID) {
 		t.Fatalf("orphan not stopped and removed (stopped=%v)", f.rt.stopped)
+	}
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	if !f.net.gcKeep[SandboxID("keep")] {
+		t.Fatalf("network GC at start must keep the adopted pod's sandbox: keep=%v", f.net.gcKeep)
+	}
+}
+
+func TestEngineRecreatesBrokenSandbox(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.net.breakSandbox("u1")
+	f.e.NetworkChanged(SandboxID("u1"))
+	waitFor(t, "restart in a new sandbox", func() bool { return f.rt.startedCount() == 2 })
+	f.rt.mu.Lock()
+	stopped := slices.Contains(f.rt.stopped, f.rt.started[0].ID)
+	rc := f.rt.started[1].RestartCount
+	f.rt.mu.Unlock()
+	if !stopped || rc != 1 {
+		t.Fatalf("old container stopped=%v, new restartCount=%d; want the container stopped and restarted", stopped, rc)
+	}
+	if n := len(f.net.tornDown()); n != 1 {
+		t.Fatalf("%d teardowns, want the broken sandbox torn down once", n)
+	}
+}
+
+func TestEngineNetworkNotReadyKeepsHostNetworkPodsRunning(t *testing.T) {
+	f := startEngine(t)
+	f.net.setupErr = fmt.Errorf("%w: no CNI config in /etc/cni/net.d", ErrNetworkNotReady)
+	host := testPod("h", "etcd", v1.RestartPolicyAlways)
+	host.Spec.HostNetwork = true
+	f.send(testPod("p", "web", v1.RestartPolicyAlways), host)
+	waitFor(t, "hostNetwork pod started", func() bool { return f.rt.startedCount() == 1 })
+	waitFor(t, "NetworkNotReady reason", func() bool {
+		p := f.status("p")
+		if p == nil {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReadyToStartContainers && c.Status == v1.ConditionFalse && c.Reason == "NetworkNotReady" &&
+				strings.Contains(c.Message, "no CNI config") {
+				return true
+			}
+		}
+		return false
+	})
+	if got := f.rt.started[0].Pod.UID; got != "h" {
+		t.Fatalf("started pod %s, want only the hostNetwork pod", got)
 	}
 }
 

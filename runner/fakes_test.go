@@ -178,23 +178,63 @@ func (r *fakeRuntime) startedCount() int {
 type fakeNetwork struct {
 	mu        sync.Mutex
 	setups    map[string]int
+	adopted   map[string]bool // pods whose sandbox exists: Setup is not fresh
+	broken    map[string]bool
+	setupErr  error
+	gcKeep    map[string]bool
 	teardowns []string
 }
 
-func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, error) {
+func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.setups == nil {
 		n.setups = map[string]int{}
 	}
+	if n.setupErr != nil && !sb.HostNetwork {
+		return nil, false, n.setupErr
+	}
 	n.setups[sb.PodUID]++
-	return []string{"10.0.0.2"}, nil
+	fresh := !n.adopted[sb.PodUID]
+	if n.adopted == nil {
+		n.adopted = map[string]bool{}
+	}
+	n.adopted[sb.PodUID] = true
+	return []string{"10.0.0.2"}, fresh, nil
+}
+
+func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, _ bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.broken[sb.PodUID] {
+		return ErrSandboxBroken
+	}
+	return nil
+}
+
+func (n *fakeNetwork) GC(_ context.Context, keep map[string]bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.gcKeep = keep
+	return nil
+}
+
+// breakSandbox makes the next Check of the pod fail, until its next Setup.
+func (n *fakeNetwork) breakSandbox(uid string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.broken == nil {
+		n.broken = map[string]bool{}
+	}
+	n.broken[uid] = true
+	delete(n.adopted, uid)
 }
 
 func (n *fakeNetwork) Teardown(_ context.Context, sb *Sandbox) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.teardowns = append(n.teardowns, sb.PodUID)
+	delete(n.broken, sb.PodUID)
 	return nil
 }
 

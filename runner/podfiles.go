@@ -21,12 +21,9 @@ const (
 // writePodFiles writes the pod's /etc/hosts, /etc/hostname and
 // /etc/resolv.conf, which every container bind-mounts. Files are rewritten
 // in place only when their content changes, so running containers keep them.
-func (w *podWorker) writePodFiles(pod *v1.Pod) error {
+func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
 	dir := w.podStateDir()
-	resolv, err := resolvConf(pod, w.e.cfg.ResolvConf)
-	if err != nil {
-		return err
-	}
+	resolv := renderResolvConf(dns)
 	if pod.Spec.DNSPolicy == v1.DNSClusterFirst && !pod.Spec.HostNetwork || pod.Spec.DNSPolicy == v1.DNSClusterFirstWithHostNet {
 		w.e.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
 	}
@@ -102,37 +99,42 @@ func hostsFile(pod *v1.Pod, ips []string) ([]byte, error) {
 	return b.Bytes(), nil
 }
 
-// resolvConf builds the pod's resolv.conf from dnsPolicy and dnsConfig.
-// Without cluster DNS, ClusterFirst behaves as Default.
-func resolvConf(pod *v1.Pod, hostResolv string) ([]byte, error) {
-	var ns, search, opts []string
+// resolvConfig works out the pod's resolver settings from dnsPolicy and
+// dnsConfig, with the kubelet's limits. Without cluster DNS, ClusterFirst
+// behaves as Default.
+func resolvConfig(pod *v1.Pod, hostResolv string) (DNSConfig, error) {
+	var d DNSConfig
 	if pod.Spec.DNSPolicy != v1.DNSNone {
 		var err error
-		ns, search, opts, err = parseResolvConf(hostResolv)
+		d.Servers, d.Searches, d.Options, err = parseResolvConf(hostResolv)
 		if err != nil {
-			return nil, err
+			return d, err
 		}
 	}
 	if c := pod.Spec.DNSConfig; c != nil {
-		ns = appendUnique(ns, c.Nameservers...)
-		search = appendUnique(search, c.Searches...)
+		d.Servers = appendUnique(d.Servers, c.Nameservers...)
+		d.Searches = appendUnique(d.Searches, c.Searches...)
 		for _, o := range c.Options {
-			opts = setOption(opts, o)
+			d.Options = setOption(d.Options, o)
 		}
 	}
-	ns = ns[:min(len(ns), maxNameservers)]
-	search = search[:min(len(search), maxSearches)]
+	d.Servers = d.Servers[:min(len(d.Servers), maxNameservers)]
+	d.Searches = d.Searches[:min(len(d.Searches), maxSearches)]
+	return d, nil
+}
+
+func renderResolvConf(d DNSConfig) []byte {
 	var b bytes.Buffer
-	for _, n := range ns {
+	for _, n := range d.Servers {
 		fmt.Fprintf(&b, "nameserver %s\n", n)
 	}
-	if len(search) > 0 {
-		fmt.Fprintf(&b, "search %s\n", strings.Join(search, " "))
+	if len(d.Searches) > 0 {
+		fmt.Fprintf(&b, "search %s\n", strings.Join(d.Searches, " "))
 	}
-	if len(opts) > 0 {
-		fmt.Fprintf(&b, "options %s\n", strings.Join(opts, " "))
+	if len(d.Options) > 0 {
+		fmt.Fprintf(&b, "options %s\n", strings.Join(d.Options, " "))
 	}
-	return b.Bytes(), nil
+	return b.Bytes()
 }
 
 func parseResolvConf(path string) (ns, search, opts []string, err error) {

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -33,14 +34,30 @@ type Runtime interface {
 }
 
 // Network sets up and tears down a pod's sandbox: its pinned namespaces and
-// CNI attachment. cni implements it.
+// CNI attachment. main adapts the cni package to it.
 type Network interface {
 	// Setup creates (or finds) the pod's namespaces and attaches it to the
-	// network unless sb.HostNetwork. It returns the pod's IPs.
-	Setup(ctx context.Context, sb *Sandbox) ([]string, error)
+	// network unless sb.HostNetwork. It returns the pod's IPs and whether the
+	// sandbox is new: containers still running from before it are in a
+	// sandbox that no longer exists. Errors wrap ErrNetworkNotReady when
+	// the node's network configuration is unusable.
+	Setup(ctx context.Context, sb *Sandbox) (ips []string, fresh bool, err error)
 	// Teardown detaches and removes everything Setup made; idempotent.
 	Teardown(ctx context.Context, sb *Sandbox) error
+	// Check reports ErrSandboxBroken when the sandbox's network is gone
+	// (e.g. its veth was deleted). deep asks the CNI plugins (CHECK), which
+	// is costly; otherwise only cheap local facts are checked.
+	Check(ctx context.Context, sb *Sandbox, deep bool) error
+	// GC releases network resources (IPs, cached results, host port rules,
+	// pinned namespaces) of every sandbox whose ID is not in keep.
+	GC(ctx context.Context, keep map[string]bool) error
 }
+
+// Sentinel errors a Network wraps.
+var (
+	ErrNetworkNotReady = errors.New("network not ready")
+	ErrSandboxBroken   = errors.New("pod sandbox network broken")
+)
 
 // ImageConfig is the part of an OCI image config that Kubernetes merges with
 // the container spec.
@@ -65,6 +82,14 @@ type Sandbox struct {
 	HostNetwork bool
 	Dir         string // run-dir directory holding the pinned namespace files
 	Ports       []PortMapping
+	// From the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations.
+	IngressBandwidth, EgressBandwidth string
+	DNS                               DNSConfig // the pod's resolver settings, for CNI's dns capability
+}
+
+// DNSConfig is what a pod's resolv.conf holds.
+type DNSConfig struct {
+	Servers, Searches, Options []string
 }
 
 // PortMapping is a container's hostPort, for CNI's portmap plugin.

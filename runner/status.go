@@ -1,6 +1,8 @@
 package runner
 
 import (
+	"errors"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -156,8 +158,15 @@ func (w *podWorker) conditions(s *v1.PodStatus, initDone bool) []v1.PodCondition
 		}
 		return v1.PodCondition{Type: t, Status: st, LastTransitionTime: w.transition(t, st, now)}
 	}
+	sandbox := cond(v1.PodReadyToStartContainers, w.st.sandboxOK)
+	if err := w.st.netErr; err != nil {
+		sandbox.Reason, sandbox.Message = "FailedCreatePodSandBox", err.Error()
+		if errors.Is(err, ErrNetworkNotReady) {
+			sandbox.Reason = "NetworkNotReady"
+		}
+	}
 	return []v1.PodCondition{
-		cond(v1.PodReadyToStartContainers, w.st.sandboxOK),
+		sandbox,
 		cond(v1.PodInitialized, initDone),
 		cond(v1.PodReady, ready),
 		cond(v1.ContainersReady, ready),

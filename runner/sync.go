@@ -34,14 +34,18 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 			return retryDelay
 		}
 	}
+	if w.st.sandboxOK {
+		w.checkSandbox(ctx, pod)
+	}
 	if !w.st.sandboxOK {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
 			e.log.Error("pod sandbox", "pod", podRef(pod), "err", err)
 			w.publish(pod, nil)
-			return retryDelay
+			return w.failDelay("sandbox")
 		}
 		w.st.netErr = nil
+		delete(w.st.backoff, "sandbox")
 	}
 	cs, err := e.rt.ListContainers(ctx, string(pod.UID))
 	if err != nil {
@@ -167,6 +171,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 		return w.startFailed(pod, c, "RunContainerError", err)
 	}
 	delete(w.st.waiting, c.Name)
+	delete(w.st.backoff, "start:"+c.Name)
 	old := latest[c.Name]
 	latest[c.Name] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: init, SpecHash: cfg.SpecHash,
@@ -182,14 +187,19 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 func (w *podWorker) startFailed(pod *v1.Pod, c *v1.Container, reason string, err error) time.Duration {
 	w.e.log.Warn("container start failed", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
 	w.st.waiting[c.Name] = waitReason{reason, err.Error()}
-	b := w.st.backoff["start:"+c.Name]
+	return w.failDelay("start:" + c.Name)
+}
+
+// failDelay is the retry delay after another failure of the named step:
+// 1 s, then the crash backoff's 10 s doubling to 5 min.
+func (w *podWorker) failDelay(step string) time.Duration {
+	b := w.st.backoff[step]
 	if b == nil {
 		b = &backoff{}
-		w.st.backoff["start:"+c.Name] = b
+		w.st.backoff[step] = b
 	}
-	// Each failure is a new "crash" for the backoff, so retries slow down.
-	b.forID = ""
-	return max(b.waitFor(reason, time.Time{}, time.Time{}), time.Second)
+	b.forID = "" // every failure counts, so retries slow down
+	return max(b.waitFor(step, time.Time{}, time.Time{}), time.Second)
 }
 
 func terminatedState(st *ContainerStatus) *v1.ContainerStateTerminated {
@@ -228,21 +238,7 @@ func gracePeriod(pod *v1.Pod) time.Duration {
 // a crash half-way is repaired by running it again.
 func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	e := w.e
-	cs, err := e.rt.ListContainers(ctx, string(w.uid))
-	if err != nil {
-		return err
-	}
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		if c.State == StateRunning {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.stop(ctx, pod, c.ID)
-			}()
-		}
-	}
-	wg.Wait()
+	cs := w.stopAll(ctx, pod)
 	var errs []error
 	for _, c := range cs {
 		errs = append(errs, e.rt.RemoveContainer(ctx, c.ID))
@@ -285,14 +281,16 @@ func (w *podWorker) cgroupParent() string {
 
 func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 	return &Sandbox{
-		ID:          SandboxID(string(w.uid)),
-		PodUID:      string(w.uid),
-		PodName:     pod.Name,
-		Namespace:   pod.Namespace,
-		Hostname:    podHostname(pod),
-		HostNetwork: pod.Spec.HostNetwork,
-		Dir:         w.podRunDir(),
-		Ports:       hostPorts(pod),
+		ID:               SandboxID(string(w.uid)),
+		PodUID:           string(w.uid),
+		PodName:          pod.Name,
+		Namespace:        pod.Namespace,
+		Hostname:         podHostname(pod),
+		HostNetwork:      pod.Spec.HostNetwork,
+		Dir:              w.podRunDir(),
+		Ports:            hostPorts(pod),
+		IngressBandwidth: pod.Annotations["kubernetes.io/ingress-bandwidth"],
+		EgressBandwidth:  pod.Annotations["kubernetes.io/egress-bandwidth"],
 	}
 }
 
@@ -309,14 +307,37 @@ func hostPorts(pod *v1.Pod) []PortMapping {
 	return out
 }
 
-// ensureSandbox sets up namespaces, network, pod files and volumes.
+// ensureSandbox sets up namespaces, network, pod files and volumes. A
+// sandbox found from an earlier noderun is checked deeply once; containers
+// left running in a sandbox that had to be made anew are stopped, so they
+// restart (per restartPolicy) inside the new one, as the kubelet does.
 func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
-	ips, err := w.e.net.Setup(ctx, w.sandbox(pod))
+	resolv, err := resolvConfig(pod, w.e.cfg.ResolvConf)
+	if err != nil {
+		return err
+	}
+	sb := w.sandbox(pod)
+	sb.DNS = resolv
+	ips, fresh, err := w.e.net.Setup(ctx, sb)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
+	if !fresh && !pod.Spec.HostNetwork {
+		if err := w.e.net.Check(ctx, sb, true); errors.Is(err, ErrSandboxBroken) {
+			w.e.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
+			if err := w.e.net.Teardown(ctx, sb); err != nil {
+				return fmt.Errorf("network teardown: %w", err)
+			}
+			if ips, fresh, err = w.e.net.Setup(ctx, sb); err != nil {
+				return fmt.Errorf("network: %w", err)
+			}
+		}
+	}
+	if fresh {
+		w.stopAll(ctx, pod)
+	}
 	w.st.ips = ips
-	if err := w.writePodFiles(pod); err != nil {
+	if err := w.writePodFiles(pod, resolv); err != nil {
 		return err
 	}
 	if err := w.setupVolumes(pod); err != nil {
@@ -324,6 +345,43 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	w.st.sandboxOK = true
 	return nil
+}
+
+// checkSandbox cheaply verifies a running pod's network on every sync and
+// marks the sandbox for recreation when it broke underneath the pod.
+func (w *podWorker) checkSandbox(ctx context.Context, pod *v1.Pod) {
+	if pod.Spec.HostNetwork {
+		return
+	}
+	if err := w.e.net.Check(ctx, w.sandbox(pod), false); errors.Is(err, ErrSandboxBroken) {
+		w.e.log.Warn("pod network broke; recreating the sandbox", "pod", podRef(pod), "err", err)
+		if err := w.e.net.Teardown(ctx, w.sandbox(pod)); err != nil {
+			w.e.log.Error("network teardown", "pod", podRef(pod), "err", err)
+		}
+		w.st.sandboxOK = false
+	}
+}
+
+// stopAll stops the pod's running containers in parallel with its grace
+// period; their exits then go through the normal restart logic.
+func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus {
+	cs, err := w.e.rt.ListContainers(ctx, string(w.uid))
+	if err != nil {
+		w.e.log.Warn("list containers", "pod", podRef(pod), "err", err)
+		return nil
+	}
+	var wg sync.WaitGroup
+	for _, c := range cs {
+		if c.State == StateRunning {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.stop(ctx, pod, c.ID)
+			}()
+		}
+	}
+	wg.Wait()
+	return cs
 }
 
 // persist records the pod on disk, so that after a noderun restart a pod
