@@ -2,8 +2,10 @@ package cni
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +13,11 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 )
+
+// ErrCheckFailed means the plugins found a pod's attachment broken (CNI
+// CHECK failed), e.g. its interface was deleted. Recreating the sandbox
+// repairs it.
+var ErrCheckFailed = errors.New("pod network check failed")
 
 // ifName is the pod's interface, as the kubelet names it.
 const ifName = "eth0"
@@ -26,6 +33,8 @@ type Attachment struct {
 
 	PodNamespace, PodName, PodUID string
 	PortMappings                  []PortMapping
+	Bandwidth                     *Bandwidth // nil: no limit
+	DNS                           *DNS       // nil: not passed
 }
 
 // PortMapping is a hostPort; the JSON names are the CNI portMappings
@@ -37,12 +46,27 @@ type PortMapping struct {
 	HostIP        string `json:"hostIP,omitempty"`
 }
 
-// Add attaches the pod (CNI ADD) and returns its IPs, IPv4 first. If any part
-// fails, what was allocated is released with a DEL before Add returns.
+// DNS is the pod's resolver config as the CNI dns capability carries it, for
+// plugins that configure DNS themselves.
+type DNS struct {
+	Servers  []string `json:"servers,omitempty"`
+	Searches []string `json:"searches,omitempty"`
+	Options  []string `json:"options,omitempty"`
+}
+
+// Add attaches the pod (CNI ADD) and returns its IPs, IPv4 first. It first
+// reloads the config if it changed, and fails with ErrNetworkNotReady if
+// there is no usable one. If any part fails, what was allocated is released
+// with a DEL before Add returns.
 func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr error) {
 	if a.ID == "" || a.NetNS == "" {
 		return nil, fmt.Errorf("cni: add %q: ID and NetNS are required", a.ID)
 	}
+	list, err := m.refresh()
+	if err != nil {
+		return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
+	}
+	defer m.track(a.ID)()
 	// Registered before the ADD, since ADD may allocate and then fail.
 	defer func() {
 		if retErr == nil {
@@ -50,18 +74,25 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		if err := m.Del(ctx, a); err != nil {
+		// Twice, as one DEL may fail after releasing nearly everything:
+		// bridge 1.1.1 does when the ADD failed before it made its
+		// masquerade rules, and the next DEL then succeeds.
+		err := m.del(ctx, a, list)
+		if err != nil {
+			err = m.del(ctx, a, list)
+		}
+		if err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("rollback: %w", err))
 		}
 	}()
 
-	res, err := m.cni.AddNetworkList(ctx, m.list, runtimeConf(a))
+	res, err := m.cni.AddNetworkList(ctx, list, runtimeConf(a))
 	if err != nil {
-		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, m.list.Name, err)
+		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, err)
 	}
 	ips, err = podIPs(res)
 	if err != nil {
-		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, m.list.Name, err)
+		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, err)
 	}
 	m.log.Debug("attached pod", "id", a.ID, "pod", a.PodNamespace+"/"+a.PodName, "ips", ips)
 	return ips, nil
@@ -69,52 +100,202 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 
 // Del detaches the pod (CNI DEL). It uses the config and arguments libcni
 // cached at ADD when present, so the DEL matches the ADD even if the config
-// file changed since. Repeating it, or calling it for a pod never attached or
-// whose netns is gone, succeeds. Call it before RemoveNamespaces: without
-// the pod's interface the bridge plugin releases the IP but cannot find its
-// masquerade rules (a reboot clears those anyway).
+// file changed or broke since. Repeating it, or calling it for a pod never
+// attached or whose netns is gone, succeeds. Call it before
+// RemoveNamespaces, so that the plugins also remove the pod's interface.
 func (m *Manager) Del(ctx context.Context, a Attachment) error {
 	if a.ID == "" {
 		return errors.New("cni: delete: ID is required")
 	}
-	rt := runtimeConf(a)
-	if rt.NetNS != "" {
-		// Plugins fail on a netns path that no longer holds a namespace;
-		// with none given they still release IPs and host-side state.
-		live, err := isNamespace(rt.NetNS)
-		if err != nil {
-			return fmt.Errorf("cni: delete %s: %w", a.ID, err)
-		}
-		if !live {
-			rt.NetNS = ""
-		}
-	}
+	defer m.track(a.ID)()
+	return m.del(ctx, a, m.lastList())
+}
 
-	list := m.list
-	cached, cachedRt, err := m.cni.GetNetworkListCachedConfig(m.list, rt)
-	if err == nil && cached != nil {
-		list, err = libcni.NetworkConfFromBytes(cached)
-		rt = cachedRt
+// del runs a DEL for each network the cache holds the attachment in, or,
+// with nothing cached (a crash mid-ADD), with fallback if not nil.
+func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.NetworkConfigList) error {
+	netns, err := liveNetNS(a.NetNS)
+	if err != nil {
+		return fmt.Errorf("cni: delete %s: %w", a.ID, err)
 	}
+	cached, err := m.cni.GetCachedAttachments(a.ID)
 	if err != nil {
 		// A broken cache must not block the release; the current config
 		// is the best remaining guess.
 		m.log.Warn("ignoring unreadable CNI cache", "id", a.ID, "err", err)
-		list = m.list
 	}
-
-	if err := m.cni.DelNetworkList(ctx, list, rt); err != nil {
-		return fmt.Errorf("cni: delete %s from network %q: %w", a.ID, list.Name, err)
+	var networks []string
+	var errs []error
+	for _, c := range cached {
+		list, err := m.delCached(ctx, c, netns, fallback)
+		errs = append(errs, err)
+		if list != nil && usesNAT(list) {
+			networks = append(networks, list.Name)
+		}
+	}
+	if len(cached) == 0 && fallback != nil {
+		rt := runtimeConf(a)
+		rt.NetNS = netns
+		if err := m.cni.DelNetworkList(ctx, fallback, rt); err != nil {
+			errs = append(errs, fmt.Errorf("cni: delete %s from network %q: %w", a.ID, fallback.Name, err))
+		}
+		if usesNAT(fallback) {
+			networks = append(networks, fallback.Name)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if len(networks) > 0 {
+		// The bridge plugin finds the pod's masquerade rules through its
+		// interface, so it leaves them behind once the veth or the netns
+		// is gone: a reboot clears them, a deleted veth does not.
+		owned := func(o natOwner) bool { return o.id == a.ID && slices.Contains(networks, o.network) }
+		if _, err := releaseNAT(ctx, owned); err != nil {
+			return fmt.Errorf("cni: delete %s: %w", a.ID, err)
+		}
 	}
 	m.log.Debug("detached pod", "id", a.ID, "pod", a.PodNamespace+"/"+a.PodName)
 	return nil
 }
 
+// delCached runs a DEL with the config and arguments cached at ADD, and
+// returns the config it used.
+func (m *Manager) delCached(ctx context.Context, c *libcni.NetworkAttachment, netns string, fallback *libcni.NetworkConfigList) (*libcni.NetworkConfigList, error) {
+	list, err := libcni.NetworkConfFromBytes(c.Config)
+	if err != nil {
+		if fallback == nil {
+			return nil, fmt.Errorf("cni: delete %s: cached config: %w", c.ContainerID, err)
+		}
+		m.log.Warn("ignoring unreadable cached CNI config", "id", c.ContainerID, "err", err)
+		list = fallback
+	}
+	if err := m.cni.DelNetworkList(ctx, list, cachedRuntimeConf(c, netns)); err != nil {
+		return list, fmt.Errorf("cni: delete %s from network %q: %w", c.ContainerID, list.Name, err)
+	}
+	return list, nil
+}
+
+// usesNAT reports whether the network has plugins that make iptables nat
+// rules: portmap, or any with ipMasq (bridge, ptp).
+func usesNAT(list *libcni.NetworkConfigList) bool {
+	for _, p := range list.Plugins {
+		var conf struct {
+			IPMasq bool `json:"ipMasq"`
+		}
+		if p.Network.Type == "portmap" || json.Unmarshal(p.Bytes, &conf) == nil && conf.IPMasq {
+			return true
+		}
+	}
+	return false
+}
+
 // Attached reports whether libcni holds a cached ADD for the attachment,
 // i.e. whether a DEL has anything to release.
 func (m *Manager) Attached(a Attachment) bool {
-	cached, _, err := m.cni.GetNetworkListCachedConfig(m.list, runtimeConf(a))
-	return err == nil && cached != nil
+	cached, err := m.cni.GetCachedAttachments(a.ID)
+	return err == nil && len(cached) > 0
+}
+
+// Check asks the plugins whether the pod's attachment is still intact (CNI
+// CHECK), with the config cached at its ADD. It returns an error wrapping
+// ErrCheckFailed if they find it broken or its netns is gone, and nil if
+// there is nothing cached to check or the config's cniVersion predates
+// CHECK (0.4.0).
+func (m *Manager) Check(ctx context.Context, a Attachment) error {
+	if a.ID == "" || a.NetNS == "" {
+		return fmt.Errorf("cni: check %q: ID and NetNS are required", a.ID)
+	}
+	defer m.track(a.ID)()
+	cached, err := m.cni.GetCachedAttachments(a.ID)
+	if err != nil {
+		return fmt.Errorf("cni: check %s: %w", a.ID, err)
+	}
+	if len(cached) == 0 {
+		return nil
+	}
+	if netns, err := liveNetNS(a.NetNS); err != nil {
+		return fmt.Errorf("cni: check %s: %w", a.ID, err)
+	} else if netns == "" {
+		return fmt.Errorf("cni: check %s: %w: netns %s is gone", a.ID, ErrCheckFailed, a.NetNS)
+	}
+	for _, c := range cached {
+		list, err := libcni.NetworkConfFromBytes(c.Config)
+		if err != nil {
+			return fmt.Errorf("cni: check %s: cached config: %w", a.ID, err)
+		}
+		rt := cachedRuntimeConf(c, a.NetNS)
+		err = m.cni.CheckNetworkList(ctx, m.checkable(list, rt), rt)
+		var pluginErr *types.Error
+		switch {
+		case err == nil, errors.Is(err, libcni.ErrorCheckNotSupp):
+		case ctx.Err() != nil:
+			// The plugin was killed, which says nothing about the pod.
+			return fmt.Errorf("cni: check %s: %w", a.ID, ctx.Err())
+		case errors.As(err, &pluginErr):
+			return fmt.Errorf("cni: check %s in network %q: %w: %w", a.ID, list.Name, ErrCheckFailed, err)
+		default:
+			return fmt.Errorf("cni: check %s in network %q: %w", a.ID, list.Name, err)
+		}
+	}
+	return nil
+}
+
+// checkable returns list without the plugins whose CHECK fails for healthy
+// attachments in the versions distributions ship (Debian 12: 1.1.1):
+//   - portmap before v1.2.0 checks for its IPv6 chain even for a pod
+//     without IPv6 whenever ip6tables works (containernetworking/plugins#819);
+//   - bandwidth before v1.9.1 crashes for a pod without limits (#1221).
+//
+// Both check host-side rules; the pod's interface is bridge's to check.
+func (m *Manager) checkable(list *libcni.NetworkConfigList, rt *libcni.RuntimeConf) *libcni.NetworkConfigList {
+	hasIPv6 := false
+	if res, err := m.cni.GetNetworkListCachedResult(list, rt); err == nil && res != nil {
+		if r, err := current.NewResultFromResult(res); err == nil {
+			hasIPv6 = slices.ContainsFunc(r.IPs, func(ip *current.IPConfig) bool { return ip.Address.IP.To4() == nil })
+		}
+	}
+	_, limited := rt.CapabilityArgs["bandwidth"]
+	l := *list
+	l.Plugins = slices.DeleteFunc(slices.Clone(list.Plugins), func(p *libcni.PluginConfig) bool {
+		switch p.Network.Type {
+		case "portmap":
+			return !hasIPv6
+		case "bandwidth":
+			return !limited && !hasStaticLimits(p)
+		}
+		return false
+	})
+	return &l
+}
+
+// hasStaticLimits reports whether a bandwidth plugin's config sets limits
+// itself rather than take them from the pod.
+func hasStaticLimits(p *libcni.PluginConfig) bool {
+	var conf map[string]json.RawMessage
+	if json.Unmarshal(p.Bytes, &conf) != nil {
+		return false
+	}
+	for _, k := range []string{"ingressRate", "ingressBurst", "egressRate", "egressBurst"} {
+		if _, ok := conf[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// liveNetNS returns path if it holds a namespace and "" otherwise: plugins
+// fail on a netns path that no longer holds one, while with none given they
+// still release IPs and host-side state.
+func liveNetNS(path string) (string, error) {
+	if path == "" {
+		return "", nil
+	}
+	live, err := isNamespace(path)
+	if err != nil || !live {
+		return "", err
+	}
+	return path, nil
 }
 
 func runtimeConf(a Attachment) *libcni.RuntimeConf {
@@ -129,7 +310,10 @@ func runtimeConf(a Attachment) *libcni.RuntimeConf {
 			{"K8S_POD_UID", a.PodUID},
 			{"K8S_POD_INFRA_CONTAINER_ID", a.ID},
 		},
+		CapabilityArgs: map[string]any{},
 	}
+	// Capabilities only when set: a plugin given one applies it, e.g.
+	// bandwidth would reject an empty limit.
 	if len(a.PortMappings) > 0 {
 		pms := make([]PortMapping, len(a.PortMappings))
 		for i, pm := range a.PortMappings {
@@ -139,9 +323,26 @@ func runtimeConf(a Attachment) *libcni.RuntimeConf {
 			}
 			pms[i] = pm
 		}
-		rt.CapabilityArgs = map[string]any{"portMappings": pms}
+		rt.CapabilityArgs["portMappings"] = pms
+	}
+	if a.Bandwidth != nil {
+		rt.CapabilityArgs["bandwidth"] = a.Bandwidth
+	}
+	if a.DNS != nil {
+		rt.CapabilityArgs["dns"] = a.DNS
 	}
 	return rt
+}
+
+// cachedRuntimeConf rebuilds the runtime config of a cached ADD.
+func cachedRuntimeConf(c *libcni.NetworkAttachment, netns string) *libcni.RuntimeConf {
+	return &libcni.RuntimeConf{
+		ContainerID:    c.ContainerID,
+		NetNS:          netns,
+		IfName:         c.IfName,
+		Args:           c.CniArgs,
+		CapabilityArgs: c.CapabilityArgs,
+	}
 }
 
 // podIPs returns the result's addresses on interfaces inside the pod (or on

@@ -42,7 +42,7 @@ func requireRoot(t *testing.T) {
 func requirePlugins(t *testing.T) {
 	t.Helper()
 	requireRoot(t)
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback", "tuning"} {
+	for _, p := range []string{"bridge", "host-local", "portmap", "bandwidth", "loopback", "tuning"} {
 		_, err := os.Stat(filepath.Join(pluginDir, p))
 		require(t, err == nil, "CNI plugin "+filepath.Join(pluginDir, p))
 	}
@@ -56,14 +56,7 @@ func requirePlugins(t *testing.T) {
 func testNetwork(t *testing.T) Config {
 	t.Helper()
 	bridge, subnet := freeBridgeAndSubnet(t)
-	t.Cleanup(func() {
-		if _, err := net.InterfaceByName(bridge); err != nil {
-			return
-		}
-		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
-			t.Errorf("ip link del %s: %v: %s", bridge, err, out)
-		}
-	})
+	deleteBridgeAtEnd(t, bridge)
 	dir := t.TempDir()
 	return Config{
 		ConfDir:       filepath.Join(dir, "net.d"),
@@ -73,6 +66,19 @@ func testNetwork(t *testing.T) Config {
 		DefaultBridge: bridge,
 		Logger:        testLogger(t),
 	}
+}
+
+// deleteBridgeAtEnd deletes the bridge, if the plugins made it, when the
+// test ends.
+func deleteBridgeAtEnd(t *testing.T, bridge string) {
+	t.Cleanup(func() {
+		if _, err := net.InterfaceByName(bridge); err != nil {
+			return
+		}
+		if out, err := exec.Command("ip", "link", "del", bridge).CombinedOutput(); err != nil {
+			t.Errorf("ip link del %s: %v: %s", bridge, err, out)
+		}
+	})
 }
 
 func freeBridgeAndSubnet(t *testing.T) (string, string) {

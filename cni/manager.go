@@ -9,14 +9,22 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync"
+	"syscall"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
 )
 
-// ErrPluginNotFound means the network config names a plugin that is in none
-// of the bin dirs.
-var ErrPluginNotFound = errors.New("CNI plugin not found")
+var (
+	// ErrNetworkNotReady means no usable network config is loaded: none in
+	// ConfDir, an invalid one, or a plugin it names is missing. New pods
+	// cannot be attached until it is fixed; the error says what to fix.
+	ErrNetworkNotReady = errors.New("network not ready")
+	// ErrPluginNotFound means the network config names a plugin that is in
+	// none of the bin dirs. It comes wrapped in ErrNetworkNotReady.
+	ErrPluginNotFound = errors.New("CNI plugin not found")
+)
 
 // Defaults for the network written when ConfDir holds no config.
 const (
@@ -41,18 +49,42 @@ type Config struct {
 	Logger        *slog.Logger // nil discards
 }
 
-// Manager attaches pods to the one network loaded by New. Its methods are
-// safe for concurrent use: each call runs the plugins anew.
+// Manager attaches pods to the network of the first config in ConfDir,
+// reloaded when that file changes. Its methods are safe for concurrent use:
+// each call runs the plugins anew.
 type Manager struct {
-	cni  *libcni.CNIConfig
-	list *libcni.NetworkConfigList
-	log  *slog.Logger
+	cni     *libcni.CNIConfig
+	confDir string
+	binDirs []string
+	log     *slog.Logger
+
+	mu sync.Mutex
+	// The config file as last seen, to notice a change with one stat.
+	seen configFile
+	// list is the last config that parsed, kept while the file is broken
+	// as the best guess for a DEL that has no cached config.
+	list     *libcni.NetworkConfigList
+	loadErr  error          // why the file last seen did not load
+	notReady error          // as last reported, to log only changes
+	busy     map[string]int // IDs with an Add, Del or Check running; GC skips them
+
+	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
 }
 
-// New loads the lexicographically first *.conflist, *.conf or *.json in
-// ConfDir, as the kubelet and containerd do. If there is none it first writes
-// a default bridge network there. Every plugin the config names must be in a
-// bin dir, so a broken setup fails at start rather than at the first pod.
+// configFile identifies a version of a config file without reading it.
+type configFile struct {
+	path  string
+	ino   uint64
+	size  int64
+	mtime int64 // ns; an int so that == compares it
+}
+
+// New returns a Manager for the lexicographically first *.conflist, *.conf
+// or *.json in ConfDir, as the kubelet and containerd pick it, after writing
+// a default bridge network there if ConfDir holds no config at all. An
+// invalid config or a missing plugin is not an error here: the Manager
+// reports it through Ready and Add until it is fixed. New fails only on an
+// incomplete Config or when it cannot write the default config.
 func New(cfg Config) (*Manager, error) {
 	if cfg.ConfDir == "" || cfg.CacheDir == "" || len(cfg.BinDirs) == 0 {
 		return nil, errors.New("cni: ConfDir, CacheDir and BinDirs are required")
@@ -67,42 +99,145 @@ func New(cfg Config) (*Manager, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-
-	path, err := findConfig(cfg.ConfDir)
-	if err != nil {
-		return nil, err
+	m := &Manager{
+		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
+		confDir: cfg.ConfDir,
+		binDirs: cfg.BinDirs,
+		log:     log,
+		busy:    map[string]int{},
 	}
-	if path == "" {
+	// An unreadable ConfDir is left for Ready to report.
+	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
 		if path, err = writeDefaultConfig(cfg); err != nil {
 			return nil, err
 		}
 		log.Info("wrote default CNI config", "path", path, "bridge", cfg.DefaultBridge, "subnet", cfg.DefaultSubnet)
 	}
-	list, err := loadConfig(path)
+	m.refresh() // logs what it found; Ready and Add report it
+	return m, nil
+}
+
+// Ready returns nil when new pods can be attached, or an error wrapping
+// ErrNetworkNotReady that names the config file and what is wrong with it.
+// Like Add, it first reloads the config if the file changed.
+func (m *Manager) Ready() error {
+	_, err := m.refresh()
+	return err
+}
+
+// NetworkName is the name of the network in the last config that loaded, or
+// "" if none did.
+func (m *Manager) NetworkName() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.list == nil {
+		return ""
+	}
+	return m.list.Name
+}
+
+// refresh reloads the config when the first config file in ConfDir is
+// another one, or was rewritten, since the last call, and checks that its
+// plugins are (still) installed. Both are a few stats, cheap enough to do
+// before every ADD. It returns the config for new attachments, or why there
+// is none.
+func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
+	file, statErr := statConfig(m.confDir)
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var err error
+	switch {
+	case statErr != nil:
+		err = statErr
+	case file.path == "":
+		err = fmt.Errorf("no network config in %s", m.confDir)
+	default:
+		if file != m.seen {
+			m.seen = file
+			list, loadErr := loadConfig(file.path)
+			m.loadErr = loadErr
+			if loadErr == nil {
+				m.list = list
+				m.log.Info("loaded CNI config", "path", file.path, "network", list.Name)
+			}
+		}
+		err = m.loadErr
+		if err == nil {
+			err = checkPlugins(file.path, m.list, m.binDirs)
+		}
+	}
+	if err != nil {
+		err = fmt.Errorf("cni: %w: %w", ErrNetworkNotReady, err)
+	}
+	m.logReadiness(err)
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range list.Plugins {
-		if _, err := invoke.FindInPath(p.Network.Type, cfg.BinDirs); err != nil {
-			return nil, fmt.Errorf("cni: %s: plugin %q: %w in %v", path, p.Network.Type, ErrPluginNotFound, cfg.BinDirs)
-		}
-	}
-	log.Info("loaded CNI config", "path", path, "network", list.Name)
-	return &Manager{
-		cni:  libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
-		list: list,
-		log:  log,
-	}, nil
+	return m.list, nil
 }
 
-// NetworkName is the name of the loaded network.
-func (m *Manager) NetworkName() string { return m.list.Name }
+// logReadiness logs when readiness, or the reason for its absence, changes.
+func (m *Manager) logReadiness(err error) {
+	switch {
+	case err != nil && (m.notReady == nil || err.Error() != m.notReady.Error()):
+		m.log.Warn("CNI network not ready", "err", err)
+	case err == nil && m.notReady != nil:
+		m.log.Info("CNI network ready", "network", m.list.Name)
+	}
+	m.notReady = err
+}
+
+// track marks id busy for GC until the returned func is called.
+func (m *Manager) track(id string) (done func()) {
+	m.mu.Lock()
+	m.busy[id]++
+	m.mu.Unlock()
+	return func() {
+		m.mu.Lock()
+		if m.busy[id]--; m.busy[id] == 0 {
+			delete(m.busy, id)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *Manager) isBusy(id string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.busy[id] > 0
+}
+
+// lastList returns the last config that loaded, or nil.
+func (m *Manager) lastList() *libcni.NetworkConfigList {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.list
+}
+
+// statConfig identifies the first config file in dir; its path is "" if
+// there is none.
+func statConfig(dir string) (configFile, error) {
+	path, err := findConfig(dir)
+	if err != nil || path == "" {
+		return configFile{}, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return configFile{}, err
+	}
+	f := configFile{path: path, size: fi.Size(), mtime: fi.ModTime().UnixNano()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		f.ino = st.Ino // a config replaced by rename may keep size and mtime
+	}
+	return f, nil
+}
 
 // findConfig returns the first config file in dir, or "" if there is none.
 func findConfig(dir string) (string, error) {
 	files, err := libcni.ConfFiles(dir, []string{".conflist", ".conf", ".json"})
 	if err != nil {
-		return "", fmt.Errorf("cni: read config dir %s: %w", dir, err)
+		return "", fmt.Errorf("read config dir %s: %w", dir, err)
 	}
 	if len(files) == 0 {
 		return "", nil
@@ -116,17 +251,15 @@ func findConfig(dir string) (string, error) {
 func loadConfig(path string) (*libcni.NetworkConfigList, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("cni: %w", err)
+		return nil, err
 	}
-	var probe struct {
-		Plugins json.RawMessage `json:"plugins"`
-	}
+	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("cni: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
 	}
 	var list *libcni.NetworkConfigList
-	if probe.Plugins != nil {
-		list, err = libcni.NetworkConfFromFile(path)
+	if _, ok := probe["plugins"]; ok {
+		list, err = libcni.NetworkConfFromBytes(data)
 	} else {
 		var conf *libcni.PluginConfig
 		if conf, err = libcni.NetworkPluginConfFromBytes(data); err == nil {
@@ -134,17 +267,29 @@ func loadConfig(path string) (*libcni.NetworkConfigList, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("cni: %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if list.Name == "" {
-		return nil, fmt.Errorf("cni: %s: network has no name", path)
+		return nil, fmt.Errorf("%s: network has no name", path)
 	}
 	return list, nil
 }
 
-// writeDefaultConfig writes a bridge network with host-local IPAM, masquerade
-// and hostPort support. host-local keeps its leases next to CacheDir rather
-// than in /var/lib/cni, so all noderun state sits in its own state dir.
+// checkPlugins fails if a plugin the config names is in no bin dir, so that
+// a broken setup shows in Ready rather than halfway through an ADD.
+func checkPlugins(path string, list *libcni.NetworkConfigList, binDirs []string) error {
+	for _, p := range list.Plugins {
+		if _, err := invoke.FindInPath(p.Network.Type, binDirs); err != nil {
+			return fmt.Errorf("%s: %w: %q in bin dirs %v", path, ErrPluginNotFound, p.Network.Type, binDirs)
+		}
+	}
+	return nil
+}
+
+// writeDefaultConfig writes a bridge network with host-local IPAM,
+// masquerade, hostPort and bandwidth support. host-local keeps its leases
+// next to CacheDir rather than in /var/lib/cni, so all noderun state sits in
+// its own state dir.
 func writeDefaultConfig(cfg Config) (string, error) {
 	if _, _, err := net.ParseCIDR(cfg.DefaultSubnet); err != nil {
 		return "", fmt.Errorf("cni: default subnet: %w", err)
@@ -168,6 +313,7 @@ func writeDefaultConfig(cfg Config) (string, error) {
 				},
 			},
 			{"type": "portmap", "capabilities": obj{"portMappings": true}},
+			{"type": "bandwidth", "capabilities": obj{"bandwidth": true}},
 			{"type": "loopback"},
 		},
 	}

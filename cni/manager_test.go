@@ -2,8 +2,10 @@ package cni
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -45,7 +47,7 @@ func TestNewWritesDefaultConfig(t *testing.T) {
 	var logs bytes.Buffer
 	cfg := Config{
 		ConfDir:       filepath.Join(dir, "net.d"),
-		BinDirs:       []string{stubBinDir(t, "bridge", "host-local", "portmap", "loopback")},
+		BinDirs:       []string{stubBinDir(t, "bridge", "host-local", "portmap", "bandwidth", "loopback")},
 		CacheDir:      filepath.Join(dir, "state", "cni", "cache"),
 		DefaultSubnet: "10.200.9.0/24",
 		DefaultBridge: "nrttest",
@@ -84,10 +86,10 @@ func TestNewWritesDefaultConfig(t *testing.T) {
 	if err := json.Unmarshal(data, &got); err != nil {
 		t.Fatal(err)
 	}
-	if len(got.Plugins) != 3 {
-		t.Fatalf("want bridge, portmap, loopback; got %s", data)
+	if len(got.Plugins) != 4 {
+		t.Fatalf("want bridge, portmap, bandwidth, loopback; got %s", data)
 	}
-	br, pm := got.Plugins[0], got.Plugins[1]
+	br, pm, bw := got.Plugins[0], got.Plugins[1], got.Plugins[2]
 	if br.Type != "bridge" || br.Bridge != "nrttest" || !br.IsGateway || !br.IPMasq {
 		t.Errorf("bridge plugin: %+v", br)
 	}
@@ -98,8 +100,14 @@ func TestNewWritesDefaultConfig(t *testing.T) {
 	if pm.Type != "portmap" || !pm.Capabilities["portMappings"] {
 		t.Errorf("portmap plugin: %+v", pm)
 	}
-	if got.Plugins[2].Type != "loopback" {
-		t.Errorf("last plugin: %+v", got.Plugins[2])
+	if bw.Type != "bandwidth" || !bw.Capabilities["bandwidth"] {
+		t.Errorf("bandwidth plugin: %+v", bw)
+	}
+	if got.Plugins[3].Type != "loopback" {
+		t.Errorf("last plugin: %+v", got.Plugins[3])
+	}
+	if err := m.Ready(); err != nil {
+		t.Errorf("Ready() = %v", err)
 	}
 
 	// A restart loads the file it wrote instead of writing another.
@@ -174,45 +182,55 @@ func TestNewPicksFirstConfig(t *testing.T) {
 	}
 }
 
-func TestNewErrors(t *testing.T) {
+func TestNotReady(t *testing.T) {
 	tests := []struct {
 		name     string
-		file     string
-		data     string
+		files    map[string]string
 		wantIs   error
 		wantText []string
 	}{
 		{
 			name:     "missing plugin",
-			file:     "10-net.conflist",
-			data:     `{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"bridge"},{"type":"nrt-no-such-plugin"}]}`,
+			files:    map[string]string{"10-net.conflist": `{"cniVersion":"1.0.0","name":"net","plugins":[{"type":"bridge"},{"type":"nrt-no-such-plugin"}]}`},
 			wantIs:   ErrPluginNotFound,
-			wantText: []string{"10-net.conflist", `"nrt-no-such-plugin"`},
+			wantText: []string{"10-net.conflist", `"nrt-no-such-plugin"`, "bin dirs"},
 		},
 		{
 			name:     "malformed",
-			file:     "10-bad.conf",
-			data:     `{"name":`,
+			files:    map[string]string{"10-bad.conf": `{"name":`},
 			wantText: []string{"10-bad.conf"},
 		},
 		{
 			name:     "single plugin without type",
-			file:     "10-notype.conf",
-			data:     `{"cniVersion":"1.0.0","name":"net"}`,
+			files:    map[string]string{"10-notype.conf": `{"cniVersion":"1.0.0","name":"net"}`},
 			wantText: []string{"10-notype.conf", "type"},
+		},
+		{
+			// The first file decides, even if a later one is fine.
+			name: "first of two broken",
+			files: map[string]string{
+				"10-bad.conflist": `{"cniVersion":"1.0.0","plugins":[{"type":"bridge"}]}`,
+				"20-ok.conflist":  `{"cniVersion":"1.0.0","name":"ok","plugins":[{"type":"bridge"}]}`,
+			},
+			wantText: []string{"10-bad.conflist", "no name"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			confDir := t.TempDir()
-			writeFiles(t, confDir, map[string]string{tt.file: tt.data})
-			_, err := New(Config{
+			writeFiles(t, confDir, tt.files)
+			m, err := New(Config{
 				ConfDir:  confDir,
 				BinDirs:  []string{stubBinDir(t, "bridge")},
 				CacheDir: filepath.Join(t.TempDir(), "cache"),
+				Logger:   testLogger(t),
 			})
-			if err == nil {
-				t.Fatal("New succeeded")
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			err = m.Ready()
+			if !errors.Is(err, ErrNetworkNotReady) {
+				t.Fatalf("Ready() = %v, want ErrNetworkNotReady", err)
 			}
 			if tt.wantIs != nil && !errors.Is(err, tt.wantIs) {
 				t.Errorf("error %q is not %v", err, tt.wantIs)
@@ -222,6 +240,79 @@ func TestNewErrors(t *testing.T) {
 					t.Errorf("error %q does not name %s", err, s)
 				}
 			}
+			_, err = m.Add(context.Background(), Attachment{ID: "nrt-x", NetNS: "/proc/self/ns/net"})
+			if !errors.Is(err, ErrNetworkNotReady) {
+				t.Errorf("Add() = %v, want ErrNetworkNotReady", err)
+			}
 		})
+	}
+}
+
+// TestReload changes the config dir under a Manager and checks that each
+// change shows in the next Ready, without a new Manager.
+func TestReload(t *testing.T) {
+	confDir := t.TempDir()
+	binDir := stubBinDir(t, "bridge")
+	writeFiles(t, confDir, map[string]string{"10-net.conflist": `{"name":`})
+	m, err := New(Config{
+		ConfDir:  confDir,
+		BinDirs:  []string{binDir},
+		CacheDir: filepath.Join(t.TempDir(), "cache"),
+		Logger:   testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const list = `{"cniVersion":"1.0.0","name":%q,"plugins":[{"type":%q}]}`
+	steps := []struct {
+		name      string
+		change    func()
+		wantReady bool
+		wantNet   string
+	}{
+		{"broken at start", func() {}, false, ""},
+		{"fixed", func() {
+			writeFiles(t, confDir, map[string]string{"10-net.conflist": fmt.Sprintf(list, "fixed", "bridge")})
+		}, true, "fixed"},
+		{"replaced by rename", func() {
+			if err := writeFileAtomic(filepath.Join(confDir, "10-net.conflist"), fmt.Appendf(nil, list, "renamed", "bridge")); err != nil {
+				t.Fatal(err)
+			}
+		}, true, "renamed"},
+		{"an earlier file appears", func() {
+			writeFiles(t, confDir, map[string]string{"05-first.conflist": fmt.Sprintf(list, "first", "bridge")})
+		}, true, "first"},
+		{"its plugin goes missing", func() {
+			writeFiles(t, confDir, map[string]string{"05-first.conflist": fmt.Sprintf(list, "first", "nrt-later")})
+		}, false, "first"},
+		{"the plugin is installed", func() {
+			writeFiles(t, binDir, map[string]string{"nrt-later": ""})
+			if err := os.Chmod(filepath.Join(binDir, "nrt-later"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}, true, "first"},
+		{"broken again", func() {
+			writeFiles(t, confDir, map[string]string{"05-first.conflist": `[]`})
+		}, false, "first"}, // the last good config stays for DELs without a cache
+		{"all configs removed", func() {
+			for _, f := range []string{"05-first.conflist", "10-net.conflist"} {
+				if err := os.Remove(filepath.Join(confDir, f)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, false, "first"},
+	}
+	for _, st := range steps {
+		st.change()
+		err := m.Ready()
+		if (err == nil) != st.wantReady {
+			t.Errorf("%s: Ready() = %v, want ready %v", st.name, err, st.wantReady)
+		}
+		if err != nil && !errors.Is(err, ErrNetworkNotReady) {
+			t.Errorf("%s: %v is not ErrNetworkNotReady", st.name, err)
+		}
+		if got := m.NetworkName(); got != st.wantNet {
+			t.Errorf("%s: NetworkName() = %q, want %q", st.name, got, st.wantNet)
+		}
 	}
 }
