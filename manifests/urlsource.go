@@ -1,0 +1,405 @@
+package manifests
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Why a fetch changed nothing; the last good set keeps running.
+var (
+	ErrHTTPStatus = errors.New("unexpected HTTP status")
+	ErrEmptyBody  = errors.New("empty body (serve an empty PodList for no pods)")
+)
+
+// maxURLBackoff caps the wait between failed polls, unless the check
+// interval is longer.
+const maxURLBackoff = 5 * time.Minute
+
+// URLSource polls a URL for Pod manifests (a Pod, a PodList or several YAML
+// documents) and emits a Snapshot whenever what it serves changes.
+type URLSource struct {
+	url      string // as given, for requests
+	display  string // without credentials: logs, errors, identity, state file
+	nodeName string
+	source   string
+	headers  http.Header
+	interval time.Duration
+	timeout  time.Duration
+	stateDir string // where the last good response is kept; "" keeps none
+	tls      tlsFiles
+	client   *http.Client
+	log      *slog.Logger
+	jitter   func() float64 // in [0, 1)
+}
+
+// URLOption configures a URLSource.
+type URLOption func(*URLSource)
+
+// WithCheckInterval sets how often the URL is polled; the default is 20s.
+func WithCheckInterval(d time.Duration) URLOption {
+	return func(s *URLSource) { s.interval = d }
+}
+
+// WithTimeout bounds each request, body included; the default is 10s.
+func WithTimeout(d time.Duration) URLOption {
+	return func(s *URLSource) { s.timeout = d }
+}
+
+// WithHeader adds a request header, e.g. an Authorization token.
+func WithHeader(name, value string) URLOption {
+	return func(s *URLSource) { s.headers.Add(name, value) }
+}
+
+// WithTLSFiles makes the source trust only the CAs in caFile (when set) and
+// present the client certificate in certFile and keyFile (when set).
+func WithTLSFiles(caFile, certFile, keyFile string) URLOption {
+	return func(s *URLSource) { s.tls = tlsFiles{ca: caFile, cert: certFile, key: keyFile} }
+}
+
+// WithStateDir keeps the last good response in dir, so that pods from the
+// URL run after a reboot without network.
+func WithStateDir(dir string) URLOption {
+	return func(s *URLSource) { s.stateDir = dir }
+}
+
+// WithURLLogger sets the logger; the default discards.
+func WithURLLogger(l *slog.Logger) URLOption {
+	return func(s *URLSource) { s.log = l }
+}
+
+// NewURLSource returns a source for an http or https URL whose pods are to
+// run on nodeName. Credentials in the URL are left out of the pods' identity,
+// so rotating them does not restart the pods.
+func NewURLSource(rawURL, nodeName string, opts ...URLOption) (*URLSource, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("manifest URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("manifest URL %q: want http:// or https://", u.Redacted())
+	}
+	u.User = nil
+	s := &URLSource{url: rawURL, display: u.String(), nodeName: nodeName, headers: http.Header{}}
+	for _, o := range opts {
+		o(s)
+	}
+	if s.interval <= 0 {
+		s.interval = 20 * time.Second
+	}
+	if s.timeout <= 0 {
+		s.timeout = 10 * time.Second
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.jitter = rand.Float64
+	s.source = "http:" + s.display
+	if s.client, err = s.tls.client(); err != nil {
+		return nil, fmt.Errorf("manifest URL %s: %w", s.display, err)
+	}
+	return s, nil
+}
+
+// tlsFiles names the PEM files of a URL source's TLS settings; "" for none.
+type tlsFiles struct{ ca, cert, key string }
+
+func (f tlsFiles) client() (*http.Client, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if f.ca != "" {
+		pem, err := os.ReadFile(f.ca)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%s: no PEM certificate", f.ca)
+		}
+	}
+	if (f.cert == "") != (f.key == "") {
+		return nil, errors.New("a client certificate needs both a certificate and a key file")
+	}
+	if f.cert != "" {
+		cert, err := tls.LoadX509KeyPair(f.cert, f.key)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = cfg
+	return &http.Client{Transport: tr}, nil
+}
+
+// headerRE is an HTTP header line: a token, a colon, a value.
+var headerRE = regexp.MustCompile("^([!#$%&'*+.^_`|~0-9A-Za-z-]+):[ \t]*(.*)$")
+
+// ParseHeader splits "Name: value" as given to --manifest-url-header.
+func ParseHeader(line string) (name, value string, err error) {
+	m := headerRE.FindStringSubmatch(line)
+	if m == nil {
+		return "", "", fmt.Errorf("header %q: want \"Name: value\"", line)
+	}
+	return m[1], strings.TrimSpace(m[2]), nil
+}
+
+// Run sends a Snapshot promptly (the persisted last good set at once, if
+// there is one, else the first fetch's outcome), then one each time what the
+// URL serves changes, until ctx ends. It always returns nil.
+func (s *URLSource) Run(ctx context.Context, out chan<- Snapshot) error {
+	r := &urlRun{URLSource: s}
+	sent := false
+	if r.restore() {
+		if !r.send(ctx, out, true) {
+			return nil
+		}
+		sent = true
+	}
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-timer.C:
+		}
+		r.poll(ctx)
+		if !r.send(ctx, out, !sent) {
+			return nil
+		}
+		sent = true
+		timer.Reset(backoff(r.interval, r.failures, r.jitter()))
+	}
+}
+
+// backoff is the wait before the next poll: the interval, doubled for each
+// consecutive failure after the first up to maxURLBackoff (or the interval if
+// longer), then within ±10% so that a fleet does not poll in step.
+func backoff(interval time.Duration, failures int, jitter float64) time.Duration {
+	d := interval
+	for i := 1; i < failures && d < maxURLBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, max(interval, maxURLBackoff))
+	return time.Duration(float64(d) * (0.9 + 0.2*jitter))
+}
+
+// urlRun is the state of one Run.
+type urlRun struct {
+	*URLSource
+	content      *fileResult // from the last body accepted; nil before any
+	etag         string
+	lastModified string
+	fetchErr     error // the last poll's failure, if it failed
+	failures     int   // consecutive failed polls
+	last         string
+	changes      changeLog
+}
+
+// response is a successful fetch: a new body, or notModified.
+type response struct {
+	notModified  bool
+	body         []byte
+	etag         string
+	lastModified string
+}
+
+// poll fetches the URL once; a failure changes nothing but the error shown.
+func (r *urlRun) poll(ctx context.Context) {
+	resp, err := r.fetch(ctx)
+	if err == nil && !resp.notModified && emptyManifest(resp.body) {
+		err = ErrEmptyBody
+	}
+	if err != nil {
+		r.failures++
+		r.fetchErr = &ManifestError{File: r.display, Err: err}
+		return
+	}
+	r.failures, r.fetchErr = 0, nil
+	if resp.notModified {
+		return
+	}
+	r.etag, r.lastModified = resp.etag, resp.lastModified
+	if r.content != nil && r.content.readOK && bytes.Equal(r.content.data, resp.body) {
+		return
+	}
+	r.content = keepLastGood(r.content, parseManifest(resp.body, r.display, r.nodeName, r.source, time.Now()))
+	if len(r.content.errs) == 0 {
+		r.persist()
+	}
+}
+
+func (r *urlRun) fetch(ctx context.Context) (response, error) {
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.url, nil)
+	if err != nil {
+		return response{}, err
+	}
+	req.Header = r.headers.Clone()
+	if req.Header.Get("User-Agent") == "" {
+		req.Header.Set("User-Agent", "noderun")
+	}
+	// Conditional only with a body to fall back on.
+	if r.content != nil && r.etag != "" {
+		req.Header.Set("If-None-Match", r.etag)
+	}
+	if r.content != nil && r.lastModified != "" {
+		req.Header.Set("If-Modified-Since", r.lastModified)
+	}
+	resp, err := r.client.Do(req)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err // the error names the URL already
+	}
+	if err != nil {
+		return response{}, err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotModified && r.content != nil:
+		return response{notModified: true}, nil
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		return response{}, fmt.Errorf("%w: %s", ErrHTTPStatus, resp.Status)
+	case resp.ContentLength > MaxFileSize:
+		return response{}, ErrTooLarge
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxFileSize+1))
+	if err != nil {
+		return response{}, fmt.Errorf("reading body: %w", err)
+	}
+	if len(body) > MaxFileSize {
+		return response{}, ErrTooLarge
+	}
+	return response{body: body, etag: resp.Header.Get("ETag"), lastModified: resp.Header.Get("Last-Modified")}, nil
+}
+
+// emptyManifest reports whether data holds no document at all, as opposed
+// to an explicit empty PodList: a truncated or blank answer must not stop
+// every pod.
+func emptyManifest(data []byte) bool {
+	for _, c := range splitDocuments(data) {
+		if js, err := yaml.YAMLToJSON(c.text); err != nil || !bytes.Equal(js, []byte("null")) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *urlRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {
+	snap, fingerprint := r.snapshot()
+	if !force && fingerprint == r.last {
+		return true
+	}
+	select {
+	case out <- snap:
+		r.last = fingerprint
+		r.changes.report(r.log, snap)
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (r *urlRun) snapshot() (Snapshot, string) {
+	results := map[string]*fileResult{}
+	var order []string
+	if r.content != nil {
+		results[r.display], order = r.content, []string{r.display}
+	}
+	var extra []error
+	if r.fetchErr != nil {
+		extra = append(extra, r.fetchErr)
+	}
+	snap, fp := assemble(r.source, order, results, extra...)
+	snap.Info.Kind, snap.Info.URL = KindURL, r.display
+	snap.Info.ETag, snap.Info.LastModified = r.etag, r.lastModified
+	if r.content != nil {
+		snap.Info.ReadAt = r.content.readAt
+	}
+	return snap, fp
+}
+
+// persisted is the last good response as kept in the state directory.
+type persisted struct {
+	URL          string    `json:"url"`
+	Body         string    `json:"body"`
+	ETag         string    `json:"etag,omitempty"`
+	LastModified string    `json:"lastModified,omitempty"`
+	FetchedAt    time.Time `json:"fetchedAt"`
+}
+
+// statePath is <state dir>/<sha256 of the URL>.json.
+func (r *urlRun) statePath() string {
+	sum := sha256.Sum256([]byte(r.display))
+	return filepath.Join(r.stateDir, hex.EncodeToString(sum[:])+".json")
+}
+
+// persist writes the current body atomically; the body may hold secrets, so
+// only root reads it. A failure is logged: the pods run all the same.
+func (r *urlRun) persist() {
+	if r.stateDir == "" {
+		return
+	}
+	data, err := json.Marshal(persisted{URL: r.display, Body: string(r.content.data), ETag: r.etag,
+		LastModified: r.lastModified, FetchedAt: r.content.readAt})
+	if err == nil {
+		err = writeFileAtomic(r.statePath(), data)
+	}
+	if err != nil {
+		r.log.Warn("cannot keep the last good manifests", "url", r.display, "err", err)
+	}
+}
+
+func writeFileAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// restore loads the persisted last good response, if any, and reports
+// whether it did.
+func (r *urlRun) restore() bool {
+	if r.stateDir == "" {
+		return false
+	}
+	data, err := os.ReadFile(r.statePath())
+	if errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	var p persisted
+	if err == nil {
+		err = json.Unmarshal(data, &p)
+	}
+	if err != nil {
+		r.log.Warn("ignoring the kept manifests", "url", r.display, "err", err)
+		return false
+	}
+	r.content = parseManifest([]byte(p.Body), r.display, r.nodeName, r.source, p.FetchedAt)
+	r.etag, r.lastModified = p.ETag, p.LastModified
+	r.log.Info("running the kept manifests until the URL answers", "url", r.display, "fetched", p.FetchedAt)
+	return true
+}
