@@ -107,7 +107,7 @@ func decodeChunk(c chunk) ([]document, []error) {
 	line := firstContentLine(c)
 	js, err := yaml.YAMLToJSONStrict(c.text)
 	if err != nil {
-		return nil, []error{yamlError(err, c.line, line)}
+		return nil, []error{yamlError(err, c, line)}
 	}
 	if bytes.Equal(js, []byte("null")) {
 		return nil, nil
@@ -140,12 +140,15 @@ func decodeChunk(c chunk) ([]document, []error) {
 }
 
 // yamlError turns a parser error into a ManifestError whose line numbers
-// count from the top of the file rather than the document.
-func yamlError(err error, base, fallback int) *ManifestError {
+// count from the top of the file rather than the document. An error at the
+// end of input is put on the document's last line, where the parser may
+// count one more.
+func yamlError(err error, c chunk, fallback int) *ManifestError {
 	lineRE := regexp.MustCompile(`line \d+`)
+	last := c.line + bytes.Count(bytes.TrimRight(c.text, "\n"), []byte("\n"))
 	absolute := func(m string) int {
 		n, _ := strconv.Atoi(strings.TrimPrefix(m, "line "))
-		return base + n - 1
+		return min(c.line+n-1, last)
 	}
 	me := &ManifestError{Line: fallback, Err: err}
 	msg := strings.Join(strings.Fields(strings.TrimPrefix(err.Error(), "yaml: ")), " ")
