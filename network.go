@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -19,21 +20,55 @@ import (
 // its sandbox dir (on the run-dir tmpfs), so a restarted noderun finds a live
 // sandbox without calling CNI again, while after a reboot the dir is gone and
 // the stale allocation is released before the pod is attached anew.
+//
+// It also watches the host's links: when a pod's veth (or the bridge) is
+// deleted, the pod is marked suspect and its worker poked, and its next
+// Check asks the plugins, so the sandbox is repaired at once.
 type network struct {
 	cni     *cni.Manager
 	podsDir string // <run-dir>/pods, where sandbox dirs live
 	log     *slog.Logger
+	changed func(sandboxID string) // pokes the pod's worker
+
+	mu      sync.Mutex
+	ifaces  map[string]map[string]bool // host interface -> sandbox IDs using it
+	suspect map[string]bool            // sandbox IDs whose interface vanished
 }
 
 var _ runner.Network = (*network)(nil)
 
 const ipsFile = "ips.json"
 
+func newNetwork(m *cni.Manager, podsDir string, log *slog.Logger) *network {
+	return &network{cni: m, podsDir: podsDir, log: log,
+		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}}
+}
+
+// watch reports deleted host interfaces to the pods using them, until ctx ends.
+func (n *network) watch(ctx context.Context) {
+	err := cni.WatchLinkDeletions(ctx, func(name string) {
+		n.mu.Lock()
+		ids := n.ifaces[name]
+		for id := range ids {
+			n.suspect[id] = true
+		}
+		n.mu.Unlock()
+		for id := range ids {
+			n.log.Warn("a pod's host interface was deleted", "interface", name, "sandbox", id)
+			n.changed(id)
+		}
+	})
+	if err != nil {
+		n.log.Error("watching host interfaces stopped; deleted veths are found by the periodic check only", "err", err)
+	}
+}
+
 func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
 			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false)
+			n.track(sb)
 			return ips, false, err
 		}
 	}
@@ -42,29 +77,46 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true)
 		return nil, fresh, err
 	}
+	att, err := attachment(sb)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := n.cni.Ready(); err != nil {
+		return nil, false, notReady(err)
+	}
 	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false); err != nil {
 		return nil, false, err
 	}
-	att := attachment(sb)
 	// A fresh netns but an attachment left from an earlier boot or a crash
 	// mid-ADD: release it first so its IP does not leak.
 	if n.cni.Attached(att) {
+		n.untrack(sb.ID)
 		if err := n.cni.Del(ctx, withoutNetNS(att)); err != nil {
 			n.log.Warn("releasing a stale pod network failed", "pod", sb.Namespace+"/"+sb.PodName, "err", err)
 		}
 	}
 	ips, err := n.cni.Add(ctx, att)
 	if err != nil {
-		return nil, false, err
+		return nil, false, notReady(err)
 	}
+	n.track(sb)
 	b, _ := json.Marshal(ips) // a []string always marshals
 	return ips, true, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
 }
 
+func notReady(err error) error {
+	if errors.Is(err, cni.ErrNetworkNotReady) {
+		return fmt.Errorf("%w: %w", runner.ErrNetworkNotReady, err)
+	}
+	return err
+}
+
 func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
+	n.untrack(sb.ID) // our own DEL removes the veth: not a breakage
 	var errs []error
 	if !sb.HostNetwork {
-		errs = append(errs, n.cni.Del(ctx, attachment(sb)))
+		att, _ := attachment(sb) // DEL needs no bandwidth: a bad annotation is no reason to leak
+		errs = append(errs, n.cni.Del(ctx, att))
 	}
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
@@ -73,23 +125,39 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 	return errors.Join(errs...)
 }
 
-// Check finds a sandbox whose pinned netns vanished.
-func (n *network) Check(_ context.Context, sb *runner.Sandbox, _ bool) error {
+// Check finds a sandbox whose pinned netns vanished; deeply, or when one of
+// its host interfaces was deleted, it asks the plugins (CNI CHECK).
+func (n *network) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
 	if !isNamespace(sb.NetNSPath()) {
 		return fmt.Errorf("%w: %s is not a network namespace", runner.ErrSandboxBroken, sb.NetNSPath())
 	}
-	return nil
+	n.mu.Lock()
+	suspect := n.suspect[sb.ID]
+	delete(n.suspect, sb.ID)
+	n.mu.Unlock()
+	if !deep && !suspect {
+		return nil
+	}
+	att, _ := attachment(sb)
+	err := n.cni.Check(ctx, att)
+	if errors.Is(err, cni.ErrCheckFailed) {
+		return fmt.Errorf("%w: %w", runner.ErrSandboxBroken, err)
+	}
+	return err
 }
 
-// GC removes pinned namespaces of sandboxes noderun no longer knows.
-func (n *network) GC(_ context.Context, keep map[string]bool) error {
-	ents, err := os.ReadDir(n.podsDir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return err
+// GC releases CNI leftovers and removes pinned namespaces of sandboxes
+// noderun no longer knows.
+func (n *network) GC(ctx context.Context, keep map[string]bool) error {
+	released, err := n.cni.GC(ctx, keep)
+	if len(released) > 0 {
+		n.log.Info("released leftover pod networks", "sandboxes", released)
 	}
-	var errs []error
+	errs := []error{err}
+	ents, err := os.ReadDir(n.podsDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, err)
+	}
 	for _, d := range ents {
 		if d.IsDir() && !keep[d.Name()] {
 			dir := filepath.Join(n.podsDir, d.Name())
@@ -103,7 +171,35 @@ func (n *network) GC(_ context.Context, keep map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-func attachment(sb *runner.Sandbox) cni.Attachment {
+// track remembers which host interfaces the sandbox uses.
+func (n *network) track(sb *runner.Sandbox) {
+	att, _ := attachment(sb)
+	names := n.cni.HostInterfaces(att)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, name := range names {
+		if n.ifaces[name] == nil {
+			n.ifaces[name] = map[string]bool{}
+		}
+		n.ifaces[name][sb.ID] = true
+	}
+}
+
+func (n *network) untrack(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for name, ids := range n.ifaces {
+		delete(ids, id)
+		if len(ids) == 0 {
+			delete(n.ifaces, name)
+		}
+	}
+	delete(n.suspect, id)
+}
+
+// attachment describes the sandbox to CNI. The error is about the bandwidth
+// annotations, which only ADD needs.
+func attachment(sb *runner.Sandbox) (cni.Attachment, error) {
 	a := cni.Attachment{
 		ID: sb.ID, NetNS: sb.NetNSPath(),
 		PodNamespace: sb.Namespace, PodName: sb.PodName, PodUID: sb.PodUID,
@@ -112,7 +208,15 @@ func attachment(sb *runner.Sandbox) cni.Attachment {
 		a.PortMappings = append(a.PortMappings, cni.PortMapping{
 			HostPort: p.HostPort, ContainerPort: p.ContainerPort, Protocol: p.Protocol, HostIP: p.HostIP})
 	}
-	return a
+	if d := sb.DNS; len(d.Servers)+len(d.Searches)+len(d.Options) > 0 {
+		a.DNS = &cni.DNS{Servers: d.Servers, Searches: d.Searches, Options: d.Options}
+	}
+	bw, err := cni.ParseBandwidth(sb.IngressBandwidth, sb.EgressBandwidth)
+	if err != nil {
+		return a, fmt.Errorf("bandwidth annotations: %w", err)
+	}
+	a.Bandwidth = bw
+	return a, nil
 }
 
 func withoutNetNS(a cni.Attachment) cni.Attachment {

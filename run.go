@@ -80,6 +80,7 @@ func runNode(c *cli.Context) error {
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
 
+	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"), log)
 	nodeName := c.String("node-name")
 	hostIP := c.String("node-ip")
 	if hostIP == "" {
@@ -94,7 +95,9 @@ func runNode(c *cli.Context) error {
 				log.Warn("sd_notify", "err", err)
 			}
 		},
-	}, rt, &network{cni: cniMgr, podsDir: filepath.Join(runDir, "pods"), log: log})
+	}, rt, net)
+	net.changed = engine.NetworkChanged
+	go net.watch(ctx)
 
 	snaps := make(chan manifests.Snapshot)
 	for _, p := range paths {

@@ -182,6 +182,7 @@ type node struct {
 	cniConf, socket, out                    string
 	bridge, subnet, netName                 string
 	api                                     *http.Client
+	extraArgs                               []string // more noderun flags
 
 	proc *exec.Cmd
 	done chan struct{} // closed when proc has exited
@@ -220,8 +221,9 @@ func allocNet(t *testing.T) int {
 	return 0
 }
 
-// newNode prepares a node and starts noderun on it; cleanup tears it all down.
-func newNode(t *testing.T) *node {
+// newNode prepares a node and starts noderun on it, with extra flags if
+// given; cleanup tears it all down.
+func newNode(t *testing.T, extraArgs ...string) *node {
 	t.Helper()
 	requireE2E(t)
 	root, err := os.MkdirTemp("/tmp", "nre")
@@ -242,6 +244,8 @@ func newNode(t *testing.T) *node {
 		bridge:  fmt.Sprintf("nre2e%d", idx),
 		subnet:  fmt.Sprintf("10.211.%d.0/24", idx),
 		netName: fmt.Sprintf("nre2e%d", idx),
+
+		extraArgs: extraArgs,
 	}
 	n.socket = filepath.Join(n.run, "noderun.sock")
 	n.api = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -277,7 +281,11 @@ func nsSuffix(name string) string {
 
 // writeCNIConfig has the shape of noderun's default config but a bridge,
 // subnet and IPAM directory of the test's own.
-func (n *node) writeCNIConfig() {
+func (n *node) writeCNIConfig() { n.writeCNIConfigWith() }
+
+// writeCNIConfigWith adds plugins before loopback; noderun picks a changed
+// config up for new pods.
+func (n *node) writeCNIConfigWith(extra ...map[string]any) {
 	type obj = map[string]any
 	conf := obj{
 		"cniVersion": "1.0.0",
@@ -293,9 +301,9 @@ func (n *node) writeCNIConfig() {
 				},
 			},
 			{"type": "portmap", "capabilities": obj{"portMappings": true}},
-			{"type": "loopback"},
 		},
 	}
+	conf["plugins"] = append(append(conf["plugins"].([]obj), extra...), obj{"type": "loopback"})
 	b, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
 		n.t.Fatal(err)
@@ -316,7 +324,7 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	defer f.Close() // the child has its own copy
-	cmd := exec.Command(noderunBin,
+	args := []string{
 		"--manifests", n.podsDir,
 		"--node-name", nodeName,
 		"--state-dir", n.state,
@@ -331,7 +339,8 @@ func (n *node) start() {
 		"--status-socket", n.socket,
 		"--file-check-interval", "2s",
 		"--log-level", "debug",
-	)
+	}
+	cmd := exec.Command(noderunBin, append(args, n.extraArgs...)...)
 	cmd.Stdout, cmd.Stderr = f, f
 	// Should the test binary die without cleanup, noderun goes with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
