@@ -20,6 +20,7 @@ func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", e.serveHealthz)
 	mux.HandleFunc("GET /pods", e.servePods)
+	mux.HandleFunc("GET /manifests", e.serveManifests)
 	// Profiles for `make bench-profile`; the socket is root-only.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
 	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)

@@ -90,7 +90,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	for len(e.sources) < nSources {
 		select {
 		case s := <-snaps:
-			e.sources[s.Source] = s
+			e.setSource(s)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -118,7 +118,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 			e.wg.Wait()
 			return nil
 		case s := <-snaps:
-			e.sources[s.Source] = s
+			e.setSource(s)
 			e.apply(ctx)
 		case ev, ok := <-exits:
 			if ok {
@@ -150,13 +150,14 @@ func (e *Engine) gc(ctx context.Context) {
 	}
 }
 
-// NetworkChanged makes the worker of the pod with this sandbox ID look at its
-// network now; the network layer calls it when, say, a pod's veth vanishes.
+// NetworkChanged makes the worker of the pod with this sandbox ID (every
+// worker, for "") look at its network now; the network layer calls it when a
+// pod's veth vanishes or the CNI config changes.
 func (e *Engine) NetworkChanged(sandboxID string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for uid, w := range e.workers {
-		if SandboxID(string(uid)) == sandboxID {
+		if sandboxID == "" || SandboxID(string(uid)) == sandboxID {
 			w.poke()
 		}
 	}
@@ -349,8 +350,29 @@ func (e *Engine) Pods() []v1.Pod {
 	return out
 }
 
+// setSource stores a source's latest snapshot. Only the Run goroutine
+// writes e.sources, so it reads them without the lock; others lock.
+func (e *Engine) setSource(s manifests.Snapshot) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.sources[s.Source] = s
+}
+
+// Sources returns what each source last reported, sorted by source.
+func (e *Engine) Sources() []manifests.SourceInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]manifests.SourceInfo, 0, len(e.sources))
+	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
+		out = append(out, e.sources[name].Info)
+	}
+	return out
+}
+
 // SourceErrors returns each source's current manifest errors.
 func (e *Engine) SourceErrors() map[string][]error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	out := map[string][]error{}
 	for name, s := range e.sources {
 		if len(s.Errors) > 0 {
