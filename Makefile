@@ -42,3 +42,21 @@ lint:
 
 clean:
 	rm -rf bin $(EXAMPLE_IMG)
+
+# Benchmarks against the floor (containerd + CNI driven directly); see the
+# README's Performance section. Not part of `make test`, which runs a smoke.
+BENCH_DEPS := $(RUN_DEPS) iproute2
+
+.PHONY: bench bench-profile
+
+bench:
+	@./.ci/install-packages $(BENCH_DEPS)
+	$(GO) run ./bench -out bench-results/latest.json
+
+bench-profile:
+	@./.ci/install-packages $(BENCH_DEPS)
+	$(GO) run ./bench -profile bench-results
+	$(GO) tool pprof -top -nodecount=40 bench-results/noderun-cpu.pprof > bench-results/noderun-cpu.txt
+	$(GO) tool pprof -top -nodecount=40 -sample_index=inuse_space bench-results/noderun-heap.pprof > bench-results/noderun-heap.txt
+	$(GO) tool pprof -top -nodecount=40 -sample_index=alloc_space bench-results/noderun-heap.pprof > bench-results/noderun-allocs.txt
+	@echo "profiles and their top functions are in bench-results/"

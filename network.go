@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sync"
 
+	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
@@ -26,7 +27,8 @@ import (
 // Check asks the plugins, so the sandbox is repaired at once.
 type network struct {
 	cni     *cni.Manager
-	podsDir string // <run-dir>/pods, where sandbox dirs live
+	podsDir string   // <run-dir>/pods, where sandbox dirs live
+	cfgDirs []string // CNI conf and bin dirs: a change there may make the network ready
 	log     *slog.Logger
 	changed func(sandboxID string) // pokes the pod's worker
 
@@ -39,13 +41,15 @@ var _ runner.Network = (*network)(nil)
 
 const ipsFile = "ips.json"
 
-func newNetwork(m *cni.Manager, podsDir string, log *slog.Logger) *network {
-	return &network{cni: m, podsDir: podsDir, log: log,
+func newNetwork(m *cni.Manager, podsDir string, cfgDirs []string, log *slog.Logger) *network {
+	return &network{cni: m, podsDir: podsDir, cfgDirs: cfgDirs, log: log,
 		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}}
 }
 
-// watch reports deleted host interfaces to the pods using them, until ctx ends.
+// watch reports deleted host interfaces to the pods using them, and changes
+// to the CNI config or plugins to every pod, until ctx ends.
 func (n *network) watch(ctx context.Context) {
+	go n.watchConfig(ctx)
 	err := cni.WatchLinkDeletions(ctx, func(name string) {
 		n.mu.Lock()
 		ids := n.ifaces[name]
@@ -60,6 +64,32 @@ func (n *network) watch(ctx context.Context) {
 	})
 	if err != nil {
 		n.log.Error("watching host interfaces stopped; deleted veths are found by the periodic check only", "err", err)
+	}
+}
+
+// watchConfig pokes every pod (those waiting for a usable network retry at
+// once) when a CNI conf or bin dir changes.
+func (n *network) watchConfig(ctx context.Context) {
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		n.log.Warn("cannot watch the CNI config", "err", err)
+		return
+	}
+	defer w.Close()
+	for _, d := range n.cfgDirs {
+		if err := w.Add(d); err != nil {
+			n.log.Debug("not watching", "dir", d, "err", err)
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.Events:
+			n.changed("")
+		case err := <-w.Errors:
+			n.log.Warn("CNI config watch", "err", err)
+		}
 	}
 }
 

@@ -80,7 +80,8 @@ func runNode(c *cli.Context) error {
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
 
-	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"), log)
+	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"),
+		append([]string{c.String("cni-conf-dir")}, filepath.SplitList(c.String("cni-bin-dir"))...), log)
 	nodeName := c.String("node-name")
 	hostIP := c.String("node-ip")
 	if hostIP == "" {
