@@ -723,3 +723,40 @@ func cgroupRoots(t *testing.T) []string {
 	}
 	return out
 }
+
+// Container logs keep being written while noderun is down: the log driver
+// is the noderun binary run by containerd's shim, not part of the daemon.
+func TestLogsWrittenWhileNoderunDown(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("talker.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: talker}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "trap 'exit 0' TERM; i=0; while :; do i=$((i+1)); echo line $i; sleep 0.1 & wait; done"]
+`)
+	p := n.waitPod("talker", "Running", running)
+	path := n.logPath(p, "main", 0)
+	n.waitLogLine(path, "line 3")
+	n.kill9()
+	down := len(n.readLog(path))
+	deadline := time.Now().Add(waitTimeout)
+	for len(n.readLog(path)) < down+10 && time.Now().Before(deadline) {
+		time.Sleep(pollEvery)
+	}
+	if got := len(n.readLog(path)); got < down+10 {
+		t.Fatalf("log grew from %d to %d lines while noderun was down", down, got)
+	}
+	lines := n.readLog(path)
+	for i, l := range lines[:len(lines)-1] { // the last may be mid-write
+		if want := fmt.Sprintf("line %d", i+1); l.content != want {
+			t.Fatalf("log line %d is %q, want %q: lines lost or mangled", i+1, l.content, want)
+		}
+	}
+	n.start()
+	n.waitPod("talker", "Running after restart", running)
+}

@@ -34,16 +34,20 @@ func (e *ManifestError) Error() string {
 			loc += ":" + strconv.Itoa(e.Line)
 		}
 	}
-	msg := e.Message
-	if msg == "" && e.Err != nil {
-		msg = e.Err.Error()
-	}
-	for _, p := range []string{loc, e.Field, msg} {
+	for _, p := range []string{loc, e.Field, e.Detail()} {
 		if p != "" {
 			parts = append(parts, p)
 		}
 	}
 	return strings.Join(parts, ": ")
+}
+
+// Detail is the message without location: Message, or else the cause's text.
+func (e *ManifestError) Detail() string {
+	if e.Message == "" && e.Err != nil {
+		return e.Err.Error()
+	}
+	return e.Message
 }
 
 func (e *ManifestError) Unwrap() error { return e.Err }
