@@ -33,6 +33,8 @@ func main() {
 				return nil
 			}},
 			podsCommand(),
+			manifestsCommand(),
+			checkCommand(),
 			imagesCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
@@ -59,8 +61,10 @@ func defaultNodeName() string {
 
 func flags() []cli.Flag {
 	env := func(name string) []string { return []string{"NODERUN_" + name} }
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringSliceFlag{Name: "manifests", Usage: "directory or file of Pod manifests (repeatable)", EnvVars: env("MANIFESTS")},
+		&cli.StringSliceFlag{Name: "manifest-url", Usage: "http(s) URL of Pod manifests, polled (repeatable)", EnvVars: env("MANIFEST_URL")},
+		&cli.DurationFlag{Name: "url-check-interval", Value: defaultRelist, Usage: "poll manifest URLs this often", EnvVars: env("URL_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
 		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
 		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", EnvVars: env("CONTAINERD_ADDRESS")},
@@ -77,7 +81,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("LOG_FORMAT")},
-	}
+	}, urlFlags()...)
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -39,10 +39,17 @@ func runNode(c *cli.Context) error {
 	}
 	ctx := c.Context
 	paths := uniq(c.StringSlice("manifests"))
-	if len(paths) == 0 {
-		return errors.New("no manifests: give --manifests DIR|FILE (or NODERUN_MANIFESTS)")
-	}
 	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
+	nodeName := c.String("node-name")
+	// Built first, so a bad flag fails before anything starts.
+	urlSources, err := newURLSources(c, nodeName, filepath.Join(stateDir, "sources"), log)
+	if err != nil {
+		return err
+	}
+	nSources := len(paths) + len(urlSources)
+	if nSources == 0 {
+		return errors.New("no manifests: give --manifests DIR|FILE or --manifest-url URL (or NODERUN_MANIFESTS)")
+	}
 	for _, d := range []string{stateDir, runDir, c.String("pod-log-dir")} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
@@ -82,7 +89,6 @@ func runNode(c *cli.Context) error {
 
 	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"),
 		append([]string{c.String("cni-conf-dir")}, filepath.SplitList(c.String("cni-bin-dir"))...), log)
-	nodeName := c.String("node-name")
 	hostIP := c.String("node-ip")
 	if hostIP == "" {
 		hostIP = defaultHostIP()
@@ -91,7 +97,7 @@ func runNode(c *cli.Context) error {
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
 		OnReady: func() {
-			log.Info("ready", "node", nodeName, "sources", len(paths))
+			log.Info("ready", "node", nodeName, "sources", nSources)
 			if _, err := systemd.Ready(); err != nil {
 				log.Warn("sd_notify", "err", err)
 			}
@@ -110,6 +116,9 @@ func runNode(c *cli.Context) error {
 			}
 		}()
 	}
+	for _, src := range urlSources {
+		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
+	}
 
 	l, err := runner.ListenUnix(statusSocket(c))
 	if err != nil {
@@ -123,7 +132,7 @@ func runNode(c *cli.Context) error {
 	}()
 	defer srv.Close()
 
-	err = engine.Run(ctx, snaps, len(paths))
+	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")
 	return err
