@@ -1,0 +1,248 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner"
+)
+
+// errCheckFailed is what `noderun check` returns when a manifest has errors,
+// so the process exits 1.
+var errCheckFailed = errors.New("manifests have errors")
+
+// urlFlags are the URL source's request settings, shared by the node and
+// `noderun check`; a function, since a flag value cannot be shared.
+func urlFlags() []cli.Flag {
+	env := func(name string) []string { return []string{"NODERUN_" + name} }
+	return []cli.Flag{
+		&cli.StringSliceFlag{Name: "manifest-url-header", Usage: `"Name: value" header for manifest URL requests (repeatable)`, EnvVars: env("MANIFEST_URL_HEADER")},
+		&cli.DurationFlag{Name: "url-timeout", Value: 10 * time.Second, Usage: "bound on each manifest URL request", EnvVars: env("URL_TIMEOUT")},
+		&cli.StringFlag{Name: "url-ca-file", Usage: "PEM CAs trusted for manifest URLs, instead of the system's", EnvVars: env("URL_CA_FILE")},
+		&cli.StringFlag{Name: "url-client-cert", Usage: "PEM client certificate for manifest URLs", EnvVars: env("URL_CLIENT_CERT")},
+		&cli.StringFlag{Name: "url-client-key", Usage: "PEM key of --url-client-cert", EnvVars: env("URL_CLIENT_KEY")},
+	}
+}
+
+// urlOptions turns urlFlags into URLSource options.
+func urlOptions(c *cli.Context) ([]manifests.URLOption, error) {
+	opts := []manifests.URLOption{
+		manifests.WithTimeout(c.Duration("url-timeout")),
+		manifests.WithTLSFiles(c.String("url-ca-file"), c.String("url-client-cert"), c.String("url-client-key")),
+	}
+	for _, h := range c.StringSlice("manifest-url-header") {
+		name, value, err := manifests.ParseHeader(h)
+		if err != nil {
+			return nil, fmt.Errorf("--manifest-url-header: %w", err)
+		}
+		opts = append(opts, manifests.WithHeader(name, value))
+	}
+	return opts, nil
+}
+
+// newURLSources builds one source per --manifest-url; the last good response
+// of each is kept under stateDir.
+func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) ([]*manifests.URLSource, error) {
+	opts, err := urlOptions(c)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts, manifests.WithCheckInterval(c.Duration("url-check-interval")),
+		manifests.WithStateDir(stateDir), manifests.WithURLLogger(log))
+	var out []*manifests.URLSource
+	for _, u := range uniq(c.StringSlice("manifest-url")) {
+		s, err := manifests.NewURLSource(u, nodeName, opts...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func checkCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "decode, default and validate manifests offline (a URL is fetched once); exit 1 on any error",
+		ArgsUsage: "PATH|URL...",
+		Flags: append([]cli.Flag{
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
+			&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
+		}, urlFlags()...),
+		Action: runCheck,
+	}
+}
+
+func runCheck(c *cli.Context) error {
+	if c.NArg() == 0 {
+		return errors.New("check: give at least one PATH or URL")
+	}
+	output := c.String("output")
+	if output != "text" && output != "json" {
+		return fmt.Errorf("check: --output %q is neither text nor json", output)
+	}
+	opts, err := urlOptions(c)
+	if err != nil {
+		return err
+	}
+	var results []checkResult
+	nErrs := 0
+	for _, in := range c.Args().Slice() {
+		var snap manifests.Snapshot
+		if strings.HasPrefix(in, "http://") || strings.HasPrefix(in, "https://") {
+			snap = manifests.CheckURL(c.Context, in, c.String("node-name"), opts...)
+		} else {
+			snap = manifests.CheckPath(in, c.String("node-name"))
+		}
+		results = append(results, newCheckResult(in, snap))
+		nErrs += len(snap.Errors)
+	}
+	if output == "json" {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(checkReport{OK: nErrs == 0, Inputs: results}); err != nil {
+			return err
+		}
+	} else {
+		printCheck(c.App.Writer, c.App.ErrWriter, results)
+	}
+	if nErrs > 0 {
+		return fmt.Errorf("check: %w: %d", errCheckFailed, nErrs)
+	}
+	return nil
+}
+
+// checkReport is `noderun check --output json`.
+type checkReport struct {
+	OK     bool          `json:"ok"`
+	Inputs []checkResult `json:"inputs"`
+}
+
+type checkResult struct {
+	Input  string              `json:"input"`
+	Pods   []manifests.PodInfo `json:"pods"`
+	Errors []checkError        `json:"errors"`
+}
+
+type checkError struct {
+	File    string `json:"file,omitempty"`
+	Line    int    `json:"line,omitempty"`
+	Field   string `json:"field,omitempty"`
+	Message string `json:"message"`
+	Text    string `json:"text"` // file:line: field: message
+}
+
+func newCheckResult(input string, snap manifests.Snapshot) checkResult {
+	r := checkResult{Input: input, Pods: snap.Info.Pods, Errors: []checkError{}}
+	for _, err := range snap.Errors {
+		ce := checkError{Message: err.Error(), Text: err.Error()}
+		var me *manifests.ManifestError
+		if errors.As(err, &me) {
+			ce.File, ce.Line, ce.Field, ce.Message = me.File, me.Line, me.Field, me.Detail()
+		}
+		r.Errors = append(r.Errors, ce)
+	}
+	return r
+}
+
+// printCheck writes errors compiler-style to errw and one OK line per good
+// input to w.
+func printCheck(w, errw io.Writer, results []checkResult) {
+	for _, r := range results {
+		for _, e := range r.Errors {
+			fmt.Fprintln(errw, e.Text)
+		}
+		if len(r.Errors) > 0 {
+			continue
+		}
+		var names []string
+		for _, p := range r.Pods {
+			names = append(names, p.Namespace+"/"+p.Name)
+		}
+		fmt.Fprintf(w, "%s: OK, %d pods", r.Input, len(r.Pods))
+		if len(names) > 0 {
+			fmt.Fprintf(w, " (%s)", strings.Join(names, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+}
+
+func manifestsCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "manifests",
+		Usage: "list manifest sources with their files or URL, pods and errors, from the status API",
+		Action: func(c *cli.Context) error {
+			var list runner.ManifestSources
+			if err := apiGet(c.Context, statusSocket(c), "/manifests", &list); err != nil {
+				return err
+			}
+			printSources(c.App.Writer, list.Sources, time.Now())
+			return nil
+		},
+	}
+}
+
+// printSources writes a table of sources, then their pods, then errors.
+func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tREAD\tETAG\tPODS\tERRORS")
+	for _, s := range sources {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Source, ago(lastRead(s), now), orNone(s.ETag), len(s.Pods), len(s.Errors))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "POD\tUID\tFROM")
+	for _, s := range sources {
+		for _, p := range s.Pods {
+			from := s.URL
+			if p.File != "" {
+				from = fmt.Sprintf("%s:%d", p.File, p.Line)
+			}
+			if p.LastKnownGood {
+				from += " (last known good)"
+			}
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from)
+		}
+	}
+	tw.Flush()
+	for _, s := range sources {
+		for _, e := range s.Errors {
+			fmt.Fprintf(w, "error: %s\n", e)
+		}
+	}
+}
+
+// lastRead is when a source last read new content: its latest file or body.
+func lastRead(s manifests.SourceInfo) time.Time {
+	t := s.ReadAt
+	for _, f := range s.Files {
+		if f.ReadAt.After(t) {
+			t = f.ReadAt
+		}
+	}
+	return t
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return shortDuration(now.Sub(t)) + " ago"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

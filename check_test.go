@@ -1,0 +1,145 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/noderun/noderun/manifests"
+)
+
+// runCLI runs `noderun args...` in-process with the check command and
+// returns stdout, stderr and the error main would exit 1 on.
+func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	app := &cli.App{Name: "noderun", Commands: []*cli.Command{checkCommand()}, Writer: &out, ErrWriter: &errOut}
+	err = app.RunContext(context.Background(), append([]string{"noderun"}, args...))
+	return out.String(), errOut.String(), err
+}
+
+func TestCheckCommand(t *testing.T) {
+	srv := httptest.NewServer(http.FileServer(http.Dir("manifests/testdata")))
+	defer srv.Close()
+	tests := []struct {
+		name       string
+		args       []string
+		wantOut    string
+		wantErrOut string
+		wantFail   bool
+	}{
+		{
+			name:    "good file",
+			args:    []string{"check", "--node-name", "n1", "manifests/testdata/web.yaml"},
+			wantOut: "manifests/testdata/web.yaml: OK, 2 pods (default/web-n1, default/shipper-n1)\n",
+		},
+		{
+			name:       "unknown field, with its line",
+			args:       []string{"check", "--node-name", "n1", "manifests/testdata/web.yaml", "manifests/testdata/typo.yaml"},
+			wantOut:    "manifests/testdata/web.yaml: OK, 2 pods (default/web-n1, default/shipper-n1)\n",
+			wantErrOut: "manifests/testdata/typo.yaml:9: spec.containers[0].comand: unknown field\n",
+			wantFail:   true,
+		},
+		{
+			name:    "URL, fetched once",
+			args:    []string{"check", "--node-name", "n1", srv.URL + "/list.json"},
+			wantOut: srv.URL + "/list.json: OK, 2 pods (edge/a-n1, default/b-n1)\n",
+		},
+		{
+			name:       "URL that fails",
+			args:       []string{"check", srv.URL + "/missing.yaml"},
+			wantErrOut: srv.URL + "/missing.yaml: unexpected HTTP status: 404 Not Found\n",
+			wantFail:   true,
+		},
+		{
+			name:       "missing file",
+			args:       []string{"check", "no/such.yaml"},
+			wantErrOut: "no/such.yaml: stat " + abs(t, "no/such.yaml") + ": no such file or directory\n",
+			wantFail:   true,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, errOut, err := runCLI(t, tt.args...)
+			if out != tt.wantOut || errOut != tt.wantErrOut {
+				t.Errorf("stdout:\n%s\nstderr:\n%s\nwant stdout:\n%s\nwant stderr:\n%s", out, errOut, tt.wantOut, tt.wantErrOut)
+			}
+			if tt.wantFail != errors.Is(err, errCheckFailed) {
+				t.Errorf("err = %v, want failure %v", err, tt.wantFail)
+			}
+		})
+	}
+}
+
+func TestCheckCommandJSON(t *testing.T) {
+	out, _, err := runCLI(t, "check", "--output", "json", "--node-name", "n1", "manifests/testdata/list.json", "manifests/testdata/typo.yaml")
+	if !errors.Is(err, errCheckFailed) {
+		t.Fatalf("err = %v, want errCheckFailed", err)
+	}
+	var got checkReport
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatalf("%v in:\n%s", err, out)
+	}
+	want := checkError{File: "manifests/testdata/typo.yaml", Line: 9, Field: "spec.containers[0].comand", Message: "unknown field",
+		Text: "manifests/testdata/typo.yaml:9: spec.containers[0].comand: unknown field"}
+	if got.OK || len(got.Inputs) != 2 || len(got.Inputs[0].Pods) != 2 || got.Inputs[0].Pods[0].Name != "a-n1" ||
+		len(got.Inputs[1].Errors) != 1 || got.Inputs[1].Errors[0] != want {
+		t.Errorf("report:\n%s", out)
+	}
+}
+
+func TestCheckCommandUsage(t *testing.T) {
+	for _, args := range [][]string{{"check"}, {"check", "-o", "yaml", "x.yaml"}, {"check", "--manifest-url-header", "bad", "x.yaml"}} {
+		if _, _, err := runCLI(t, args...); err == nil || errors.Is(err, errCheckFailed) {
+			t.Errorf("%q: err = %v, want a usage error", args, err)
+		}
+	}
+}
+
+func TestPrintSources(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	sources := []manifests.SourceInfo{
+		{
+			Source: "file:/etc/pods", Kind: "file", Path: "/etc/pods",
+			Files:  []manifests.FileInfo{{Path: "/etc/pods/a.yaml", ReadAt: now.Add(-time.Hour)}, {Path: "/etc/pods/web.yaml", ReadAt: now.Add(-3 * time.Minute)}},
+			Pods:   []manifests.PodInfo{{Namespace: "default", Name: "web-n1", UID: "u1", File: "/etc/pods/web.yaml", Line: 1, LastKnownGood: true}},
+			Errors: []string{"/etc/pods/web.yaml:9: spec.containers[0].comand: unknown field"},
+		},
+		{Source: "http:https://fleet/pods", Kind: "url", URL: "https://fleet/pods", ETag: `"v1"`, ReadAt: now.Add(-45 * time.Second),
+			Pods: []manifests.PodInfo{{Namespace: "edge", Name: "db-n1", UID: "u2"}}},
+		{Source: "http:https://down/pods", Kind: "url", URL: "https://down/pods", Errors: []string{"https://down/pods: connection refused"}},
+	}
+	var b bytes.Buffer
+	printSources(&b, sources, now)
+	want := `SOURCE                    READ       ETAG   PODS   ERRORS
+file:/etc/pods            3m0s ago   -      1      1
+http:https://fleet/pods   45s ago    "v1"   1      0
+http:https://down/pods    never      -      0      1
+
+POD              UID   FROM
+default/web-n1   u1    /etc/pods/web.yaml:1 (last known good)
+edge/db-n1       u2    https://fleet/pods
+error: /etc/pods/web.yaml:9: spec.containers[0].comand: unknown field
+error: https://down/pods: connection refused
+`
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+}
+
+func abs(t *testing.T, p string) string {
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSuffix(wd, "/") + "/" + p
+}
