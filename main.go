@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	ctrdlog "github.com/containerd/log"
 	"github.com/urfave/cli/v2"
@@ -78,6 +79,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
 		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
+		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("LOG_FORMAT")},

@@ -34,6 +34,9 @@ type Config struct {
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.
 	GCInterval time.Duration
+	// NetworkCheck is how often a running pod's network gets a CNI CHECK
+	// (0: only after a noderun restart and when its interfaces vanish).
+	NetworkCheck time.Duration
 	// OnReady runs once, after the first reconcile with every source.
 	OnReady func()
 	Logger  *slog.Logger

@@ -35,6 +35,7 @@ func startEngine(t *testing.T, preload ...ContainerStatus) *engineFixture {
 	f.e = New(Config{
 		NodeName: "n1", HostIP: "192.0.2.1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
+		NetworkCheck: 5 * time.Minute,
 	}, f.rt, f.net)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -195,6 +196,22 @@ func TestEngineRecreatesBrokenSandbox(t *testing.T) {
 	if n := len(f.net.tornDown()); n != 1 {
 		t.Fatalf("%d teardowns, want the broken sandbox torn down once", n)
 	}
+}
+
+func TestEngineChecksNetworkDeeplyOnlyEveryInterval(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	deep := func() int { f.net.mu.Lock(); defer f.net.mu.Unlock(); return f.net.deepChecks }
+	for range 4 { // resyncs within the interval: cheap checks only
+		f.clock.Advance(time.Minute)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := deep(); n != 0 {
+		t.Fatalf("%d deep checks within the 5m interval, want 0", n)
+	}
+	f.clock.Advance(time.Minute)
+	waitFor(t, "a deep check after 5m", func() bool { return deep() == 1 })
 }
 
 func TestEngineNetworkNotReadyKeepsHostNetworkPodsRunning(t *testing.T) {

@@ -33,7 +33,11 @@ func (c *fakeClock) NewTimer(d time.Duration) Timer {
 }
 
 func (c *fakeClock) NewTicker(d time.Duration) Ticker {
-	return &fakeTicker{fakeTimer: c.NewTimer(d).(*fakeTimer), period: d}
+	t := c.NewTimer(d).(*fakeTimer)
+	c.mu.Lock()
+	t.period = d
+	c.mu.Unlock()
+	return &fakeTicker{t}
 }
 
 // Advance moves time forward and fires every timer that is due.
@@ -81,10 +85,7 @@ func (t *fakeTimer) Reset(d time.Duration) bool {
 	return was
 }
 
-type fakeTicker struct {
-	*fakeTimer
-	period time.Duration
-}
+type fakeTicker struct{ *fakeTimer }
 
 func (t *fakeTicker) Stop() { t.fakeTimer.Stop() }
 
@@ -176,13 +177,14 @@ func (r *fakeRuntime) startedCount() int {
 
 // fakeNetwork hands out one IP per pod and records teardowns.
 type fakeNetwork struct {
-	mu        sync.Mutex
-	setups    map[string]int
-	adopted   map[string]bool // pods whose sandbox exists: Setup is not fresh
-	broken    map[string]bool
-	setupErr  error
-	gcKeep    map[string]bool
-	teardowns []string
+	mu         sync.Mutex
+	setups     map[string]int
+	adopted    map[string]bool // pods whose sandbox exists: Setup is not fresh
+	broken     map[string]bool
+	setupErr   error
+	gcKeep     map[string]bool
+	deepChecks int
+	teardowns  []string
 }
 
 func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, error) {
@@ -203,9 +205,12 @@ func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, err
 	return []string{"10.0.0.2"}, fresh, nil
 }
 
-func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, _ bool) error {
+func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	if deep {
+		n.deepChecks++
+	}
 	if n.broken[sb.PodUID] {
 		return ErrSandboxBroken
 	}

@@ -336,6 +336,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if fresh {
 		w.stopAll(ctx, pod)
 	}
+	w.st.checked = w.e.clock.Now()
 	w.st.ips = ips
 	if err := w.writePodFiles(pod, resolv); err != nil {
 		return err
@@ -347,13 +348,19 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	return nil
 }
 
-// checkSandbox cheaply verifies a running pod's network on every sync and
-// marks the sandbox for recreation when it broke underneath the pod.
+// checkSandbox verifies a running pod's network on every sync, cheaply
+// except every NetworkCheck, and marks the sandbox for recreation when it
+// broke underneath the pod.
 func (w *podWorker) checkSandbox(ctx context.Context, pod *v1.Pod) {
 	if pod.Spec.HostNetwork {
 		return
 	}
-	if err := w.e.net.Check(ctx, w.sandbox(pod), false); errors.Is(err, ErrSandboxBroken) {
+	every := w.e.cfg.NetworkCheck
+	deep := every > 0 && w.e.clock.Since(w.st.checked) >= every
+	if deep {
+		w.st.checked = w.e.clock.Now()
+	}
+	if err := w.e.net.Check(ctx, w.sandbox(pod), deep); errors.Is(err, ErrSandboxBroken) {
 		w.e.log.Warn("pod network broke; recreating the sandbox", "pod", podRef(pod), "err", err)
 		if err := w.e.net.Teardown(ctx, w.sandbox(pod)); err != nil {
 			w.e.log.Error("network teardown", "pod", podRef(pod), "err", err)

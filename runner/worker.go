@@ -31,6 +31,7 @@ type podState struct {
 	started   time.Time
 	ips       []string
 	sandboxOK bool
+	checked   time.Time // last deep network check
 	netErr    error
 	waiting   map[string]waitReason // container name -> why it is not running
 	backoff   map[string]*backoff   // container name -> crash backoff
