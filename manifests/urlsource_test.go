@@ -11,6 +11,8 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"io"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -272,6 +274,7 @@ func TestURLSourceTLS(t *testing.T) {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(ca.certPEM)
 	srv.TLS = &tls.Config{Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // refused handshakes are the point
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 
