@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -59,7 +60,12 @@ func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) 
 	opts = append(opts, manifests.WithCheckInterval(c.Duration("url-check-interval")),
 		manifests.WithStateDir(stateDir), manifests.WithURLLogger(log))
 	var out []*manifests.URLSource
-	for _, u := range uniq(c.StringSlice("manifest-url")) {
+	var seen []string
+	for _, u := range c.StringSlice("manifest-url") {
+		if slices.Contains(seen, u) {
+			continue
+		}
+		seen = append(seen, u)
 		s, err := manifests.NewURLSource(u, nodeName, opts...)
 		if err != nil {
 			return nil, err

@@ -143,3 +143,27 @@ func abs(t *testing.T, p string) string {
 	}
 	return strings.TrimSuffix(wd, "/") + "/" + p
 }
+
+func TestNewURLSources(t *testing.T) {
+	tests := []struct {
+		args    []string
+		want    int
+		wantErr bool
+	}{
+		{args: []string{"--manifest-url", "http://127.0.0.1:1/p", "--manifest-url", "https://h/q", "--manifest-url", "http://127.0.0.1:1/p"}, want: 2},
+		{args: []string{"--manifest-url", "/etc/pods"}, wantErr: true},
+		{args: []string{"--manifest-url", "http://h/p", "--manifest-url-header", "no colon"}, wantErr: true},
+		{args: nil, want: 0},
+	}
+	for _, tt := range tests {
+		var got []*manifests.URLSource
+		app := &cli.App{Flags: flags(), Action: func(c *cli.Context) (err error) {
+			got, err = newURLSources(c, "n1", t.TempDir(), nil)
+			return err
+		}}
+		err := app.Run(append([]string{"noderun"}, tt.args...))
+		if (err != nil) != tt.wantErr || len(got) != tt.want {
+			t.Errorf("%q: %d sources, err %v", tt.args, len(got), err)
+		}
+	}
+}
