@@ -123,6 +123,9 @@ func printPods(w io.Writer, pods []v1.Pod, now time.Time) {
 // podStatusText mimics kubectl's STATUS column: a container's waiting or
 // terminated reason beats the phase.
 func podStatusText(p *v1.Pod) string {
+	if p.DeletionTimestamp != nil {
+		return "Terminating"
+	}
 	for i, cs := range p.Status.InitContainerStatuses {
 		if t := cs.State.Terminated; t != nil && t.ExitCode == 0 {
 			continue

@@ -251,6 +251,17 @@ func TestEngineReplacesPodOfSameNameAfterOldOneIsGone(t *testing.T) {
 	waitFor(t, "v1 status gone", func() bool { return f.status("v1") == nil })
 }
 
+func TestEngineListsTerminatingPodUntilGone(t *testing.T) {
+	f := startEngine(t)
+	f.rt.stopGate = make(chan struct{})
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.send()
+	waitFor(t, "deletionTimestamp", func() bool { p := f.status("u1"); return p != nil && p.DeletionTimestamp != nil })
+	close(f.rt.stopGate)
+	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })
+}
+
 func TestBackoffSequence(t *testing.T) {
 	var b backoff
 	start := time.Now()

@@ -98,6 +98,7 @@ type fakeRuntime struct {
 	stopped    []string
 	exits      chan ExitEvent
 	startErr   error
+	stopGate   chan struct{} // when set, stops wait for it to close
 }
 
 func newFakeRuntime(clock Clock) *fakeRuntime {
@@ -139,6 +140,9 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) er
 }
 
 func (r *fakeRuntime) StopContainer(_ context.Context, id string, _ time.Duration) error {
+	if r.stopGate != nil {
+		<-r.stopGate
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = append(r.stopped, id)

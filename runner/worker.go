@@ -6,6 +6,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -107,6 +108,7 @@ func (w *podWorker) run(ctx context.Context) {
 		w.mu.Unlock()
 
 		if killing {
+			w.markTerminating(last)
 			if err := w.terminate(ctx, last); err != nil {
 				w.e.log.Error("pod teardown failed; will retry", "pod", podRef(last), "err", err)
 				w.st.timer.Reset(5 * time.Second)
@@ -124,6 +126,28 @@ func (w *podWorker) run(ctx context.Context) {
 			w.st.timer.Reset(after)
 		}
 	}
+}
+
+// markTerminating keeps the pod listed while it is torn down, with a
+// deletionTimestamp as the API server sets it (kubectl shows Terminating).
+func (w *podWorker) markTerminating(pod *v1.Pod) {
+	if pod == nil || pod.Name == "" {
+		return // an orphan known only by its UID: nothing to show
+	}
+	w.e.mu.Lock()
+	defer w.e.mu.Unlock()
+	cur := w.e.statuses[w.uid]
+	if cur != nil && cur.DeletionTimestamp != nil {
+		return
+	}
+	out := pod.DeepCopy()
+	if cur != nil {
+		out = cur.DeepCopy()
+	}
+	now := metav1.NewTime(w.e.clock.Now())
+	out.DeletionTimestamp = &now
+	out.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
+	w.e.statuses[w.uid] = out
 }
 
 // finished ends the worker unless its pod was wanted again while dying.
