@@ -326,7 +326,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 	}
 	sig := syscall.SIGKILL
 	if grace > 0 {
-		sig = stopSignal(c, ctx)
+		sig = stopSignal(ctx, c)
 	}
 	if err := task.Kill(ctx, sig); ignoreNotFound(err) != nil {
 		return fmt.Errorf("signal %s: %w", id, err)
@@ -351,7 +351,7 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 	}
 }
 
-func stopSignal(c ctrd.Container, ctx context.Context) syscall.Signal {
+func stopSignal(ctx context.Context, c ctrd.Container) syscall.Signal {
 	labels, err := c.Labels(ctx)
 	if err != nil || labels[LabelStopSignal] == "" {
 		return syscall.SIGTERM
