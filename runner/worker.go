@@ -50,11 +50,16 @@ func newPodWorker(e *Engine, uid types.UID) *podWorker {
 	}
 }
 
+// update hands the worker its pod's latest spec. Sources reuse the pod
+// object of an unchanged manifest, so an unchanged pod costs no sync.
 func (w *podWorker) update(pod *v1.Pod) {
 	w.mu.Lock()
+	same := w.desired == pod && !w.killing
 	w.desired, w.killing = pod, false
 	w.mu.Unlock()
-	w.poke()
+	if !same {
+		w.poke()
+	}
 }
 
 func (w *podWorker) kill() {
