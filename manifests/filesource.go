@@ -27,6 +27,10 @@ type Snapshot struct {
 	Pods   []*v1.Pod // identified, defaulted, validated pods
 	Errors []error   // per-file/per-document problems, each a *ManifestError
 	Info   SourceInfo
+	// Unavailable: the source has never read its manifests (a URL that has
+	// not answered yet and has no saved response), so its pods are unknown,
+	// not absent; running pods it may own must not be removed.
+	Unavailable bool
 }
 
 // FileSource reads Pod manifests from a directory or a single file and emits

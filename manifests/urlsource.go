@@ -335,6 +335,7 @@ func (r *urlRun) snapshot() (Snapshot, string) {
 	if r.content != nil {
 		snap.Info.ReadAt = r.content.readAt
 	}
+	snap.Unavailable = r.content == nil
 	return snap, fp
 }
 

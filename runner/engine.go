@@ -57,8 +57,10 @@ type Engine struct {
 	statuses map[types.UID]*v1.Pod
 	wg       sync.WaitGroup
 
-	ready    atomic.Bool
-	lastLoop atomic.Int64 // unix nanos of the main loop's last turn
+	// Touched only by Run's goroutine.
+	settled, waitLogged bool // orphans removed; the wait for sources logged
+	ready               atomic.Bool
+	lastLoop            atomic.Int64 // unix nanos of the main loop's last turn
 }
 
 // New returns an engine; Run starts it.
@@ -102,10 +104,8 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	if err != nil {
 		return fmt.Errorf("subscribe to exits: %w", err)
 	}
-	if err := e.adopt(ctx); err != nil {
-		return err
-	}
-	e.gc(ctx)
+	e.apply(ctx)
+	e.settle(ctx)
 	e.ready.Store(true)
 	if e.cfg.OnReady != nil {
 		e.cfg.OnReady()
@@ -123,6 +123,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 		case s := <-snaps:
 			e.setSource(s)
 			e.apply(ctx)
+			e.settle(ctx)
 		case ev, ok := <-exits:
 			if ok {
 				e.poke(types.UID(ev.PodUID))
@@ -133,7 +134,11 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 		case <-resync.C():
 			e.pokeAll()
 		case <-gc.C():
-			e.gc(ctx)
+			if e.settled {
+				e.gc(ctx)
+			} else {
+				e.settle(ctx)
+			}
 		}
 	}
 }
@@ -218,25 +223,21 @@ func (e *Engine) apply(ctx context.Context) {
 	}
 }
 
-// adopt starts workers for desired pods (they find their running containers
-// and keep them) and kill workers for whatever noderun left behind earlier.
-func (e *Engine) adopt(ctx context.Context) error {
+// removeOrphans kills what noderun left behind earlier: pods whose
+// containers or state directory remain but that no source wants. Desired
+// pods already have workers, which adopt their running containers.
+func (e *Engine) removeOrphans(ctx context.Context) error {
 	existing, err := e.rt.ListContainers(ctx, "")
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}
-	want := e.desired()
 	orphans := map[types.UID]*v1.Pod{}
 	for _, c := range existing {
-		uid := types.UID(c.PodUID)
-		if _, ok := want[uid]; !ok && orphans[uid] == nil {
+		if uid := types.UID(c.PodUID); orphans[uid] == nil {
 			orphans[uid] = &v1.Pod{ObjectMeta: metaOf(c)}
 		}
 	}
 	for _, uid := range e.podDirs() {
-		if _, ok := want[uid]; ok {
-			continue
-		}
 		if p, err := e.loadPod(uid); err == nil {
 			orphans[uid] = p
 		} else if orphans[uid] == nil {
@@ -244,16 +245,46 @@ func (e *Engine) adopt(ctx context.Context) error {
 			orphans[uid].UID = uid
 		}
 	}
-	e.apply(ctx)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for uid, pod := range orphans {
+		if e.workers[uid] != nil {
+			continue
+		}
 		e.log.Info("removing pod left from an earlier run", "pod", pod.Namespace+"/"+pod.Name, "uid", uid)
 		w := e.startWorkerLocked(ctx, uid)
 		w.last = pod
 		w.kill()
 	}
 	return nil
+}
+
+// settle removes orphans and collects network garbage, once: as soon as
+// every source has read its manifests. Until then a running pod might belong
+// to a source that could not answer yet (a URL at boot with no saved copy),
+// and removing it, or releasing its IP, would be wrong.
+func (e *Engine) settle(ctx context.Context) {
+	if e.settled {
+		return
+	}
+	e.mu.Lock()
+	for name, s := range e.sources {
+		if s.Unavailable {
+			e.mu.Unlock()
+			if !e.waitLogged {
+				e.log.Info("not removing leftover pods until every source has read its manifests", "waiting for", name)
+				e.waitLogged = true
+			}
+			return
+		}
+	}
+	e.mu.Unlock()
+	if err := e.removeOrphans(ctx); err != nil {
+		e.log.Warn("removing leftover pods; will retry", "err", err)
+		return
+	}
+	e.gc(ctx)
+	e.settled = true
 }
 
 // podDirs lists the UIDs that have a state directory.

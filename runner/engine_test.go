@@ -179,6 +179,35 @@ func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
 	}
 }
 
+func TestEngineKeepsPodsOfAnUnavailableSourceUntilItAnswers(t *testing.T) {
+	pod := testPod("url-pod", "web", v1.RestartPolicyAlways)
+	running := ContainerStatus{
+		ID: ContainerID("url-pod", "main", 0), PodUID: "url-pod", PodName: pod.Name, PodNamespace: "default",
+		Name: "main", SpecHash: specHash(&pod.Spec.Containers[0]), State: StateRunning,
+	}
+	orphan := ContainerStatus{ID: ContainerID("gone", "main", 0), PodUID: "gone", PodName: "old-n1",
+		PodNamespace: "default", Name: "main", State: StateRunning}
+	f := startEngine(t, running, orphan)
+	f.net.adopted = map[string]bool{"url-pod": true}
+	f.snaps <- manifests.Snapshot{Source: "url:http://config/pods", Unavailable: true}
+	waitFor(t, "ready", func() bool { return f.e.ready.Load() })
+	time.Sleep(20 * time.Millisecond)
+	f.rt.mu.Lock()
+	stopped := len(f.rt.stopped)
+	f.rt.mu.Unlock()
+	if stopped != 0 || f.net.gcKeep != nil {
+		t.Fatalf("with a source that never answered: %d stops, GC keep %v; want nothing removed", stopped, f.net.gcKeep)
+	}
+	f.snaps <- manifests.Snapshot{Source: "url:http://config/pods", Pods: []*v1.Pod{pod}}
+	waitFor(t, "orphan removed", func() bool { return slices.Contains(f.net.tornDown(), "gone") })
+	waitFor(t, "adopted", func() bool { p := f.status("url-pod"); return p != nil && p.Status.Phase == v1.PodRunning })
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if slices.Contains(f.rt.stopped, running.ID) || len(f.rt.started) != 0 {
+		t.Fatalf("the URL pod was restarted (stopped %v, started %d); it must be adopted", f.rt.stopped, len(f.rt.started))
+	}
+}
+
 func TestEngineRecreatesBrokenSandbox(t *testing.T) {
 	f := startEngine(t)
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
