@@ -121,8 +121,7 @@ type fileRun struct {
 	watchedInfo fs.FileInfo // to notice the directory being replaced
 	files       map[string]*fileResult
 	pending     map[string]time.Time // debounce deadline per path
-	last        string               // fingerprint of the last snapshot sent
-	changes     changeLog
+	emitter
 }
 
 func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
@@ -372,21 +371,9 @@ func readManifest(path string) (data []byte, exists bool, err error) {
 	return data, true, err
 }
 
-// send emits the current snapshot if it differs from the last one sent, or
-// always when force is set. It returns false if ctx ended first.
 func (r *fileRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {
 	snap, fingerprint := r.snapshot()
-	if !force && fingerprint == r.last {
-		return true
-	}
-	select {
-	case out <- snap:
-		r.last = fingerprint
-		r.changes.report(r.log, snap)
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return r.emit(ctx, out, snap, fingerprint, force, r.log)
 }
 
 // snapshot assembles the files' pods in path order (see assemble).

@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"context"
 	"log/slog"
 	"maps"
 	"slices"
@@ -55,6 +56,28 @@ func podInfo(file string, e entry) PodInfo {
 	return PodInfo{
 		Namespace: e.pod.Namespace, Name: e.pod.Name, UID: e.pod.UID,
 		Hash: e.pod.Annotations[ConfigHashAnnotation], File: file, Line: e.line, LastKnownGood: e.stale,
+	}
+}
+
+// emitter sends a source's snapshots: only when they differ from the last
+// one sent (or when forced), logging each change once.
+type emitter struct {
+	last    string // fingerprint of the last snapshot sent
+	changes changeLog
+}
+
+// emit reports false if ctx ended before the snapshot could be sent.
+func (e *emitter) emit(ctx context.Context, out chan<- Snapshot, snap Snapshot, fingerprint string, force bool, log *slog.Logger) bool {
+	if !force && fingerprint == e.last {
+		return true
+	}
+	select {
+	case out <- snap:
+		e.last = fingerprint
+		e.changes.report(log, snap)
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }
 

@@ -210,8 +210,7 @@ type urlRun struct {
 	lastModified string
 	fetchErr     error // the last poll's failure, if it failed
 	failures     int   // consecutive failed polls
-	last         string
-	changes      changeLog
+	emitter
 }
 
 // response is a successful fetch: a new body, or notModified.
@@ -306,17 +305,7 @@ func emptyManifest(data []byte) bool {
 
 func (r *urlRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {
 	snap, fingerprint := r.snapshot()
-	if !force && fingerprint == r.last {
-		return true
-	}
-	select {
-	case out <- snap:
-		r.last = fingerprint
-		r.changes.report(r.log, snap)
-		return true
-	case <-ctx.Done():
-		return false
-	}
+	return r.emit(ctx, out, snap, fingerprint, force, r.log)
 }
 
 func (r *urlRun) snapshot() (Snapshot, string) {
