@@ -121,6 +121,7 @@ type fileRun struct {
 	watchedInfo fs.FileInfo // to notice the directory being replaced
 	files       map[string]*fileResult
 	pending     map[string]time.Time // debounce deadline per path
+	listErr     string               // the listing error last logged
 	emitter
 }
 
@@ -289,9 +290,13 @@ func (r *fileRun) unwatch() {
 func (r *fileRun) relistAll() {
 	paths, err := r.manifestPaths()
 	if err != nil {
-		r.log.Error("cannot list manifests", "path", r.path, "err", err)
+		if msg := err.Error(); msg != r.listErr { // once per new problem, not per re-list
+			r.log.Error("cannot list manifests", "path", r.path, "err", err)
+			r.listErr = msg
+		}
 		return
 	}
+	r.listErr = ""
 	for p := range r.files {
 		if !slices.Contains(paths, p) {
 			delete(r.files, p)
