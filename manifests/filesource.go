@@ -54,9 +54,13 @@ func WithRelistInterval(d time.Duration) FileOption {
 	return func(s *FileSource) { s.relist = d }
 }
 
+// renameSettle is how long a manifest that was renamed away may take to
+// come back before its pods are removed.
+const renameSettle = time.Second
+
 // WithDebounce sets how long a path must stay quiet before it is re-read, so
-// an editor's save dance or a copy-then-rename yields one update. The default
-// is 100ms.
+// a writer's burst yields one update. The default is 10ms; a manifest moved
+// away is taken as gone only after renameSettle.
 func WithDebounce(d time.Duration) FileOption {
 	return func(s *FileSource) { s.debounce = d }
 }
@@ -85,7 +89,10 @@ func NewFileSource(path, nodeName string, opts ...FileOption) *FileSource {
 		s.relist = 20 * time.Second
 	}
 	if s.debounce <= 0 {
-		s.debounce = 100 * time.Millisecond
+		// Long enough for a writer's burst (cp, an editor's save), short
+		// next to starting a pod: renaming a finished file in is the way
+		// to publish a manifest, and it is seen this soon after.
+		s.debounce = 10 * time.Millisecond
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -180,7 +187,14 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 	if isAncestor(key, r.path) {
 		key = r.path
 	}
-	r.pending[key] = time.Now().Add(r.debounce)
+	wait := r.debounce
+	if ev.Has(fsnotify.Rename) && key == ev.Name {
+		// Moved away: most often an editor saving (vim renames the file
+		// to file~ before writing it anew). Give the new file time to
+		// appear; its own events shorten the wait again.
+		wait = max(wait, renameSettle)
+	}
+	r.pending[key] = time.Now().Add(wait)
 	next, _ := r.nextDeadline()
 	debounce.Reset(time.Until(next))
 }
@@ -342,6 +356,9 @@ func (r *fileRun) load(path string) {
 		r.files[path] = readFailed(prev, &ManifestError{File: path, Err: err})
 	case prev != nil && prev.readOK && bytes.Equal(prev.data, data):
 		// Unchanged: keep the pods as they are, config.seen included.
+	case prev != nil && len(data) == 0:
+		// Truncated by a writer that has not written yet (O_TRUNC, then
+		// write): an empty file removes nothing; deleting the file does.
 	default:
 		r.files[path] = keepLastGood(prev, parseManifest(data, path, r.nodeName, r.source, time.Now()))
 	}

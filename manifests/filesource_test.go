@@ -342,3 +342,36 @@ func TestReadManifestLimit(t *testing.T) {
 		t.Errorf("a file of exactly MaxFileSize: ok=%v err=%v", ok, err)
 	}
 }
+
+// With the default (short) debounce, an editor's save that renames the file
+// away and is slow to write it anew, and a writer that truncates before it
+// writes, never remove the pod.
+func TestFileSourceSlowSaveNeverRemoves(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	if err := os.Rename(web, web+"~"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // a slow editor, far beyond the debounce
+	writeFile(t, web, manifest("web", "nginx:2"))
+	os.Remove(web + "~")
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+
+	// Truncated, then written much later.
+	if err := os.Truncate(web, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	writeFile(t, web, manifest("web", "nginx:3"))
+	expect(t, next(t, ch), "web-node1 nginx:3\n")
+	barrier(t, dir, ch, "web-node1 nginx:3\n")
+
+	if err := os.Remove(web); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "marker-node1 busybox\n")
+}
