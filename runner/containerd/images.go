@@ -171,29 +171,40 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path strin
 // Offline machines should use IfNotPresent or Never with preloaded images;
 // the error says so when a local copy exists.
 func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (ctrd.Image, error) {
+	img, pulled, err := resolveImage(ctx, c, ref, policy, snapshotter)
+	if err != nil || pulled {
+		return img, err
+	}
+	return img, ensureUnpacked(ctx, img, snapshotter)
+}
+
+// resolveImage finds or pulls the image per policy; pulled images are
+// unpacked already, found ones may not be.
+func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (img ctrd.Image, pulled bool, err error) {
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
+		return nil, false, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
 	}
 	name := named.String()
 	switch policy {
 	case v1.PullAlways:
-		return pull(ctx, c, name, snapshotter)
+		img, err := pull(ctx, c, name, snapshotter)
+		return img, true, err
 	case v1.PullNever, v1.PullIfNotPresent, "":
 	default:
-		return nil, fmt.Errorf("image %s: unknown pull policy %q", name, policy)
+		return nil, false, fmt.Errorf("image %s: unknown pull policy %q", name, policy)
 	}
-	img, err := c.GetImage(ctx, name)
+	img, err = c.GetImage(ctx, name)
 	switch {
 	case err == nil:
-		return img, ensureUnpacked(ctx, img, snapshotter)
+		return img, false, nil
 	case !errdefs.IsNotFound(err):
-		return nil, fmt.Errorf("image %s: %w", name, err)
+		return nil, false, fmt.Errorf("image %s: %w", name, err)
 	case policy == v1.PullNever:
-		return nil, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
-	default:
-		return pull(ctx, c, name, snapshotter)
+		return nil, false, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
 	}
+	img, err = pull(ctx, c, name, snapshotter)
+	return img, true, err
 }
 
 func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string) (ctrd.Image, error) {

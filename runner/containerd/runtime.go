@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,9 +22,12 @@ import (
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/typeurl/v2"
 	"github.com/moby/sys/signal"
+	"github.com/opencontainers/image-spec/identity"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
@@ -39,6 +43,19 @@ type Runtime struct {
 	logDriver   string // absolute path of the binary containerd runs as log driver
 	ownOOM      int
 	log         *slog.Logger
+
+	// What an image digest always yields, so starting the next container
+	// of an image costs no content reads and no rootfs mount.
+	mu     sync.Mutex
+	images map[string]imageFacts // by image digest
+	users  map[string]specs.User // by digest and user settings
+}
+
+// imageFacts is what containers need from an image that never changes for
+// one digest.
+type imageFacts struct {
+	cfg     runner.ImageConfig
+	chainID string // the unpacked rootfs, parent of every container's snapshot
 }
 
 var _ runner.Runtime = (*Runtime)(nil)
@@ -63,6 +80,8 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 		logDriver:   logDriver,
 		ownOOM:      OwnOOMScoreAdj(),
 		log:         slog.New(slog.DiscardHandler),
+		images:      map[string]imageFacts{},
+		users:       map[string]specs.User{},
 	}
 	for _, o := range opts {
 		o(r)
@@ -80,18 +99,43 @@ func (r *Runtime) Ping(ctx context.Context) error {
 	return err
 }
 
-// EnsureImage applies the pull policy and returns the image's config.
+// EnsureImage applies the pull policy and returns the image's config. An
+// image digest seen before costs one lookup.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (runner.ImageConfig, error) {
-	img, err := EnsureImage(r.ctx(ctx), r.client, ref, policy, r.snapshotter)
+	ctx = r.ctx(ctx)
+	img, pulled, err := resolveImage(ctx, r.client, ref, policy, r.snapshotter)
 	if err != nil {
 		return runner.ImageConfig{}, err
 	}
-	cfg, err := ImageConfigOf(r.ctx(ctx), img)
+	digest := img.Target().Digest.String()
+	if f, ok := r.imageFacts(digest); ok {
+		return f.cfg, nil
+	}
+	if !pulled {
+		if err := ensureUnpacked(ctx, img, r.snapshotter); err != nil {
+			return runner.ImageConfig{}, err
+		}
+	}
+	cfg, err := ImageConfigOf(ctx, img)
 	if err != nil {
 		return cfg, err
 	}
-	cfg.ID = repoDigest(img.Name(), img.Target().Digest.String())
+	cfg.ID = repoDigest(img.Name(), digest)
+	diffIDs, err := img.RootFS(ctx)
+	if err != nil {
+		return cfg, fmt.Errorf("image %s rootfs: %w", img.Name(), err)
+	}
+	r.mu.Lock()
+	r.images[digest] = imageFacts{cfg: cfg, chainID: identity.ChainID(diffIDs).String()}
+	r.mu.Unlock()
 	return cfg, nil
+}
+
+func (r *Runtime) imageFacts(digest string) (imageFacts, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.images[digest]
+	return f, ok
 }
 
 // repoDigest formats an image id as the kubelet reports it: name@digest.
@@ -107,19 +151,18 @@ func repoDigest(name, digest string) string {
 // container with the same id (a crash between create and start) is replaced.
 func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (retErr error) {
 	ctx = r.ctx(ctx)
-	img, err := r.client.GetImage(ctx, cfg.Image.Ref)
-	if err != nil {
-		return fmt.Errorf("image %s: %w", cfg.Image.Ref, err)
+	facts, ok := r.imageFacts(digestOf(cfg.Image.ID))
+	if !ok {
+		return fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
 	}
 	runtimeOpts := &options.Options{Root: r.runcRoot}
 	newContainer := func() (ctrd.Container, error) {
 		return r.client.NewContainer(ctx, cfg.ID,
-			ctrd.WithImageName(img.Name()),
-			ctrd.WithSnapshotter(r.snapshotter),
-			ctrd.WithNewSnapshot(cfg.ID, img),
+			ctrd.WithImageName(cfg.Image.Ref),
+			withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
 			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 			ctrd.WithContainerLabels(labelsFor(cfg)),
-			ctrd.WithNewSpec(specOpts(cfg, r.ownOOM)...))
+			ctrd.WithNewSpec(r.specOpts(cfg)...))
 	}
 	c, err := newContainer()
 	if errdefs.IsAlreadyExists(err) {
@@ -127,6 +170,13 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 			return err
 		}
 		c, err = newContainer()
+	}
+	if errdefs.IsNotFound(err) {
+		// The image's rootfs went away (image removed and its snapshots
+		// collected): look at the image afresh next time.
+		r.mu.Lock()
+		delete(r.images, digestOf(cfg.Image.ID))
+		r.mu.Unlock()
 	}
 	if err != nil {
 		return fmt.Errorf("create container %s: %w", cfg.ID, err)
@@ -152,6 +202,45 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 		return fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
 	return nil
+}
+
+// withSnapshot prepares the container's writable snapshot on the image's
+// unpacked rootfs (what containerd's WithNewSnapshot does, without reading
+// the image's manifest and config again).
+func withSnapshot(snapshotter, id, parent string) ctrd.NewContainerOpts {
+	return func(ctx context.Context, client *ctrd.Client, c *containers.Container) error {
+		if _, err := client.SnapshotService(snapshotter).Prepare(ctx, id, parent); err != nil {
+			return fmt.Errorf("prepare snapshot %s: %w", id, err)
+		}
+		c.Snapshotter, c.SnapshotKey = snapshotter, id
+		return nil
+	}
+}
+
+func digestOf(imageID string) string {
+	_, d, _ := strings.Cut(imageID, "@")
+	return d
+}
+
+// specOpts builds the container's spec options. The process user is looked
+// up in the image's passwd and group files (a rootfs mount) only the first
+// time an image is run with given user settings.
+func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
+	opts := specOpts(cfg, r.ownOOM)
+	key := userKey(cfg)
+	r.mu.Lock()
+	u, ok := r.users[key]
+	r.mu.Unlock()
+	if ok {
+		return append(opts, withProcessUser(u))
+	}
+	opts = append(opts, userOpts(cfg)...)
+	return append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		r.mu.Lock()
+		r.users[key] = s.Process.User
+		r.mu.Unlock()
+		return nil
+	})
 }
 
 // withTaskOptions repeats the runtime options on the task so every daemon

@@ -2,7 +2,9 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -28,9 +30,7 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
 		withResources(c.Resources),
 	}
-	opts = append(opts, userOpts(cfg)...)
-	opts = append(opts, securityOpts(c.SecurityContext)...)
-	return opts
+	return append(opts, securityOpts(c.SecurityContext)...)
 }
 
 func withCwd(dir string) oci.SpecOpts {
@@ -192,6 +192,36 @@ func userOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 		}
 	}
 	return opts
+}
+
+// userKey says what determines a container's process user: the image and
+// the user settings of image and pod.
+func userKey(cfg *runner.ContainerConfig) string {
+	sc := effectiveSecurity(cfg.Pod, cfg.Container)
+	var groups []int64
+	if p := cfg.Pod.Spec.SecurityContext; p != nil {
+		groups = p.SupplementalGroups
+	}
+	return fmt.Sprintf("%s|%s|%v|%v|%v", cfg.Image.ID, cfg.Image.User, deref(sc.RunAsUser), deref(sc.RunAsGroup), groups)
+}
+
+func deref(p *int64) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
+
+// withProcessUser sets a user resolved earlier for the same image and settings.
+func withProcessUser(u specs.User) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		u.AdditionalGids = slices.Clone(u.AdditionalGids)
+		s.Process.User = u
+		return nil
+	}
 }
 
 func withGID(gid uint32) oci.SpecOpts {
