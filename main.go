@@ -22,6 +22,7 @@ import (
 var version = "dev"
 
 func main() {
+	trimExecutable()
 	app := &cli.App{
 		Name:    "noderun",
 		Usage:   "run Kubernetes Pod manifests on containerd, without an API server",

@@ -87,6 +87,8 @@ func runNode(c *cli.Context) error {
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
 
+	relax := newRelaxer()
+	go relax.run(ctx)
 	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"),
 		append([]string{c.String("cni-conf-dir")}, filepath.SplitList(c.String("cni-bin-dir"))...), log)
 	hostIP := c.String("node-ip")
@@ -97,6 +99,7 @@ func runNode(c *cli.Context) error {
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
 		NetworkCheck: c.Duration("network-check-interval"),
+		OnActivity:   relax.activity,
 		OnReady: func() {
 			log.Info("ready", "node", nodeName, "sources", nSources)
 			if _, err := systemd.Ready(); err != nil {

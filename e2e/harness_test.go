@@ -114,7 +114,10 @@ func missingPrerequisite() string {
 func setup(dir string) (stop func(), err error) {
 	noderunBin = filepath.Join(dir, "noderun")
 	// The test runs in e2e/, so ".." is the main package.
-	if out, err := exec.Command("go", "build", "-o", noderunBin, "..").CombinedOutput(); err != nil {
+	// Built as the Makefile builds it.
+	build := exec.Command("go", "build", "-tags", "grpcnotrace,urfave_cli_no_docs", "-o", noderunBin, "..")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	var imgs []ociimage.Image

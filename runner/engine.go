@@ -39,8 +39,11 @@ type Config struct {
 	NetworkCheck time.Duration
 	// OnReady runs once, after the first reconcile with every source.
 	OnReady func()
-	Logger  *slog.Logger
-	Clock   Clock
+	// OnActivity runs (on a worker's goroutine; it must not block) each
+	// time a pod worker wakes up to act.
+	OnActivity func()
+	Logger     *slog.Logger
+	Clock      Clock
 }
 
 // Engine reconciles desired pods from sources against the runtime.

@@ -104,6 +104,9 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-w.wake:
 		case <-w.st.timer.C():
 		}
+		if on := w.e.cfg.OnActivity; on != nil {
+			on()
+		}
 		w.mu.Lock()
 		pod, killing := w.desired, w.killing
 		if pod != nil {

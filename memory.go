@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// relaxer gives memory back once noderun goes quiet: a burst of pod starts
+// leaves freed heap and freshly touched binary pages behind, which an idle
+// appliance should not keep. It waits on a timer, so it costs nothing while
+// nothing happens.
+type relaxer struct{ poke chan struct{} }
+
+const relaxAfter = 5 * time.Second
+
+func newRelaxer() *relaxer { return &relaxer{poke: make(chan struct{}, 1)} }
+
+// activity notes that work happened; it never blocks.
+func (r *relaxer) activity() {
+	select {
+	case r.poke <- struct{}{}:
+	default:
+	}
+}
+
+func (r *relaxer) run(ctx context.Context) {
+	timer := time.NewTimer(relaxAfter)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.poke:
+			timer.Reset(relaxAfter)
+		case <-timer.C:
+			debug.FreeOSMemory()
+			trimExecutable()
+		}
+	}
+}
+
+// trimExecutable keeps noderun's own binary out of its resident memory
+// beyond what it actually uses. On kernels that cache executables in large
+// folios, every read-only mapping of the binary is mapped with 2 MiB pages,
+// so touching one byte of a region makes all of it resident: most of a
+// 30 MiB binary, in the daemon and in every log driver. Marking the mappings
+// NOHUGEPAGE and dropping what is mapped now makes later faults map 4 KiB
+// pages (plus the kernel's fault-around), so resident memory is the pages in
+// use. Only read-only mappings are touched: dropping them loses nothing,
+// they are read back from the page cache on demand.
+func trimExecutable() {
+	exe, err := os.Executable()
+	if err != nil {
+		return
+	}
+	if resolved, err := filepath.EvalSymlinks(exe); err == nil {
+		exe = resolved
+	}
+	f, err := os.Open("/proc/self/smaps")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	type vma struct{ start, end uint64 }
+	var trim []vma
+	var cur *vma
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 6 && strings.Contains(fields[0], "-"):
+			// start-end perms offset dev inode path: a new mapping.
+			cur = nil
+			lo, hi, _ := strings.Cut(fields[0], "-")
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if fields[5] == exe && !strings.Contains(fields[1], "w") && err1 == nil && err2 == nil {
+				trim = append(trim, vma{start, end})
+				cur = &trim[len(trim)-1]
+			}
+		case cur != nil && len(fields) >= 2 && fields[0] == "Anonymous:" && fields[1] != "0":
+			// Written after mapping (e.g. relocations made read-only):
+			// dropping would lose them.
+			trim = trim[:len(trim)-1]
+			cur = nil
+		}
+	}
+	for _, m := range trim {
+		for _, advice := range []uintptr{unix.MADV_NOHUGEPAGE, unix.MADV_DONTNEED} {
+			_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(m.start), uintptr(m.end-m.start), advice)
+		}
+	}
+}
