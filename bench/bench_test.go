@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestSmoke runs the whole harness at its smallest (2 pods, 1 repetition)
+// so it keeps working; the figures are not checked against targets, only
+// for being there, and everything it started must be gone afterwards.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts containerd, noderun and pods; skipped with -short")
+	}
+	if m := missingPrerequisite(); m != "" {
+		// Under CI a skip would hide that the harness is untested.
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("missing prerequisite: %s", m)
+		}
+		t.Skipf("missing prerequisite: %s", m)
+	}
+	cfg := Config{
+		Runs: 1, BurstRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, APIGets: 2,
+		// Not the default network, so a `make bench` may run meanwhile.
+		Bridge: "nrbsmoke0", Subnet: "10.214.0.0/24", Log: testLog{t},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := run(ctx, cfg)
+	if rep != nil {
+		checkCleanedUp(t, rep, cfg.Bridge)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Rows) == 0 {
+		t.Fatal("no rows")
+	}
+	for _, r := range rep.Rows {
+		if r.Noderun == nil || len(r.Noderun.Samples) == 0 {
+			t.Errorf("%s: no noderun figure", r.Key)
+			continue
+		}
+		// Idle CPU over one second may well round to zero ticks.
+		if r.Key != "idle_cpu" && !(r.Noderun.Min > 0) {
+			t.Errorf("%s: noderun %+v, want > 0", r.Key, r.Noderun)
+		}
+		if r.Floor != nil && !(r.Floor.Min > 0) {
+			t.Errorf("%s: floor %+v, want > 0", r.Key, r.Floor)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "smoke.json")
+	if err := rep.writeJSON(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != len(rep.Rows) {
+		t.Errorf("JSON does not round-trip: %v, %d rows", err, len(back.Rows))
+	}
+	rep.writeTable(testLog{t})
+}
+
+func checkCleanedUp(t *testing.T, rep *Report, bridge string) {
+	t.Helper()
+	if _, err := os.Stat(rep.dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("bench dir %s left behind: %v", rep.dir, err)
+	}
+	if err := syscall.Kill(rep.containerdPID, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("containerd (pid %d) still runs: %v", rep.containerdPID, err)
+	}
+	if _, err := net.InterfaceByName(bridge); err == nil {
+		t.Errorf("bridge %s left behind", bridge)
+	}
+	ms, err := mountsUnder("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if strings.HasPrefix(m.point, rep.dir+"/") {
+			t.Errorf("mount left: %s", m.point)
+		}
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			if _, err := os.Stat(filepath.Join(m.point, floorCgroup(rep.dir))); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("floor cgroup left in %s: %v", m.point, err)
+			}
+		}
+	}
+}
+
+// testLog sends the harness's progress to the test log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

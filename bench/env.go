@@ -1,0 +1,313 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containernetworking/cni/libcni"
+	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/ociimage"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+)
+
+const (
+	cniBinDir   = "/usr/lib/cni"
+	snapshotter = "overlayfs" // what noderun uses
+	imageRef    = "docker.io/library/busybox:1.36"
+	floorNS     = "nrbench-floor"
+	noderunNS   = "nrbench-noderun"
+	cleanupTime = 2 * time.Minute
+)
+
+// missingPrerequisite names the first thing the bench cannot run without,
+// or returns "".
+func missingPrerequisite() string {
+	if os.Geteuid() != 0 {
+		return "root"
+	}
+	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc", "iptables", "ip", "go"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			return bin + " in PATH"
+		}
+	}
+	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
+		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
+			return "CNI plugin " + filepath.Join(cniBinDir, p)
+		}
+	}
+	if _, err := os.Stat(ociimage.BusyboxPath); err != nil {
+		return "static busybox at " + ociimage.BusyboxPath
+	}
+	return ""
+}
+
+// env is everything the bench runs on: one temp dir holding the noderun
+// binary, the image tarball, a private containerd and the CNI config.
+type env struct {
+	cfg      Config
+	dir      string
+	bin      string // stripped noderun binary
+	imageTar string
+	cniConf  string // the conflist, shared by noderun and the floor
+	daemon   *ctrdrt.Daemon
+	client   *containerd.Client
+}
+
+func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
+	if err := checkNetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
+		return nil, err
+	}
+	// Under /tmp and short: containerd's socket path must fit sun_path.
+	dir, err := os.MkdirTemp("/tmp", "nrb")
+	if err != nil {
+		return nil, err
+	}
+	e = &env{cfg: cfg, dir: dir}
+	defer func() {
+		if retErr != nil {
+			retErr = errors.Join(retErr, e.close())
+		}
+	}()
+	e.bin = filepath.Join(dir, "noderun")
+	if err := buildNoderun(ctx, e.bin); err != nil {
+		return e, err
+	}
+	img, err := ociimage.Busybox(imageRef)
+	if err != nil {
+		return e, err
+	}
+	e.imageTar = filepath.Join(dir, "busybox.tar")
+	if err := ociimage.WriteFile(e.imageTar, img); err != nil {
+		return e, err
+	}
+	e.cniConf = filepath.Join(dir, "cni", "10-nrbench.conflist")
+	if err := writeCNIConfig(e.cniConf, cfg.Bridge, cfg.Subnet, filepath.Join(dir, "ipam")); err != nil {
+		return e, err
+	}
+	e.daemon, err = ctrdrt.StartDaemon(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
+		filepath.Join(dir, "c.sock"), filepath.Join(dir, "containerd.log"))
+	if err != nil {
+		return e, err
+	}
+	e.client, err = containerd.New(e.daemon.Address(), containerd.WithTimeout(10*time.Second))
+	return e, err
+}
+
+// buildNoderun builds the module's main package as `make build` does, minus
+// the version stamp, so the size measured is the shipped one.
+func buildNoderun(ctx context.Context, out string) error {
+	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return fmt.Errorf("go env GOMOD: %w", err)
+	}
+	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build noderun: %w\n%s", err, b)
+	}
+	return nil
+}
+
+// checkNetworkFree refuses a bridge that exists (another bench, or one left
+// by a killed run) or a subnet the host already routes.
+func checkNetworkFree(bridge, subnet string) error {
+	if _, err := net.InterfaceByName(bridge); err == nil {
+		return fmt.Errorf("bridge %s exists: another bench runs, or remove it with `ip link del %s`", bridge, bridge)
+	}
+	_, want, err := net.ParseCIDR(subnet)
+	if err != nil {
+		return err
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && (want.Contains(ipn.IP) || ipn.Contains(want.IP)) {
+			return fmt.Errorf("subnet %s overlaps the host's %s", subnet, ipn)
+		}
+	}
+	return nil
+}
+
+// writeCNIConfig has the shape of noderun's default config (bridge with
+// masquerade and hairpin, host-local, portmap, loopback) on the bench's own
+// bridge, subnet and IPAM directory.
+func writeCNIConfig(path, bridge, subnet, ipamDir string) error {
+	type obj = map[string]any
+	conf := obj{
+		"cniVersion": "1.0.0",
+		"name":       "nrbench",
+		"plugins": []obj{
+			{
+				"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
+				"ipam": obj{
+					"type":    "host-local",
+					"ranges":  [][]obj{{{"subnet": subnet}}},
+					"routes":  []obj{{"dst": "0.0.0.0/0"}},
+					"dataDir": ipamDir,
+				},
+			},
+			{"type": "portmap", "capabilities": obj{"portMappings": true}},
+			{"type": "loopback"},
+		},
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// close removes everything the bench made, whatever state a failure left:
+// containers and tasks in both namespaces, CNI attachments and pinned
+// namespaces, mounts, the floor's cgroups, containerd (by its PID), the bridge
+// and the temp dir.
+func (e *env) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), cleanupTime)
+	defer cancel()
+	var errs []error
+	if e.client != nil {
+		for _, ns := range []string{floorNS, noderunNS} {
+			errs = append(errs, removeContainers(namespaces.WithNamespace(ctx, ns), e.client))
+		}
+	}
+	errs = append(errs,
+		detachLeftovers(ctx, e.cniConf, filepath.Join(e.dir, "floor", "cni"), filepath.Join(e.dir, "floor", "pods")),
+		detachLeftovers(ctx, e.cniConf, filepath.Join(e.dir, "node", "state", "cni", "cache"), filepath.Join(e.dir, "node", "run", "pods")))
+	removeCgroup(floorCgroup(e.dir))
+	if e.client != nil {
+		errs = append(errs, e.client.Close())
+	}
+	if e.daemon != nil {
+		errs = append(errs, e.daemon.Stop(ctx))
+	}
+	errs = append(errs, unmountUnder(e.dir))
+	if _, err := net.InterfaceByName(e.cfg.Bridge); err == nil {
+		if out, err := exec.Command("ip", "link", "del", e.cfg.Bridge).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", e.cfg.Bridge, err, out))
+		}
+	}
+	errs = append(errs, os.RemoveAll(e.dir))
+	return errors.Join(errs...)
+}
+
+// removeContainers deletes every container in ctx's namespace with its task
+// and snapshot; the shims exit with their tasks.
+func removeContainers(ctx context.Context, client *containerd.Client) error {
+	cs, err := client.Containers(ctx)
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	var errs []error
+	for _, c := range cs {
+		if task, err := c.Task(ctx, nil); err == nil {
+			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
+			}
+		}
+		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete container %s: %w", c.ID(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// detachLeftovers releases the CNI attachment (IP, iptables rules) and the
+// pinned namespaces of every sandbox dir still under podsDir.
+func detachLeftovers(ctx context.Context, conf, cacheDir, podsDir string) error {
+	sandboxes, err := os.ReadDir(podsDir)
+	if errors.Is(err, os.ErrNotExist) || len(sandboxes) == 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	list, err := libcni.ConfListFromFile(conf)
+	if err != nil {
+		return err
+	}
+	plugins := libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, cacheDir, nil)
+	var errs []error
+	for _, sb := range sandboxes {
+		dir := filepath.Join(podsDir, sb.Name())
+		rt := &libcni.RuntimeConf{ContainerID: sb.Name(), NetNS: filepath.Join(dir, "net"), IfName: "eth0"}
+		if err := plugins.DelNetworkList(ctx, list, rt); err != nil {
+			errs = append(errs, fmt.Errorf("CNI DEL %s: %w", sb.Name(), err))
+		}
+		errs = append(errs, cni.RemoveNamespaces(dir))
+		removeCgroup("/noderun/pod" + sb.Name()) // noderun's pod cgroup, if it was noderun's
+	}
+	return errors.Join(errs...)
+}
+
+// mount is one line of /proc/self/mountinfo, the parts the bench needs.
+type mount struct{ point, fstype string }
+
+// mountsUnder lists the mounts at or below dir ("/" for all), in mount order.
+func mountsUnder(dir string) ([]mount, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []mount
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// Fields: id parent maj:min root mountpoint opts ... - fstype source superopts
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, fstype := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 5 || len(fstype) == 0 {
+			continue
+		}
+		if p := fields[4]; dir == "/" || p == dir || strings.HasPrefix(p, dir+"/") {
+			out = append(out, mount{p, fstype[0]})
+		}
+	}
+	return out, sc.Err()
+}
+
+func unmountUnder(dir string) error {
+	ms, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	slices.Reverse(ms) // children before parents
+	var errs []error
+	for _, m := range ms {
+		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
+			errs = append(errs, fmt.Errorf("unmount %s: %w", m.point, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeCgroup removes a cgroup dir (empty by now) from every hierarchy, as
+// noderun does with its pod cgroups.
+func removeCgroup(path string) {
+	ms, _ := mountsUnder("/")
+	for _, m := range ms {
+		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
+			_ = unix.Rmdir(filepath.Join(m.point, path))
+		}
+	}
+}

@@ -1,0 +1,213 @@
+// Command bench measures noderun against the floor: the same pod work done
+// directly with containerd's client and libcni, in the same run, against a
+// private containerd and CNI network. It prints one Markdown table and writes
+// the same figures as JSON. Run it as root with `make bench`; with -profile
+// it instead writes noderun's CPU and heap profiles around a burst.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Config says how much to measure and where the bench's network lives.
+type Config struct {
+	Runs      int           `json:"runs"`       // one-pod repetitions
+	BurstRuns int           `json:"burst_runs"` // repetitions of each burst and its teardown
+	Bursts    []int         `json:"bursts"`     // burst sizes
+	CPUWindow time.Duration `json:"cpu_window_ns"`
+	APIGets   int           `json:"api_gets"` // timed GET /pods at the largest burst
+	Bridge    string        `json:"bridge"`
+	Subnet    string        `json:"subnet"`
+	Log       io.Writer     `json:"-"` // progress
+}
+
+// defaultConfig keeps a full run well under 15 minutes on 2 cores.
+func defaultConfig() Config {
+	return Config{
+		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30,
+		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
+	}
+}
+
+func main() {
+	cfg := defaultConfig()
+	out := flag.String("out", "bench-results/latest.json", "write the results as JSON here")
+	profileDir := flag.String("profile", "", "instead of measuring, write noderun's CPU and heap profiles around a burst into this dir")
+	profilePods := flag.Int("profile-pods", 100, "burst size for -profile")
+	profileSecs := flag.Int("profile-seconds", 40, "CPU profile length for -profile; covers the burst's start and teardown")
+	bursts := flag.String("bursts", "10,30,100", "burst sizes, comma-separated")
+	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
+	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
+	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
+	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
+	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
+	flag.Parse()
+	var err error
+	if cfg.Bursts, err = parseSizes(*bursts); err != nil {
+		fatal(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if *profileDir != "" {
+		if err := profile(ctx, cfg, *profileDir, *profilePods, *profileSecs); err != nil {
+			fatal(err)
+		}
+		return
+	}
+	rep, err := run(ctx, cfg)
+	if err != nil {
+		fatal(err)
+	}
+	rep.writeTable(os.Stdout)
+	if err := rep.writeJSON(*out); err != nil {
+		fatal(err)
+	}
+	fmt.Println("\nJSON:", *out)
+}
+
+func fatal(err error) {
+	fmt.Fprintln(os.Stderr, "bench:", err)
+	os.Exit(1)
+}
+
+func parseSizes(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-bursts: %q is not a pod count", f)
+		}
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// setup brings up the environment, the floor, noderun and one event
+// watcher per namespace; teardown undoes all of it, even after a failure.
+func setup(ctx context.Context, cfg Config) (b *bench, teardown func() error, err error) {
+	if m := missingPrerequisite(); m != "" {
+		return nil, nil, fmt.Errorf("missing prerequisite: %s", m)
+	}
+	cfg.Log = orDiscard(cfg.Log)
+	fmt.Fprintln(cfg.Log, "bench: building noderun, starting containerd")
+	e, err := newEnv(ctx, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	b = &bench{cfg: cfg, env: e, m: measurements{
+		burst: map[int]*pair{}, teardown: map[int]*pair{}, rss: map[int][]float64{}, anon: map[int][]float64{}, heap: map[int][]float64{},
+	}}
+	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
+	teardown = func() error {
+		var errs []error
+		if b.node != nil {
+			errs = append(errs, b.stopNode())
+		}
+		stopWatch()
+		return errors.Join(append(errs, e.close())...)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, teardown())
+		}
+	}()
+	b.fw = newWatcher(watchCtx, e.client, floorNS)
+	b.nw = newWatcher(watchCtx, e.client, noderunNS)
+	if b.floor, err = newFloor(ctx, e); err != nil {
+		return nil, nil, err
+	}
+	if b.node, err = startNode(ctx, e); err != nil {
+		return nil, nil, err
+	}
+	return b, teardown, nil
+}
+
+// stopNode lets noderun remove whatever pods are left, then stops it;
+// env.close removes anything it could not.
+func (b *bench) stopNode() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b.node.removeAllManifests()
+	var err error
+	if b.node.running() {
+		err = b.node.waitNoPods(ctx, time.Minute)
+	}
+	b.node.stop()
+	return err
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// run measures everything in cfg and returns the report.
+func run(ctx context.Context, cfg Config) (rep *Report, retErr error) {
+	loadBefore := loadAvg()
+	b, teardown, err := setup(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep = &Report{Time: time.Now().UTC(), Config: b.cfg, dir: b.env.dir, containerdPID: b.env.daemon.PID()}
+	rep.Machine = machineInfo(ctx, b.env.client)
+	defer func() { retErr = errors.Join(retErr, teardown()) }()
+	info, err := os.Stat(b.env.bin)
+	if err != nil {
+		return rep, err
+	}
+	b.m.binaryMiB = float64(info.Size()) / mib
+	if err := b.measureAll(ctx); err != nil {
+		return rep, err
+	}
+	rep.Machine.LoadBefore, rep.Machine.HostBusy = loadBefore, b.m.hostBusyPercent
+	rep.Rows = b.m.rows(b.cfg)
+	return rep, nil
+}
+
+// profile starts a CPU profile of noderun, runs one burst and its teardown
+// meanwhile, takes heap and goroutine profiles while the pods run, and
+// writes them into dir.
+func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (retErr error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, teardown, err := setup(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { retErr = errors.Join(retErr, teardown()) }()
+	cpuPath, heapPath := filepath.Join(dir, "noderun-cpu.pprof"), filepath.Join(dir, "noderun-heap.pprof")
+	goroutinesPath := filepath.Join(dir, "noderun-goroutines.txt")
+	cpuDone := make(chan error, 1)
+	go func() { cpuDone <- b.node.save(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), cpuPath) }()
+	b.logf("CPU profile for %d s around a burst of %d pods", seconds, pods)
+	start, down, err := b.nodePods(ctx, "prof", pods, nil, func([]string) error {
+		return errors.Join(b.node.save(ctx, "/debug/pprof/heap", heapPath),
+			b.node.save(ctx, "/debug/pprof/goroutine?debug=1", goroutinesPath))
+	})
+	if err != nil {
+		return err
+	}
+	if err := <-cpuDone; err != nil {
+		return err
+	}
+	fmt.Printf("burst of %d (profiled): all running after %.3f s, all gone %.3f s after removal\n",
+		pods, start.Seconds(), down.Seconds())
+	fmt.Printf("profiles: %s %s %s\nview: go tool pprof -top %s\n", cpuPath, heapPath, goroutinesPath, cpuPath)
+	return nil
+}
