@@ -35,6 +35,7 @@ type network struct {
 	mu      sync.Mutex
 	ifaces  map[string]map[string]bool // host interface -> sandbox IDs using it
 	suspect map[string]bool            // sandbox IDs whose interface vanished
+	broken  map[string]bool            // sandbox IDs a check found broken
 }
 
 var _ runner.Network = (*network)(nil)
@@ -43,7 +44,7 @@ const ipsFile = "ips.json"
 
 func newNetwork(m *cni.Manager, podsDir string, cfgDirs []string, log *slog.Logger) *network {
 	return &network{cni: m, podsDir: podsDir, cfgDirs: cfgDirs, log: log,
-		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}}
+		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}, broken: map[string]bool{}}
 }
 
 // watch reports deleted host interfaces to the pods using them, and changes
@@ -142,10 +143,19 @@ func notReady(err error) error {
 }
 
 func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
+	n.mu.Lock()
+	broken := n.broken[sb.ID]
+	delete(n.broken, sb.ID)
+	n.mu.Unlock()
 	n.untrack(sb.ID) // our own DEL removes the veth: not a breakage
 	var errs []error
 	if !sb.HostNetwork {
 		att, _ := attachment(sb) // DEL needs no bandwidth: a bad annotation is no reason to leak
+		if broken {
+			// Its interface is gone, so the plugins cannot find what it
+			// held through the netns: released by ID instead.
+			att = withoutNetNS(att)
+		}
 		errs = append(errs, n.cni.Del(ctx, att))
 	}
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -171,6 +181,9 @@ func (n *network) Check(ctx context.Context, sb *runner.Sandbox, deep bool) erro
 	att, _ := attachment(sb)
 	err := n.cni.Check(ctx, att)
 	if errors.Is(err, cni.ErrCheckFailed) {
+		n.mu.Lock()
+		n.broken[sb.ID] = true
+		n.mu.Unlock()
 		return fmt.Errorf("%w: %w", runner.ErrSandboxBroken, err)
 	}
 	return err
@@ -225,6 +238,7 @@ func (n *network) untrack(id string) {
 		}
 	}
 	delete(n.suspect, id)
+	delete(n.broken, id)
 }
 
 // attachment describes the sandbox to CNI. The error is about the bandwidth

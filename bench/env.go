@@ -116,8 +116,10 @@ func buildNoderun(ctx context.Context, out string) error {
 		return fmt.Errorf("go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags", "-s -w", "-o", out, ".")
+	// As the Makefile builds it.
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "grpcnotrace,urfave_cli_no_docs", "-ldflags", "-s -w", "-o", out, ".")
 	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build noderun: %w\n%s", err, b)
 	}

@@ -146,10 +146,13 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if len(networks) > 0 {
+	if len(networks) > 0 && netns == "" {
 		// The bridge plugin finds the pod's masquerade rules through its
 		// interface, so it leaves them behind once the veth or the netns
-		// is gone: a reboot clears them, a deleted veth does not.
+		// is gone: a reboot clears them, a deleted veth does not. With the
+		// netns alive the plugin removed them; sweeping anyway would list
+		// the whole nat table on every DEL (quadratic in a burst). A caller
+		// that knows the pod's veth is gone passes no NetNS.
 		owned := func(o natOwner) bool { return o.id == a.ID && slices.Contains(networks, o.network) }
 		if _, err := releaseNAT(ctx, owned); err != nil {
 			return fmt.Errorf("cni: delete %s: %w", a.ID, err)

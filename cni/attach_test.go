@@ -503,6 +503,38 @@ func TestCheckVethDeleted(t *testing.T) {
 				t.Fatalf("Check after deleting the veth = %v, want ErrCheckFailed", err)
 			}
 			t.Logf("Check failed as intended: %v", err)
+			// What a caller does with a broken attachment: release it by
+			// ID, without the netns (the test's cleanup then finds no NAT
+			// rules left, or fails).
+			gone := a
+			gone.NetNS = ""
+			if err := m.Del(ctx, gone); err != nil {
+				t.Fatal(err)
+			}
 		})
+	}
+}
+
+// A DEL with the pod's netns alive leaves the masquerade rules to the bridge
+// plugin and lists no iptables rules itself.
+func TestDelWithLiveNetnsLeavesNoRules(t *testing.T) {
+	requirePlugins(t)
+	m, err := New(testNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := testPod(t, m, "live")
+	if _, err := m.Add(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if len(natLines(t, a.ID)) == 0 {
+		t.Fatal("no masquerade rules after ADD; the test proves nothing")
+	}
+	if err := m.Del(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if rules := natLines(t, a.ID); len(rules) > 0 {
+		t.Fatalf("rules left after DEL:\n%s", strings.Join(rules, "\n"))
 	}
 }

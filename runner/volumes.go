@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -231,8 +232,9 @@ func removeCgroup(path string) {
 	}
 }
 
-// cgroupRoots lists the mount points of cgroup v1 hierarchies and cgroup2.
-func cgroupRoots() []string {
+// cgroupRoots lists the mount points of cgroup v1 hierarchies and cgroup2,
+// read once: mountinfo grows with every pod (pinned namespaces, rootfs).
+var cgroupRoots = sync.OnceValue(func() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil
@@ -252,7 +254,7 @@ func cgroupRoots() []string {
 		}
 	}
 	return out
-}
+})
 
 // memTotal is the node's memory in bytes, from /proc/meminfo.
 func memTotal() int64 {
