@@ -184,7 +184,7 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 	// A change to the source path or above it may reveal or hide files
 	// that produced no events of their own: list everything again.
 	key := ev.Name
-	if isAncestor(key, r.path) {
+	if isAncestor(key, r.path) || configMapSwap(r.path, key) {
 		key = r.path
 	}
 	wait := r.debounce
@@ -202,10 +202,18 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 // relevant reports whether a change at name can change the snapshot: the
 // source path itself, a directory on the way to it, or a manifest in it.
 func (r *fileRun) relevant(name string) bool {
-	if name == r.path || isAncestor(name, r.path) {
+	if name == r.path || isAncestor(name, r.path) || configMapSwap(r.path, name) {
 		return true
 	}
 	return filepath.Dir(name) == r.path && manifestName(filepath.Base(name))
+}
+
+// configMapSwap reports a change to a "..name" entry of the directory: the
+// way Kubernetes' atomic writer (ConfigMap and Secret volumes) publishes new
+// files, by swapping the ..data symlink that the visible files point
+// through. Such a change is invisible on the files themselves.
+func configMapSwap(dir, name string) bool {
+	return filepath.Dir(name) == dir && strings.HasPrefix(filepath.Base(name), "..")
 }
 
 func isAncestor(dir, path string) bool {

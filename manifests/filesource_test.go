@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -374,4 +375,114 @@ func TestFileSourceSlowSaveNeverRemoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, next(t, ch), "marker-node1 busybox\n")
+}
+
+// vim with backupcopy=yes copies the file aside, then truncates and
+// rewrites it in place: one update, never an empty state.
+func TestFileSourceVimBackupcopyYes(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	writeFile(t, web+"~", manifest("web", "nginx:1"))
+	f, err := os.OpenFile(web, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // a slow save: empty for longer than the debounce
+	content := manifest("web", "nginx:2")
+	f.WriteString(content[:30])
+	f.WriteString(content[30:])
+	f.Close()
+	os.Remove(web + "~")
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+	barrier(t, dir, ch, "web-node1 nginx:2\n")
+}
+
+// sed -i writes a temporary file beside the manifest and renames it over.
+func TestFileSourceSedInPlace(t *testing.T) {
+	sed, err := exec.LookPath("sed")
+	if err != nil {
+		t.Skip("no sed")
+	}
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond))
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+	if out, err := exec.Command(sed, "-i", "s/nginx:1/nginx:2/", web).CombinedOutput(); err != nil {
+		t.Fatalf("sed: %v: %s", err, out)
+	}
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
+	barrier(t, dir, ch, "web-node1 nginx:2\n")
+}
+
+// Rapid rewrites settle on the last content.
+func TestFileSourceRapidRewrites(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond))
+	expect(t, next(t, ch), "")
+	for i := range 50 {
+		writeFile(t, web, manifest("web", fmt.Sprintf("nginx:%d", i)))
+	}
+	for last := next(t, ch); summary(last) != "web-node1 nginx:49\n"; last = next(t, ch) {
+	}
+	barrier(t, dir, ch, "web-node1 nginx:49\n")
+}
+
+// A manifest deleted and written again comes back, with the same identity.
+func TestFileSourceDeleteAndReAdd(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond))
+	first := next(t, ch)
+	expect(t, first, "web-node1 nginx:1\n")
+	if err := os.Remove(web); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "")
+	writeFile(t, web, manifest("web", "nginx:1"))
+	again := next(t, ch)
+	expect(t, again, "web-node1 nginx:1\n")
+	if again.Pods[0].UID != first.Pods[0].UID {
+		t.Errorf("re-added manifest got UID %s, was %s", again.Pods[0].UID, first.Pods[0].UID)
+	}
+}
+
+// A ConfigMap-style directory publishes new content by swapping its ..data
+// symlink; the visible file is a symlink through it and sees no event.
+func TestFileSourceConfigMapSymlinkSwap(t *testing.T) {
+	dir := t.TempDir()
+	mustSymlink := func(target, link string) {
+		t.Helper()
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkVersion := func(name, image string) {
+		t.Helper()
+		if err := os.Mkdir(filepath.Join(dir, name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, name, "web.yaml"), manifest("web", image))
+	}
+	mkVersion("..2026_01", "nginx:1")
+	mustSymlink("..2026_01", filepath.Join(dir, "..data"))
+	mustSymlink("..data/web.yaml", filepath.Join(dir, "web.yaml"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond)) // no relist: events only
+	expect(t, next(t, ch), "web-node1 nginx:1\n")
+
+	mkVersion("..2026_02", "nginx:2")
+	mustSymlink("..2026_02", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "..2026_01")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, next(t, ch), "web-node1 nginx:2\n")
 }
