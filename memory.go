@@ -19,7 +19,7 @@ import (
 // nothing happens.
 type relaxer struct{ poke chan struct{} }
 
-const relaxAfter = 5 * time.Second
+const relaxAfter = time.Second
 
 func newRelaxer() *relaxer { return &relaxer{poke: make(chan struct{}, 1)} }
 

@@ -39,8 +39,8 @@ type Config struct {
 	NetworkCheck time.Duration
 	// OnReady runs once, after the first reconcile with every source.
 	OnReady func()
-	// OnActivity runs (on a worker's goroutine; it must not block) each
-	// time a pod worker wakes up to act.
+	// OnActivity runs (on a worker's goroutine; it must not block) when a
+	// pod worker starts and when it finishes acting.
 	OnActivity func()
 	Logger     *slog.Logger
 	Clock      Clock

@@ -104,9 +104,7 @@ func (w *podWorker) run(ctx context.Context) {
 		case <-w.wake:
 		case <-w.st.timer.C():
 		}
-		if on := w.e.cfg.OnActivity; on != nil {
-			on()
-		}
+		w.activity()
 		w.mu.Lock()
 		pod, killing := w.desired, w.killing
 		if pod != nil {
@@ -117,7 +115,10 @@ func (w *podWorker) run(ctx context.Context) {
 
 		if killing {
 			w.markTerminating(last)
-			if err := w.terminate(ctx, last); err != nil {
+			var err error
+			onFreshStack(func() { err = w.terminate(ctx, last) })
+			w.activity()
+			if err != nil {
 				w.e.log.Error("pod teardown failed; will retry", "pod", podRef(last), "err", err)
 				w.st.timer.Reset(5 * time.Second)
 				continue
@@ -130,10 +131,33 @@ func (w *podWorker) run(ctx context.Context) {
 		if pod == nil {
 			continue
 		}
-		if after := w.sync(ctx, pod); after > 0 {
+		var after time.Duration
+		onFreshStack(func() { after = w.sync(ctx, pod) })
+		w.activity()
+		if after > 0 {
 			w.st.timer.Reset(after)
 		}
 	}
+}
+
+// activity tells the engine's observer that this worker acts now.
+func (w *podWorker) activity() {
+	if on := w.e.cfg.OnActivity; on != nil {
+		on()
+	}
+}
+
+// onFreshStack runs fn on a new goroutine and waits for it. A sync goes
+// deep (gRPC, JSON, spec building) and grows its stack to tens of KiB; on a
+// short-lived goroutine that stack is freed afterwards instead of staying
+// with every idle pod worker.
+func onFreshStack(fn func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn()
+	}()
+	<-done
 }
 
 // markTerminating keeps the pod listed while it is torn down, with a
