@@ -17,6 +17,7 @@ func TestPackageDependencies(t *testing.T) {
 		"crilog":                        nil,
 		"systemd":                       nil,
 		"internal/ociimage":             nil,
+		"internal/testenv":              nil,
 		"runner":                        {"manifests"},
 		"runner/containerd":             {"runner", "manifests", "crilog"},
 		"e2e":                           nil, // tests only

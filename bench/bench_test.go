@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // TestSmoke runs the whole harness at its smallest (2 pods, 1 repetition)
@@ -20,13 +22,8 @@ func TestSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts containerd, noderun and pods; skipped with -short")
 	}
-	if m := missingPrerequisite(); m != "" {
-		// Under CI a skip would hide that the harness is untested.
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("missing prerequisite: %s", m)
-		}
-		t.Skipf("missing prerequisite: %s", m)
-	}
+	m := missingPrerequisite()
+	testenv.Require(t, m == "", m)
 	cfg := Config{
 		Runs: 1, BurstRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, APIGets: 2,
 		// Not the default network, so a `make bench` may run meanwhile.

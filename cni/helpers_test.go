@@ -11,22 +11,13 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 const pluginDir = "/usr/lib/cni"
 
-// require skips the test when a prerequisite is missing, but fails it under
-// CI=true, where a silent skip would hide that nothing was tested.
-func require(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing prerequisite: %s", what)
-	}
-	t.Skipf("missing prerequisite: %s", what)
-}
+var require = testenv.Require
 
 // requireRoot is for tests that create namespaces and mounts.
 func requireRoot(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/ociimage"
+	"github.com/noderun/noderun/internal/testenv"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
@@ -165,12 +166,7 @@ func requireE2E(t *testing.T) {
 	if testing.Short() {
 		t.Skip("end-to-end test; skipped with -short")
 	}
-	if missing != "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("missing prerequisite: %s", missing)
-		}
-		t.Skipf("missing prerequisite: %s", missing)
-	}
+	testenv.Require(t, missing == "", missing)
 	if setupErr != nil {
 		t.Fatalf("e2e setup: %v", setupErr)
 	}

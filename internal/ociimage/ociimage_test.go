@@ -14,6 +14,8 @@ import (
 
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // readTar returns every entry of a tar stream by name.
@@ -204,12 +206,8 @@ func TestWriteFileSharesBlobs(t *testing.T) {
 // requireBusybox skips (or under CI=true fails) when the host lacks busybox-static.
 func requireBusybox(t *testing.T) {
 	t.Helper()
-	if _, err := readStatic(BusyboxPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal(err)
-		}
-		t.Skip(err)
-	}
+	_, err := readStatic(BusyboxPath)
+	testenv.Require(t, err == nil, "static busybox at "+BusyboxPath)
 }
 
 func TestBusybox(t *testing.T) {

@@ -16,22 +16,13 @@ import (
 
 	ctrd "github.com/containerd/containerd"
 	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 const testNamespace = "noderun-test"
 
-// prerequisite skips the test when ok is false, or fails it under CI=true,
-// where a missing tool means a broken machine rather than a laptop.
-func prerequisite(t *testing.T, ok bool, what string) {
-	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("prerequisite missing: %s", what)
-	}
-	t.Skipf("prerequisite missing: %s", what)
-}
+var prerequisite = testenv.Require
 
 // requireDaemonPrereqs guards every test that runs a real containerd.
 func requireDaemonPrereqs(t *testing.T) {
