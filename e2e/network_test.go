@@ -401,6 +401,9 @@ func (n *node) churn(name string, hostPort, cycles int) error {
 kind: Pod
 metadata: {name: %s}
 spec:
+  # A removal can come before sh has set its TERM trap; as PID 1 it then
+  # ignores SIGTERM and only the grace period ends it.
+  terminationGracePeriodSeconds: 2
   containers:
   - name: c
     image: busybox:1.36
