@@ -4,7 +4,7 @@
 GO          ?= go
 BIN         := bin/noderun
 RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;
