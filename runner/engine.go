@@ -117,6 +117,11 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	defer resync.Stop()
 	gc := e.clock.NewTicker(e.cfg.GCInterval)
 	defer gc.Stop()
+	// A broken exit stream is subscribed again after a backoff, without
+	// holding up the loop: a stream that breaks at once (containerd gone)
+	// must not turn into a busy loop.
+	var resubscribe <-chan time.Time
+	resubDelay := exitRetryMin
 	for {
 		e.lastLoop.Store(e.clock.Now().UnixNano())
 		select {
@@ -129,11 +134,22 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 			e.settle(ctx)
 		case ev, ok := <-exits:
 			if ok {
+				resubDelay = exitRetryMin // the stream works
 				e.poke(types.UID(ev.PodUID))
 				continue
 			}
-			exits = e.resubscribe(ctx)
-			e.pokeAll()
+			exits, resubscribe = nil, e.clock.After(resubDelay)
+			resubDelay = min(resubDelay*2, exitRetryMax)
+		case <-resubscribe:
+			ch, err := e.rt.Exits(ctx)
+			if err != nil {
+				e.log.Warn("exit events unavailable", "err", err, "retry", resubDelay)
+				resubscribe = e.clock.After(resubDelay)
+				resubDelay = min(resubDelay*2, exitRetryMax)
+				continue
+			}
+			exits, resubscribe = ch, nil
+			e.pokeAll() // exits may have been missed meanwhile
 		case <-resync.C():
 			e.pokeAll()
 		case <-gc.C():
@@ -174,24 +190,11 @@ func (e *Engine) NetworkChanged(sandboxID string) {
 	}
 }
 
-// resubscribe retries the exit stream with backoff; a nil channel (never
-// ready) would stall exits, so it keeps trying until ctx ends.
-func (e *Engine) resubscribe(ctx context.Context) <-chan ExitEvent {
-	delay := 100 * time.Millisecond
-	for {
-		ch, err := e.rt.Exits(ctx)
-		if err == nil {
-			return ch
-		}
-		e.log.Warn("exit events unavailable", "err", err, "retry", delay)
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-e.clock.After(delay):
-		}
-		delay = min(delay*2, 10*time.Second)
-	}
-}
+// Bounds of the backoff between subscriptions to containerd's exit events.
+const (
+	exitRetryMin = 100 * time.Millisecond
+	exitRetryMax = 10 * time.Second
+)
 
 // desired merges every source's pods; the first source (by name) wins a UID.
 func (e *Engine) desired() map[types.UID]*v1.Pod {

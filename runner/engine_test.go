@@ -291,6 +291,29 @@ func TestEngineListsTerminatingPodUntilGone(t *testing.T) {
 	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })
 }
 
+func TestEngineBacksOffWhenTheExitStreamKeepsBreaking(t *testing.T) {
+	f := startEngine(t)
+	f.rt.mu.Lock()
+	f.rt.exitsBroken = true
+	f.rt.mu.Unlock()
+	f.send()
+	calls := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.exitsCalls }
+	waitFor(t, "ready", func() bool { return f.e.ready.Load() })
+	time.Sleep(50 * time.Millisecond) // real time: a busy loop would call thousands of times
+	if n := calls(); n != 1 {
+		t.Fatalf("Exits called %d times without the clock moving; want 1 (a backoff, not a loop)", n)
+	}
+	for want, step := range []time.Duration{100, 200, 400} {
+		f.clock.Advance(step * time.Millisecond)
+		waitFor(t, fmt.Sprintf("resubscription %d", want+2), func() bool { return calls() == want+2 })
+	}
+	f.clock.Advance(399 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond)
+	if n := calls(); n != 4 {
+		t.Fatalf("resubscribed after 399ms of an 800ms backoff (%d calls)", n)
+	}
+}
+
 func TestBackoffSequence(t *testing.T) {
 	var b backoff
 	start := time.Now()

@@ -91,14 +91,16 @@ func (t *fakeTicker) Stop() { t.fakeTimer.Stop() }
 
 // fakeRuntime keeps containers in memory; tests make them exit.
 type fakeRuntime struct {
-	mu         sync.Mutex
-	clock      Clock
-	containers map[string]*ContainerStatus
-	started    []*ContainerConfig
-	stopped    []string
-	exits      chan ExitEvent
-	startErr   error
-	stopGate   chan struct{} // when set, stops wait for it to close
+	mu          sync.Mutex
+	clock       Clock
+	containers  map[string]*ContainerStatus
+	started     []*ContainerConfig
+	stopped     []string
+	exits       chan ExitEvent
+	startErr    error
+	stopGate    chan struct{} // when set, stops wait for it to close
+	exitsBroken bool
+	exitsCalls  int
 }
 
 func newFakeRuntime(clock Clock) *fakeRuntime {
@@ -159,7 +161,17 @@ func (r *fakeRuntime) RemoveContainer(_ context.Context, id string) error {
 	return nil
 }
 
-func (r *fakeRuntime) Exits(context.Context) (<-chan ExitEvent, error) { return r.exits, nil }
+func (r *fakeRuntime) Exits(context.Context) (<-chan ExitEvent, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.exitsCalls++
+	if r.exitsBroken {
+		ch := make(chan ExitEvent)
+		close(ch) // containerd gone: the stream ends at once
+		return ch, nil
+	}
+	return r.exits, nil
+}
 
 func (r *fakeRuntime) Ping(context.Context) error { return nil }
 

@@ -15,9 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// retryDelay is how soon a sync that failed on the runtime or network is retried.
-const retryDelay = 2 * time.Second
-
 // sync brings one pod to its spec, the way the kubelet's SyncPod does:
 // sandbox first, then init containers one by one, then app containers, each
 // restarted per restartPolicy with crash backoff. It returns when the worker
@@ -31,7 +28,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	if !w.st.persisted {
 		if err := w.persist(pod); err != nil {
 			e.log.Error("save pod state", "pod", podRef(pod), "err", err)
-			return retryDelay
+			return w.failDelay("persist")
 		}
 	}
 	if w.st.sandboxOK {
@@ -49,9 +46,11 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	}
 	cs, err := e.rt.ListContainers(ctx, string(pod.UID))
 	if err != nil {
+		// containerd is down or restarting: back off, do not hammer it.
 		e.log.Error("list containers", "pod", podRef(pod), "err", err)
-		return retryDelay
+		return w.failDelay("list")
 	}
+	delete(w.st.backoff, "list")
 	latest := w.newestByName(ctx, cs)
 	requeue := w.syncContainers(ctx, pod, latest)
 	w.publish(pod, latest)
