@@ -479,7 +479,7 @@ func TestDeletedVethIsRepaired(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
 	n.writeManifest("web.yaml", webPod("web", "repaired", 0))
-	p := n.waitPod("web", "Running", running)
+	before := n.waitPod("web", "Running", running)
 	veths := n.hostVeths()
 	if len(veths) != 1 {
 		t.Fatalf("veths on the bridge: %v, want one", veths)
@@ -487,9 +487,12 @@ func TestDeletedVethIsRepaired(t *testing.T) {
 	if out, err := exec.Command("ip", "link", "del", veths[0]).CombinedOutput(); err != nil {
 		t.Fatalf("ip link del: %v: %s", err, out)
 	}
-	p = n.waitPod("web", "restarted in a new sandbox", func(p *v1.Pod) bool {
+	p := n.waitPod("web", "restarted in a new sandbox", func(p *v1.Pod) bool {
 		return running(p) && p.Status.ContainerStatuses[0].RestartCount == 1
 	})
+	if p.UID != before.UID {
+		t.Fatalf("repair replaced the pod (UID %s, was %s); it must restart its containers in place", p.UID, before.UID)
+	}
 	if got := httpGet(t, "http://"+p.Status.PodIP+":8080/"); got != "repaired\n" {
 		t.Fatalf("after repair: %q", got)
 	}
