@@ -100,6 +100,7 @@ type fakeRuntime struct {
 	startErr    error
 	stopGate    chan struct{} // when set, stops wait for it to close
 	exitsBroken bool
+	pingErr     error
 	exitsCalls  int
 }
 
@@ -173,7 +174,11 @@ func (r *fakeRuntime) Exits(context.Context) (<-chan ExitEvent, error) {
 	return r.exits, nil
 }
 
-func (r *fakeRuntime) Ping(context.Context) error { return nil }
+func (r *fakeRuntime) Ping(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.pingErr
+}
 
 // exit makes a running container exit with code and reports the event.
 func (r *fakeRuntime) exit(id string, code int) {
