@@ -187,10 +187,13 @@ type node struct {
 	done chan struct{} // closed when proc has exited
 }
 
-// Bridges and subnets are handed out per test so parallel tests never share one.
+// Bridges and subnets are handed out per test so parallel tests never share
+// one. Each test process starts at its own offset, so two suites run at once
+// (two checkouts on one machine) do not race for the same index.
 var (
 	netMu   sync.Mutex
-	netNext = 1
+	netNext = os.Getpid() % 254
+	netUsed int
 )
 
 func allocNet(t *testing.T) int {
@@ -201,10 +204,11 @@ func allocNet(t *testing.T) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for ; netNext < 255; netNext++ {
-		n := netNext
+	for ; netUsed < 254; netUsed++ {
+		n := 1 + netNext%254
+		netNext++
 		if _, err := net.InterfaceByName(fmt.Sprintf("nre2e%d", n)); err == nil {
-			continue // left by an interrupted run
+			continue // left by an interrupted run, or another suite's
 		}
 		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.211.%d.0/24", n))
 		if slices.ContainsFunc(addrs, func(a net.Addr) bool {
@@ -213,7 +217,7 @@ func allocNet(t *testing.T) int {
 		}) {
 			continue
 		}
-		netNext++
+		netUsed++
 		return n
 	}
 	t.Fatal("no free bridge and subnet")
