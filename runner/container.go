@@ -19,6 +19,10 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if err != nil {
 		return nil, err
 	}
+	user, err := processUser(pod, c, img)
+	if err != nil {
+		return nil, err
+	}
 	mounts, err := w.containerMounts(pod, c)
 	if err != nil {
 		return nil, err
@@ -34,7 +38,8 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 		Init:         init,
 		Image:        img,
 		Args:         containerArgs(c, img, env),
-		Env:          mergeEnv(img.Env, env),
+		Env:          mergeEnv(append([]string{"HOSTNAME=" + utsHostname(pod)}, img.Env...), env),
+		User:         user,
 		WorkingDir:   wd,
 		Mounts:       mounts,
 		Sandbox:      w.sandbox(pod),
@@ -80,23 +85,26 @@ func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) 
 	return out, nil
 }
 
-// mergeEnv puts container variables over the image's, keeping image order.
-func mergeEnv(image []string, env []envVar) []string {
-	out := make([]string, 0, len(image)+len(env))
+// mergeEnv puts container variables over the base list (the runtime's
+// HOSTNAME, then the image's), each later value replacing an earlier one in
+// place, as containerd's oci.WithEnv does.
+func mergeEnv(base []string, env []envVar) []string {
+	out := make([]string, 0, len(base)+len(env))
 	index := map[string]int{}
-	for _, kv := range image {
-		name, _, _ := strings.Cut(kv, "=")
+	set := func(name, kv string) {
+		if i, ok := index[name]; ok {
+			out[i] = kv
+			return
+		}
 		index[name] = len(out)
 		out = append(out, kv)
 	}
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		set(name, kv)
+	}
 	for _, ev := range env {
-		kv := ev.name + "=" + ev.value
-		if i, ok := index[ev.name]; ok {
-			out[i] = kv
-			continue
-		}
-		index[ev.name] = len(out)
-		out = append(out, kv)
+		set(ev.name, ev.name+"="+ev.value)
 	}
 	return out
 }

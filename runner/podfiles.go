@@ -27,10 +27,7 @@ func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
 	if pod.Spec.DNSPolicy == v1.DNSClusterFirst && !pod.Spec.HostNetwork || pod.Spec.DNSPolicy == v1.DNSClusterFirstWithHostNet {
 		w.e.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
 	}
-	hostname := podHostname(pod)
-	if pod.Spec.HostNetwork {
-		hostname, _ = os.Hostname()
-	}
+	hostname := utsHostname(pod)
 	hosts, err := hostsFile(pod, w.st.ips)
 	if err != nil {
 		return err
@@ -48,6 +45,16 @@ func writeIfChanged(path string, data []byte) error {
 		return nil
 	}
 	return os.WriteFile(path, data, 0o644)
+}
+
+// utsHostname is the hostname a pod's containers see: the pod's own, or the
+// node's for hostNetwork pods (which share the host's UTS namespace).
+func utsHostname(pod *v1.Pod) string {
+	if pod.Spec.HostNetwork {
+		h, _ := os.Hostname()
+		return h
+	}
+	return podHostname(pod)
 }
 
 // podHostname is spec.hostname or the pod name, cut to a DNS label.

@@ -120,6 +120,7 @@ type ContainerConfig struct {
 	Image        ImageConfig
 	Args         []string // final process args (entrypoint/cmd merged)
 	Env          []string // final KEY=value list
+	User         ProcessUser
 	WorkingDir   string
 	Mounts       []Mount
 	Sandbox      *Sandbox
@@ -128,6 +129,16 @@ type ContainerConfig struct {
 	RestartCount int
 	SpecHash     string
 	LastState    *v1.ContainerStateTerminated // previous run, kept in labels
+}
+
+// ProcessUser is who a container runs as, decided as the kubelet decides it;
+// the runtime resolves names and groups in the image's /etc/passwd and
+// /etc/group, as containerd's CRI plugin does.
+type ProcessUser struct {
+	User   string  // a uid or a user name, never empty
+	Group  *int64  // runAsGroup; nil means the user's group in /etc/passwd, else 0
+	Groups []int64 // fsGroup and supplementalGroups, added to the process's groups
+	Strict bool    // supplementalGroupsPolicy Strict: no groups from the image's /etc/group
 }
 
 // ContainerState is the coarse state of a container's task.

@@ -234,7 +234,7 @@ func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 	if ok {
 		return append(opts, withProcessUser(u))
 	}
-	opts = append(opts, userOpts(cfg)...)
+	opts = append(opts, userOpts(cfg.User)...)
 	return append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		r.mu.Lock()
 		r.users[key] = s.Process.User

@@ -167,42 +167,61 @@ func withResources(r v1.ResourceRequirements) oci.SpecOpts {
 	}
 }
 
-// userOpts picks the process user: runAsUser/runAsGroup win over the
-// image's USER; supplementary groups come from the image's /etc/group.
-func userOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
-	sc := effectiveSecurity(cfg.Pod, cfg.Container)
-	var opts []oci.SpecOpts
-	user := cfg.Image.User
-	if sc.RunAsUser != nil {
-		user = strconv.FormatInt(*sc.RunAsUser, 10)
-		opts = append(opts, oci.WithUserID(uint32(*sc.RunAsUser)))
-	} else if user != "" {
-		opts = append(opts, oci.WithUser(user))
+// userOpts sets the process user as containerd's CRI plugin does: the user
+// (and runAsGroup) through the image's /etc/passwd and /etc/group, then,
+// unless the policy is Strict, the groups that list the user in /etc/group,
+// then fsGroup and supplementalGroups, merged and sorted.
+func userOpts(u runner.ProcessUser) []oci.SpecOpts {
+	user := u.User
+	if u.Group != nil {
+		user += ":" + strconv.FormatInt(*u.Group, 10)
 	}
-	if sc.RunAsGroup != nil {
-		opts = append(opts, withGID(uint32(*sc.RunAsGroup)))
+	opts := []oci.SpecOpts{oci.WithUser(user)}
+	if !u.Strict {
+		opts = append(opts, withImageGroups(u.User))
 	}
-	if user == "" {
-		user = "0"
-	}
-	opts = append(opts, oci.WithAdditionalGIDs(strings.SplitN(user, ":", 2)[0]))
-	if cfg.Pod.Spec.SecurityContext != nil {
-		for _, g := range cfg.Pod.Spec.SecurityContext.SupplementalGroups {
-			opts = append(opts, oci.WithAppendAdditionalGroups(strconv.FormatInt(g, 10)))
+	return append(opts, withSupplementalGroups(u.Groups))
+}
+
+// withImageGroups adds the groups of user from the image's /etc/group to
+// those already set (oci.WithAdditionalGIDs alone would replace them).
+func withImageGroups(user string) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		had := slices.Clone(s.Process.User.AdditionalGids)
+		if err := oci.WithAdditionalGIDs(user)(ctx, cl, c, s); err != nil {
+			return err
 		}
+		s.Process.User.AdditionalGids = mergeGIDs(s.Process.User.AdditionalGids, had)
+		return nil
 	}
-	return opts
+}
+
+func withSupplementalGroups(groups []int64) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		if s.Process == nil {
+			s.Process = &specs.Process{}
+		}
+		gids := make([]uint32, 0, len(groups))
+		for _, g := range groups {
+			gids = append(gids, uint32(g))
+		}
+		s.Process.User.AdditionalGids = mergeGIDs(s.Process.User.AdditionalGids, gids)
+		return nil
+	}
+}
+
+// mergeGIDs is the sorted union, the order CRI gives.
+func mergeGIDs(a, b []uint32) []uint32 {
+	out := slices.Concat(a, b)
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // userKey says what determines a container's process user: the image and
-// the user settings of image and pod.
+// every user setting.
 func userKey(cfg *runner.ContainerConfig) string {
-	sc := effectiveSecurity(cfg.Pod, cfg.Container)
-	var groups []int64
-	if p := cfg.Pod.Spec.SecurityContext; p != nil {
-		groups = p.SupplementalGroups
-	}
-	return fmt.Sprintf("%s|%s|%v|%v|%v", cfg.Image.ID, cfg.Image.User, deref(sc.RunAsUser), deref(sc.RunAsGroup), groups)
+	u := cfg.User
+	return fmt.Sprintf("%s|%s|%v|%v|%t", cfg.Image.ID, u.User, deref(u.Group), u.Groups, u.Strict)
 }
 
 func deref(p *int64) any {
@@ -222,34 +241,6 @@ func withProcessUser(u specs.User) oci.SpecOpts {
 		s.Process.User = u
 		return nil
 	}
-}
-
-func withGID(gid uint32) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if s.Process == nil {
-			s.Process = &specs.Process{}
-		}
-		s.Process.User.GID = gid
-		return nil
-	}
-}
-
-// effectiveSecurity merges pod-level defaults into the container's context,
-// container fields winning, as Kubernetes does.
-func effectiveSecurity(pod *v1.Pod, c *v1.Container) v1.SecurityContext {
-	var sc v1.SecurityContext
-	if p := pod.Spec.SecurityContext; p != nil {
-		sc.RunAsUser, sc.RunAsGroup, sc.RunAsNonRoot = p.RunAsUser, p.RunAsGroup, p.RunAsNonRoot
-	}
-	if cs := c.SecurityContext; cs != nil {
-		if cs.RunAsUser != nil {
-			sc.RunAsUser = cs.RunAsUser
-		}
-		if cs.RunAsGroup != nil {
-			sc.RunAsGroup = cs.RunAsGroup
-		}
-	}
-	return sc
 }
 
 func securityOpts(sc *v1.SecurityContext) []oci.SpecOpts {

@@ -1,0 +1,112 @@
+package containerd
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// userRootfs is an image root whose /etc/passwd and /etc/group give app
+// its own group plus membership of staff and extra.
+func userRootfs(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	files := map[string]string{
+		"etc/passwd": "root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/home/app:/bin/sh\n",
+		"etc/group":  "root:x:0:\nwheel:x:10:root\nstaff:x:50:app\napp:x:1000:\nextra:x:3000:nobody,app\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// TestUserOptsResolveLikeCRI checks the process user containerd's CRI
+// plugin gives for the user the kubelet passes, against a real passwd and
+// group file.
+func TestUserOptsResolveLikeCRI(t *testing.T) {
+	root := userRootfs(t)
+	gid := func(g int64) *int64 { return &g }
+	for _, tc := range []struct {
+		name    string
+		in      runner.ProcessUser
+		want    specs.User
+		wantErr bool
+	}{
+		{"name: passwd group and member groups", runner.ProcessUser{User: "app"},
+			specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{50, 1000, 3000}}, false},
+		{"uid found in passwd gets the same", runner.ProcessUser{User: "1000"},
+			specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{50, 1000, 3000}}, false},
+		{"runAsGroup replaces the passwd group", runner.ProcessUser{User: "1000", Group: gid(2000)},
+			specs.User{UID: 1000, GID: 2000, AdditionalGids: []uint32{50, 2000, 3000}}, false},
+		{"name with runAsGroup", runner.ProcessUser{User: "app", Group: gid(2000)},
+			specs.User{UID: 1000, GID: 2000, AdditionalGids: []uint32{50, 2000, 3000}}, false},
+		{"uid not in passwd is group 0", runner.ProcessUser{User: "4242"},
+			specs.User{UID: 4242, GID: 0, AdditionalGids: []uint32{0}}, false},
+		{"root", runner.ProcessUser{User: "0"},
+			specs.User{UID: 0, GID: 0, AdditionalGids: []uint32{0, 10}}, false},
+		{"Merge adds fsGroup and supplementalGroups, sorted", runner.ProcessUser{User: "app", Groups: []int64{4000, 2000, 50}},
+			specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{50, 1000, 2000, 3000, 4000}}, false},
+		{"Strict skips /etc/group", runner.ProcessUser{User: "app", Groups: []int64{4000, 2000}, Strict: true},
+			specs.User{UID: 1000, GID: 1000, AdditionalGids: []uint32{1000, 2000, 4000}}, false},
+		{"unknown name", runner.ProcessUser{User: "ghost"}, specs.User{}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			opts := append([]oci.SpecOpts{oci.WithRootFSPath(root)}, userOpts(tc.in)...)
+			ctx := namespaces.WithNamespace(context.Background(), "test")
+			s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "c1"}, opts...)
+			if tc.wantErr {
+				if err == nil {
+					t.Fatalf("user %+v: no error, spec user %+v", tc.in, s.Process.User)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := s.Process.User
+			if got.UID != tc.want.UID || got.GID != tc.want.GID || !slices.Equal(got.AdditionalGids, tc.want.AdditionalGids) {
+				t.Errorf("user = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestUserKeyCoversEverySetting: the user cache must not hand one
+// container's resolved user to a container with other settings.
+func TestUserKeyCoversEverySetting(t *testing.T) {
+	gid := int64(5)
+	base := runner.ContainerConfig{Image: runner.ImageConfig{ID: "img@sha256:a"}, User: runner.ProcessUser{User: "app"}}
+	variants := []func(*runner.ContainerConfig){
+		func(c *runner.ContainerConfig) { c.Image.ID = "img@sha256:b" },
+		func(c *runner.ContainerConfig) { c.User.User = "1000" },
+		func(c *runner.ContainerConfig) { c.User.Group = &gid },
+		func(c *runner.ContainerConfig) { c.User.Groups = []int64{5} },
+		func(c *runner.ContainerConfig) { c.User.Strict = true },
+	}
+	seen := map[string]int{userKey(&base): -1}
+	for i, change := range variants {
+		cfg := base
+		change(&cfg)
+		k := userKey(&cfg)
+		if j, dup := seen[k]; dup {
+			t.Errorf("variant %d has the same key as %d: %q", i, j, k)
+		}
+		seen[k] = i
+	}
+}
