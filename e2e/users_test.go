@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -149,7 +150,7 @@ spec:
 	// What a kubelet with containerd's CRI gives: the image's groups that
 	// list app (50, 3000) only under Merge; fsGroup 2000 and
 	// supplementalGroups 4000 always; the primary group is in the list.
-	for pod, want := range map[string]map[string]string{
+	wants := map[string]map[string]string{
 		"merge": {
 			"named":     "uid=1000 gid=1000 groups=50 1000 2000 3000 4000",
 			"withgroup": "uid=1000 gid=1000 groups=50 1000 2000 3000 4000",
@@ -160,10 +161,32 @@ spec:
 			"withgroup": "uid=1000 gid=1000 groups=1000 2000 4000",
 			"runas":     "uid=1000 gid=2500 groups=2000 2500 4000",
 		},
-	} {
+	}
+	for pod, want := range wants {
 		p := n.waitPod(pod, "Running", running)
 		for c, line := range want {
 			n.waitLogLine(n.logPath(p, c, 0), line)
+		}
+	}
+	// status user.linux says what the process is, as the log does, also
+	// once a restarted noderun has adopted the containers.
+	for _, restart := range []bool{false, true} {
+		if restart {
+			n.stop()
+			n.start()
+		}
+		for pod, want := range wants {
+			p := n.waitPod(pod, "Running", running)
+			for c, line := range want {
+				cs := containerStatus(p, c)
+				if cs.User == nil || cs.User.Linux == nil {
+					t.Fatalf("pod %s container %s (restart %t): no status user", pod, c, restart)
+				}
+				u := cs.User.Linux
+				if got := fmt.Sprintf("uid=%d gid=%d groups=%s", u.UID, u.GID, strings.Trim(fmt.Sprint(u.SupplementalGroups), "[]")); got != line {
+					t.Errorf("pod %s container %s (restart %t): status user %s, want %s", pod, c, restart, got, line)
+				}
+			}
 		}
 	}
 }

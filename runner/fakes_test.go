@@ -124,14 +124,14 @@ func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]Contai
 	return out, nil
 }
 
-func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) error {
+func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.startErr != nil {
-		return r.startErr
+		return nil, r.startErr
 	}
 	if _, dup := r.containers[cfg.ID]; dup {
-		return fmt.Errorf("container %s exists", cfg.ID)
+		return nil, fmt.Errorf("container %s exists", cfg.ID)
 	}
 	r.started = append(r.started, cfg)
 	r.containers[cfg.ID] = &ContainerStatus{
@@ -139,7 +139,7 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) er
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
 		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState,
 	}
-	return nil
+	return nil, nil
 }
 
 func (r *fakeRuntime) StopContainer(_ context.Context, id string, _ time.Duration) error {

@@ -18,8 +18,9 @@ type Runtime interface {
 	// ListContainers returns the containers noderun owns, with task state:
 	// those of one pod, or all when podUID is empty.
 	ListContainers(ctx context.Context, podUID string) ([]ContainerStatus, error)
-	// StartContainer creates the container described by cfg and starts its task.
-	StartContainer(ctx context.Context, cfg *ContainerConfig) error
+	// StartContainer creates the container described by cfg and starts its
+	// task. It returns the user the process runs as, names resolved.
+	StartContainer(ctx context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error)
 	// StopContainer signals the task, waits up to grace, then kills it. A
 	// missing container or task is not an error.
 	StopContainer(ctx context.Context, id string, grace time.Duration) error
@@ -170,6 +171,7 @@ type ContainerStatus struct {
 	ExitCode     int
 	FinishedAt   time.Time
 	LastState    *v1.ContainerStateTerminated
+	User         *v1.LinuxContainerUser // the resolved process user, if known
 }
 
 // ExitEvent reports that a container's main process exited.

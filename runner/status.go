@@ -71,6 +71,9 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 		cs.Image = st.ImageRef
 	}
 	cs.RestartCount = int32(st.RestartCount)
+	if st.User != nil {
+		cs.User = &v1.ContainerUser{Linux: st.User}
+	}
 	if st.LastState != nil {
 		cs.LastTerminationState.Terminated = st.LastState
 	}

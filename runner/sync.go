@@ -166,7 +166,8 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
-	if err := e.rt.StartContainer(ctx, cfg); err != nil {
+	user, err := e.rt.StartContainer(ctx, cfg)
+	if err != nil {
 		return w.startFailed(pod, c, "RunContainerError", err)
 	}
 	delete(w.st.waiting, c.Name)
@@ -175,6 +176,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 	latest[c.Name] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: init, SpecHash: cfg.SpecHash,
 		RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateRunning, CreatedAt: e.clock.Now(), LastState: last,
+		User: user,
 	}
 	if old != nil && old.ID != cfg.ID {
 		w.remove(ctx, old.ID)

@@ -15,6 +15,8 @@ const (
 	LabelStopSignal   = labelPrefix + "container.stop-signal"
 	LabelLogPath      = labelPrefix + "container.log-path"
 	LabelImageID      = labelPrefix + "container.image-id"
+	// The process's resolved uid:gid:groups, reported as status user.linux.
+	LabelUser = labelPrefix + "container.user"
 	// The previous run's termination, so lastState survives the container
 	// being replaced on restart.
 	LabelLastExitCode = labelPrefix + "last.exit-code"

@@ -147,9 +147,18 @@ func repoDigest(name, digest string) string {
 	return repo + "@" + digest
 }
 
-// StartContainer creates the container and starts its task. A leftover
+// StartContainer creates the container and starts its task, and says which
+// user it runs as.
+func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (*v1.LinuxContainerUser, error) {
+	if err := r.startContainer(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return userFromLabel(r.userLabel(cfg)), nil
+}
+
+// startContainer creates the container and starts its task. A leftover
 // container with the same id (a crash between create and start) is replaced.
-func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (retErr error) {
+func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfig) (retErr error) {
 	ctx = r.ctx(ctx)
 	facts, ok := r.imageFacts(digestOf(cfg.Image.ID))
 	if !ok {
@@ -162,7 +171,8 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 			withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
 			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 			ctrd.WithContainerLabels(labelsFor(cfg)),
-			ctrd.WithNewSpec(r.specOpts(cfg)...))
+			ctrd.WithNewSpec(r.specOpts(cfg)...),
+			r.withUserLabel(cfg))
 	}
 	c, err := newContainer()
 	if errdefs.IsAlreadyExists(err) {
@@ -350,6 +360,7 @@ func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerSta
 		CreatedAt:    c.CreatedAt,
 		State:        runner.StateCreated,
 		LastState:    lastState(l),
+		User:         userFromLabel(l[LabelUser]),
 	}
 	if p == nil {
 		return st

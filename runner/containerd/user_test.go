@@ -110,3 +110,25 @@ func TestUserKeyCoversEverySetting(t *testing.T) {
 		seen[k] = i
 	}
 }
+
+func TestUserLabelRoundTrip(t *testing.T) {
+	for _, u := range []specs.User{
+		{UID: 1000, GID: 1000, AdditionalGids: []uint32{50, 1000, 3000}},
+		{UID: 0, GID: 0},
+	} {
+		got := userFromLabel(encodeUser(u))
+		if got == nil || got.UID != int64(u.UID) || got.GID != int64(u.GID) || len(got.SupplementalGroups) != len(u.AdditionalGids) {
+			t.Fatalf("%+v -> %q -> %+v", u, encodeUser(u), got)
+		}
+		for i, g := range u.AdditionalGids {
+			if got.SupplementalGroups[i] != int64(g) {
+				t.Errorf("%+v -> %+v", u, got)
+			}
+		}
+	}
+	for _, bad := range []string{"", "1000", "x:1:2"} {
+		if got := userFromLabel(bad); got != nil {
+			t.Errorf("label %q -> %+v, want no user", bad, got)
+		}
+	}
+}
