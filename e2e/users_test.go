@@ -14,8 +14,8 @@ import (
 	"github.com/noderun/noderun/internal/ociimage"
 )
 
-// idLine prints what the process is, as the kernel sees it, on one line.
-const idLine = `echo uid=$(id -u) gid=$(id -g) groups=$(grep Groups /proc/self/status | cut -f2)`
+// printIDs prints what the process is, as the kernel sees it, on one line.
+const printIDs = `echo uid=$(id -u) gid=$(id -g) groups=$(grep Groups /proc/self/status | cut -f2)`
 
 // addUsersImages imports two busybox images whose /etc/passwd and
 // /etc/group define app (uid 1000, group 1000, member of staff=50 and
@@ -53,7 +53,7 @@ func (n *node) addUsersImages() {
 	}
 }
 
-func containerStatus(p *v1.Pod, name string) *v1.ContainerStatus {
+func namedStatus(p *v1.Pod, name string) *v1.ContainerStatus {
 	for i := range p.Status.ContainerStatuses {
 		if p.Status.ContainerStatuses[i].Name == name {
 			return &p.Status.ContainerStatuses[i]
@@ -62,8 +62,8 @@ func containerStatus(p *v1.Pod, name string) *v1.ContainerStatus {
 	return nil
 }
 
-func waitingReason(p *v1.Pod, name string) string {
-	if cs := containerStatus(p, name); cs != nil && cs.State.Waiting != nil {
+func namedWaitReason(p *v1.Pod, name string) string {
+	if cs := namedStatus(p, name); cs != nil && cs.State.Waiting != nil {
 		return cs.State.Waiting.Reason
 	}
 	return ""
@@ -92,19 +92,19 @@ spec:
   - name: uid
     image: busybox:1.36
     securityContext: {runAsUser: 1000}
-    command: ["sh", "-c", '`+idLine+`; `+untilTerm+`']
+    command: ["sh", "-c", '`+printIDs+`; `+untilTerm+`']
 `)
 	p := n.waitPod("nonroot", "uid running, root and named refused", func(p *v1.Pod) bool {
-		cs := containerStatus(p, "uid")
+		cs := namedStatus(p, "uid")
 		return cs != nil && cs.State.Running != nil &&
-			waitingReason(p, "root") == "CreateContainerConfigError" && waitingReason(p, "named") == "CreateContainerConfigError"
+			namedWaitReason(p, "root") == "CreateContainerConfigError" && namedWaitReason(p, "named") == "CreateContainerConfigError"
 	})
 	ref := fmt.Sprintf(`(pod: "nonroot-e2e_default(%s)", container: %%s)`, p.UID)
 	for name, want := range map[string]string{
 		"root":  "container has runAsNonRoot and image will run as root " + fmt.Sprintf(ref, "root"),
 		"named": "container has runAsNonRoot and image has non-numeric user (app), cannot verify user is non-root " + fmt.Sprintf(ref, "named"),
 	} {
-		if got := containerStatus(p, name).State.Waiting.Message; got != want {
+		if got := namedStatus(p, name).State.Waiting.Message; got != want {
 			t.Errorf("container %s: message\n %q\nwant %q", name, got, want)
 		}
 		if _, err := os.Stat(n.logPath(p, name, 0)); !os.IsNotExist(err) {
@@ -112,7 +112,7 @@ spec:
 		}
 	}
 	n.waitLogLine(n.logPath(p, "uid", 0), "uid=1000 gid=0 groups=0")
-	if cons := n.containers(string(p.UID)); len(cons) != 1 || cons[0].ID != containerID(*containerStatus(p, "uid")) {
+	if cons := n.containers(string(p.UID)); len(cons) != 1 || cons[0].ID != containerID(*namedStatus(p, "uid")) {
 		t.Errorf("containerd holds %d containers for the pod, want only the uid one", len(cons))
 	}
 }
@@ -135,14 +135,14 @@ spec:
   containers:
   - name: named
     image: users:1
-    command: ["sh", "-c", '` + idLine + `; ` + untilTerm + `']
+    command: ["sh", "-c", '` + printIDs + `; ` + untilTerm + `']
   - name: withgroup
     image: users:group
-    command: ["sh", "-c", '` + idLine + `; ` + untilTerm + `']
+    command: ["sh", "-c", '` + printIDs + `; ` + untilTerm + `']
   - name: runas
     image: users:1
     securityContext: {runAsUser: 1000, runAsGroup: 2500}
-    command: ["sh", "-c", '` + idLine + `; ` + untilTerm + `']
+    command: ["sh", "-c", '` + printIDs + `; ` + untilTerm + `']
 `
 	}
 	n.writeManifest("merge.yaml", pod("merge", "Merge"))
@@ -178,7 +178,7 @@ spec:
 		for pod, want := range wants {
 			p := n.waitPod(pod, "Running", running)
 			for c, line := range want {
-				cs := containerStatus(p, c)
+				cs := namedStatus(p, c)
 				if cs.User == nil || cs.User.Linux == nil {
 					t.Fatalf("pod %s container %s (restart %t): no status user", pod, c, restart)
 				}
