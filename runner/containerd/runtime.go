@@ -165,6 +165,9 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 	if err != nil {
 		return err
 	}
+	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
+		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
+	}
 	specOpts := append(r.specOpts(cfg), secOpts...)
 	runtimeOpts := &options.Options{Root: r.runcRoot}
 	newContainer := func() (ctrd.Container, error) {

@@ -311,3 +311,15 @@ func appArmorLoaded(name string) bool {
 	}
 	return false
 }
+
+// legacySeccompAnnotations lists the container's seccomp annotations, which
+// have no effect since Kubernetes 1.27 (as here); noderun warns of them.
+func legacySeccompAnnotations(pod *v1.Pod, container string) []string {
+	var keys []string
+	for _, k := range []string{v1.SeccompPodAnnotationKey, v1.SeccompContainerAnnotationKeyPrefix + container} {
+		if _, ok := pod.Annotations[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}

@@ -238,3 +238,21 @@ func TestSELinuxOptions(t *testing.T) {
 	}
 	secErr(t, hostSecurity{selinux: true}, pod, "spec.containers[0].securityContext.seLinuxOptions")
 }
+
+func TestLegacySeccompAnnotations(t *testing.T) {
+	pod := &v1.Pod{}
+	pod.Annotations = map[string]string{
+		"seccomp.security.alpha.kubernetes.io/pod":             "runtime/default",
+		"container.seccomp.security.alpha.kubernetes.io/c":     "runtime/default",
+		"container.seccomp.security.alpha.kubernetes.io/other": "runtime/default",
+	}
+	got := legacySeccompAnnotations(pod, "c")
+	want := []string{"seccomp.security.alpha.kubernetes.io/pod", "container.seccomp.security.alpha.kubernetes.io/c"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+	// They have no effect on the spec.
+	if s := secSpec(t, hostSecurity{}, pod); s.Linux.Seccomp != nil {
+		t.Error("a legacy annotation applied a seccomp profile")
+	}
+}
