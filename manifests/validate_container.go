@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 
+	capability "github.com/containerd/containerd/pkg/cap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -164,6 +165,10 @@ func (v *validator) securityContext(sc *v1.SecurityContext, field string) {
 			v.add(field, "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN")
 		}
 	}
+	if c := sc.Capabilities; c != nil {
+		v.capabilities(c.Add, field+".capabilities.add")
+		v.capabilities(c.Drop, field+".capabilities.drop")
+	}
 	if sc.ProcMount != nil {
 		v.oneOf(field+".procMount", string(*sc.ProcMount), "Default", "Unmasked")
 		if *sc.ProcMount == v1.UnmaskedProcMount {
@@ -172,6 +177,18 @@ func (v *validator) securityContext(sc *v1.SecurityContext, field string) {
 	}
 	v.seccompProfile(sc.SeccompProfile, field+".seccompProfile")
 	v.appArmorProfile(sc.AppArmorProfile, field+".appArmorProfile")
+}
+
+// capabilities refuses names the kernel does not know: runc would skip them
+// with only a warning, so a typo in drop would leave the capability granted.
+// Both NET_ADMIN and CAP_NET_ADMIN spellings and ALL are accepted.
+func (v *validator) capabilities(caps []v1.Capability, field string) {
+	for i, c := range caps {
+		n := strings.ToUpper(string(c))
+		if n != "ALL" && !slices.Contains(capability.Known(), "CAP_"+strings.TrimPrefix(n, "CAP_")) {
+			v.add(fmt.Sprintf("%s[%d]", field, i), "unknown capability %q", c)
+		}
+	}
 }
 
 // seccompProfile: Localhost names a file under <state-dir>/seccomp by a
