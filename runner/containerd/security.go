@@ -195,6 +195,9 @@ func (h hostSecurity) localSeccomp(name *string) (*specs.LinuxSeccomp, error) {
 	if name == nil || *name == "" {
 		return nil, fmt.Errorf("required for type Localhost")
 	}
+	if h.seccompDir == "" {
+		return nil, fmt.Errorf("no seccomp profile directory configured")
+	}
 	path, err := securejoin.SecureJoin(h.seccompDir, *name)
 	if err != nil {
 		return nil, err
