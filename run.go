@@ -85,7 +85,7 @@ func runNode(c *cli.Context) error {
 		return fmt.Errorf("find own binary for the log driver: %w", err)
 	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
-		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
+		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")))
 
 	relax := newRelaxer()
 	go relax.run(ctx)

@@ -38,6 +38,10 @@ func Validate(pod *v1.Pod) []error {
 	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)
 	v.spec(&pod.Spec)
+	if sc := pod.Spec.SecurityContext; sc != nil {
+		v.seccompProfile(sc.SeccompProfile, "spec.securityContext.seccompProfile")
+		v.appArmorProfile(sc.AppArmorProfile, "spec.securityContext.appArmorProfile")
+	}
 	for i := range pod.Spec.Volumes {
 		v.volume(&pod.Spec.Volumes[i], fmt.Sprintf("spec.volumes[%d]", i))
 	}

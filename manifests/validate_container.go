@@ -2,8 +2,11 @@ package manifests
 
 import (
 	"fmt"
+	"path"
+	"slices"
 	"strings"
 
+	capability "github.com/containerd/containerd/pkg/cap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -30,6 +33,7 @@ func (v *validator) container(c *v1.Container, field string, init bool) {
 	v.ports(c.Ports, field)
 	v.env(c, field)
 	v.mounts(c, field)
+	v.securityContext(c.SecurityContext, field)
 	probes := []struct {
 		name  string
 		probe *v1.Probe
@@ -141,5 +145,84 @@ func (v *validator) handler(field string, h *v1.ProbeHandler) {
 	}
 	if n != 1 {
 		v.add(field, "exactly one of exec, httpGet, tcpSocket and grpc is required")
+	}
+}
+
+// securityContext applies Kubernetes' rules for a container's
+// securityContext. Unmasked /proc is valid only with hostUsers: false, a user
+// namespace, which noderun cannot give (containerd 1.6 and runc 1.1 have no
+// idmapped pod user namespaces).
+func (v *validator) securityContext(sc *v1.SecurityContext, field string) {
+	if sc == nil {
+		return
+	}
+	field += ".securityContext"
+	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
+		if sc.Privileged != nil && *sc.Privileged {
+			v.add(field, "cannot set `allowPrivilegeEscalation` to false and `privileged` to true")
+		}
+		if sc.Capabilities != nil && slices.Contains(sc.Capabilities.Add, "CAP_SYS_ADMIN") {
+			v.add(field, "cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN")
+		}
+	}
+	if c := sc.Capabilities; c != nil {
+		v.capabilities(c.Add, field+".capabilities.add")
+		v.capabilities(c.Drop, field+".capabilities.drop")
+	}
+	if sc.ProcMount != nil {
+		v.oneOf(field+".procMount", string(*sc.ProcMount), "Default", "Unmasked")
+		if *sc.ProcMount == v1.UnmaskedProcMount {
+			v.add(field+".procMount", "Unmasked needs `hostUsers: false` (a user namespace), which noderun does not support")
+		}
+	}
+	v.seccompProfile(sc.SeccompProfile, field+".seccompProfile")
+	v.appArmorProfile(sc.AppArmorProfile, field+".appArmorProfile")
+}
+
+// capabilities refuses names the kernel does not know: runc would skip them
+// with only a warning, so a typo in drop would leave the capability granted.
+// Both NET_ADMIN and CAP_NET_ADMIN spellings and ALL are accepted.
+func (v *validator) capabilities(caps []v1.Capability, field string) {
+	for i, c := range caps {
+		n := strings.ToUpper(string(c))
+		if n != "ALL" && !slices.Contains(capability.Known(), "CAP_"+strings.TrimPrefix(n, "CAP_")) {
+			v.add(fmt.Sprintf("%s[%d]", field, i), "unknown capability %q", c)
+		}
+	}
+}
+
+// seccompProfile: Localhost names a file under <state-dir>/seccomp by a
+// relative path that cannot climb out of it.
+func (v *validator) seccompProfile(p *v1.SeccompProfile, field string) {
+	if p == nil {
+		return
+	}
+	v.profileType(field, string(p.Type), p.LocalhostProfile)
+	if p.Type == v1.SeccompProfileTypeLocalhost && p.LocalhostProfile != nil {
+		lp := *p.LocalhostProfile
+		if path.IsAbs(lp) || slices.Contains(strings.Split(lp, "/"), "..") {
+			v.add(field+".localhostProfile", "must be a relative path without '..'")
+		}
+	}
+}
+
+func (v *validator) appArmorProfile(p *v1.AppArmorProfile, field string) {
+	if p != nil {
+		v.profileType(field, string(p.Type), p.LocalhostProfile)
+	}
+}
+
+// profileType checks a seccomp or AppArmor profile's type and that
+// localhostProfile is set exactly when the type is Localhost.
+func (v *validator) profileType(field, typ string, localhost *string) {
+	if typ == "" {
+		v.add(field+".type", "required")
+	}
+	v.oneOf(field+".type", typ, "RuntimeDefault", "Unconfined", "Localhost")
+	switch {
+	case typ == "Localhost" && (localhost == nil || *localhost == ""):
+		v.add(field+".localhostProfile", "required when type is Localhost")
+	case typ != "Localhost" && localhost != nil:
+		v.add(field+".localhostProfile", "may only be set when type is Localhost")
 	}
 }

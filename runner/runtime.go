@@ -60,6 +60,12 @@ var (
 	ErrSandboxBroken   = errors.New("pod sandbox network broken")
 )
 
+// ErrContainerConfig is wrapped by a Runtime's StartContainer when the
+// manifest asks for something the node cannot give (a missing seccomp
+// profile, AppArmor on a host without it): the kubelet reports these as
+// CreateContainerConfigError, not as a runtime failure.
+var ErrContainerConfig = errors.New("container config")
+
 // ImageConfig is the part of an OCI image config that Kubernetes merges with
 // the container spec.
 type ImageConfig struct {

@@ -168,7 +168,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 	}
 	user, err := e.rt.StartContainer(ctx, cfg)
 	if err != nil {
-		return w.startFailed(pod, c, "RunContainerError", err)
+		return w.startFailed(pod, c, startReason(err), err)
 	}
 	delete(w.st.waiting, c.Name)
 	delete(w.st.backoff, "start:"+c.Name)
@@ -183,6 +183,14 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, ini
 	}
 	e.log.Info("started container", "pod", podRef(pod), "container", c.Name, "restarts", restart)
 	return 0
+}
+
+// startReason is the waiting reason for a failed StartContainer.
+func startReason(err error) string {
+	if errors.Is(err, ErrContainerConfig) {
+		return "CreateContainerConfigError"
+	}
+	return "RunContainerError"
 }
 
 func (w *podWorker) startFailed(pod *v1.Pod, c *v1.Container, reason string, err error) time.Duration {

@@ -42,6 +42,7 @@ type Runtime struct {
 	runcRoot    string // private runc state root, so several containerds never share one
 	logDriver   string // absolute path of the binary containerd runs as log driver
 	ownOOM      int
+	security    hostSecurity
 	log         *slog.Logger
 
 	// What an image digest always yields, so starting the next container
@@ -66,6 +67,10 @@ type Option func(*Runtime)
 // WithSnapshotter selects the snapshotter (default overlayfs).
 func WithSnapshotter(s string) Option { return func(r *Runtime) { r.snapshotter = s } }
 
+// WithSeccompDir sets the directory of Localhost seccomp profiles, the
+// kubelet's <root-dir>/seccomp; noderun passes <state-dir>/seccomp.
+func WithSeccompDir(dir string) Option { return func(r *Runtime) { r.security.seccompDir = dir } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
@@ -86,6 +91,7 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 	for _, o := range opts {
 		o(r)
 	}
+	r.security = detectHostSecurity(r.security.seccompDir)
 	return r
 }
 
@@ -164,6 +170,14 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	if !ok {
 		return fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
 	}
+	secOpts, err := r.security.securityOpts(cfg)
+	if err != nil {
+		return err
+	}
+	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
+		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
+	}
+	specOpts := append(r.specOpts(cfg), secOpts...)
 	runtimeOpts := &options.Options{Root: r.runcRoot}
 	newContainer := func() (ctrd.Container, error) {
 		return r.client.NewContainer(ctx, cfg.ID,
@@ -171,7 +185,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 			withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
 			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 			ctrd.WithContainerLabels(labelsFor(cfg)),
-			ctrd.WithNewSpec(r.specOpts(cfg)...),
+			ctrd.WithNewSpec(specOpts...),
 			r.withUserLabel(cfg))
 	}
 	c, err := newContainer()

@@ -30,7 +30,7 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
 		withResources(c.Resources),
 	}
-	return append(opts, securityOpts(c.SecurityContext)...)
+	return opts
 }
 
 func withCwd(dir string) oci.SpecOpts {
@@ -241,43 +241,4 @@ func withProcessUser(u specs.User) oci.SpecOpts {
 		s.Process.User = u
 		return nil
 	}
-}
-
-func securityOpts(sc *v1.SecurityContext) []oci.SpecOpts {
-	if sc == nil {
-		return nil
-	}
-	var opts []oci.SpecOpts
-	if sc.Privileged != nil && *sc.Privileged {
-		opts = append(opts, oci.WithPrivileged, oci.WithAllDevicesAllowed, oci.WithHostDevices)
-	}
-	if caps := sc.Capabilities; caps != nil {
-		if len(caps.Add) > 0 {
-			opts = append(opts, oci.WithAddedCapabilities(capNames(caps.Add)))
-		}
-		if len(caps.Drop) > 0 {
-			opts = append(opts, oci.WithDroppedCapabilities(capNames(caps.Drop)))
-		}
-	}
-	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
-		opts = append(opts, oci.WithRootFSReadonly())
-	}
-	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
-		opts = append(opts, oci.WithNoNewPrivileges)
-	}
-	return opts
-}
-
-// capNames accepts Kubernetes' "NET_ADMIN" and "CAP_NET_ADMIN" spellings and
-// "ALL" as runc expects them.
-func capNames(caps []v1.Capability) []string {
-	out := make([]string, 0, len(caps))
-	for _, c := range caps {
-		n := strings.ToUpper(string(c))
-		if n != "ALL" && !strings.HasPrefix(n, "CAP_") {
-			n = "CAP_" + n
-		}
-		out = append(out, n)
-	}
-	return out
 }

@@ -102,14 +102,6 @@ func TestWithResources(t *testing.T) {
 	}
 }
 
-func TestCapNames(t *testing.T) {
-	got := capNames([]v1.Capability{"NET_ADMIN", "CAP_SYS_TIME", "all", "chown"})
-	want := []string{"CAP_NET_ADMIN", "CAP_SYS_TIME", "ALL", "CAP_CHOWN"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
-	}
-}
-
 func TestRepoDigest(t *testing.T) {
 	for in, want := range map[string]string{
 		"docker.io/library/busybox:1.36":       "docker.io/library/busybox@sha256:ab",

@@ -1,0 +1,58 @@
+package manifests
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestValidateSecurityContext(t *testing.T) {
+	ctr := func(sc string) string {
+		return podWith("  containers:\n  - name: app\n    image: nginx\n    securityContext: " + sc + "\n")
+	}
+	tests := []struct {
+		name, in, wantErr string // wantErr "" for a valid pod
+	}{
+		{"hardened", ctr("{allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}, readOnlyRootFilesystem: true, seccompProfile: {type: RuntimeDefault}}"), ""},
+		{"no escalation but privileged", ctr("{allowPrivilegeEscalation: false, privileged: true}"),
+			"spec.containers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `privileged` to true"},
+		{"no escalation but CAP_SYS_ADMIN", ctr("{allowPrivilegeEscalation: false, capabilities: {add: [CAP_SYS_ADMIN]}}"),
+			"spec.containers[0].securityContext: cannot set `allowPrivilegeEscalation` to false and `capabilities.Add` CAP_SYS_ADMIN"},
+		{"capability spellings", ctr("{capabilities: {drop: [all], add: [NET_ADMIN, CAP_SYS_TIME, chown]}}"), ""},
+		{"unknown capability", ctr("{capabilities: {drop: [ALL, NET_RAWW]}}"),
+			`spec.containers[0].securityContext.capabilities.drop[1]: unknown capability "NET_RAWW"`},
+		{"procMount Default", ctr("{procMount: Default}"), ""},
+		{"procMount Unmasked", ctr("{procMount: Unmasked}"), "spec.containers[0].securityContext.procMount: Unmasked needs `hostUsers: false`"},
+		{"seccomp Localhost", ctr("{seccompProfile: {type: Localhost, localhostProfile: profiles/audit.json}}"), ""},
+		{"seccomp Localhost without a name", ctr("{seccompProfile: {type: Localhost}}"),
+			"spec.containers[0].securityContext.seccompProfile.localhostProfile: required when type is Localhost"},
+		{"seccomp Localhost escapes", ctr("{seccompProfile: {type: Localhost, localhostProfile: ../../etc/x.json}}"),
+			"spec.containers[0].securityContext.seccompProfile.localhostProfile: must be a relative path without '..'"},
+		{"seccomp absolute", ctr("{seccompProfile: {type: Localhost, localhostProfile: /etc/x.json}}"),
+			"spec.containers[0].securityContext.seccompProfile.localhostProfile: must be a relative path"},
+		{"seccomp bad type", ctr("{seccompProfile: {type: Strict}}"), `spec.containers[0].securityContext.seccompProfile.type: unsupported value "Strict"`},
+		{"seccomp name without Localhost", ctr("{seccompProfile: {type: RuntimeDefault, localhostProfile: x.json}}"),
+			"spec.containers[0].securityContext.seccompProfile.localhostProfile: may only be set when type is Localhost"},
+		{"apparmor missing type", ctr("{appArmorProfile: {}}"), "spec.containers[0].securityContext.appArmorProfile.type: required"},
+		{"pod seccomp", podWith("  securityContext: {seccompProfile: {type: Localhost}}\n" + oneContainer),
+			"spec.securityContext.seccompProfile.localhostProfile: required when type is Localhost"},
+		{"pod apparmor", podWith("  securityContext: {appArmorProfile: {type: Bogus}}\n" + oneContainer),
+			`spec.securityContext.appArmorProfile.type: unsupported value "Bogus"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := mustDecode(t, tt.in)
+			ApplyDefaults(pod)
+			errs := Validate(pod)
+			if tt.wantErr == "" {
+				if len(errs) > 0 {
+					t.Fatalf("unexpected errors: %v", errors.Join(errs...))
+				}
+				return
+			}
+			if len(errs) != 1 || !strings.HasPrefix(errs[0].Error(), tt.wantErr) {
+				t.Fatalf("got %v, want one error starting with %q", errors.Join(errs...), tt.wantErr)
+			}
+		})
+	}
+}
