@@ -29,8 +29,19 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		oci.WithCgroup(cfg.CgroupParent + "/" + cfg.ID),
 		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
 		withResources(c.Resources),
+		withoutDefaultRlimits,
 	}
 	return opts
+}
+
+// withoutDefaultRlimits drops containerd's default RLIMIT_NOFILE of 1024, as
+// the CRI plugin does, so containers inherit the limits of containerd's
+// shim like under the kubelet; nothing is ever raised above them.
+func withoutDefaultRlimits(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+	if s.Process != nil {
+		s.Process.Rlimits = nil
+	}
+	return nil
 }
 
 func withCwd(dir string) oci.SpecOpts {

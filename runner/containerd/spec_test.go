@@ -114,3 +114,14 @@ func TestRepoDigest(t *testing.T) {
 		}
 	}
 }
+
+// containerd's default spec caps open files at 1024; CRI removes that so a
+// container gets the shim's limits, and so must noderun.
+func TestWithoutDefaultRlimits(t *testing.T) {
+	if s := genSpec(t); len(s.Process.Rlimits) == 0 {
+		t.Fatal("containerd's default spec has no rlimits: the option under test is moot")
+	}
+	if s := genSpec(t, withoutDefaultRlimits); len(s.Process.Rlimits) != 0 {
+		t.Errorf("rlimits = %+v, want none", s.Process.Rlimits)
+	}
+}
