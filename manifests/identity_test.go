@@ -1,6 +1,7 @@
 package manifests
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -81,5 +82,42 @@ func TestIdentifyFields(t *testing.T) {
 	Identify(kube, "cp", "file:/etc/kubernetes/manifests", []byte(`{}`))
 	if kube.Namespace != "kube-system" || kube.Name != "etcd-cp" {
 		t.Errorf("got %s/%s, want kube-system/etcd-cp", kube.Namespace, kube.Name)
+	}
+}
+
+func TestCheckUID(t *testing.T) {
+	for uid, ok := range map[string]bool{
+		"0b9a1c3e-6f1d-4c55-9a0e-2f6f1b1d2c3a": true,
+		"8d2f0c2e4b6a8c0e1f3a5b7c9d1e3f5a":     true,
+		"my-app.v2":                            true,
+		"":                                     false,
+		".":                                    false,
+		"..":                                   false,
+		"../../..":                             false,
+		"team/app":                             false,
+		"a..b":                                 false,
+		"-x":                                   false,
+		"x\x00y":                               false,
+		strings.Repeat("a", 65):                false,
+	} {
+		if err := CheckUID(uid); (err == nil) != ok {
+			t.Errorf("CheckUID(%q) = %v, want ok=%v", uid, err, ok)
+		}
+	}
+}
+
+func TestFinalNameLimits(t *testing.T) {
+	docs := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`, strings.Repeat("a", 250))
+	res := parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now())
+	if len(res.pods) != 0 || len(res.errs) == 0 {
+		t.Fatalf("a 250-character name on node-1 gave pods %d errors %v, want refused", len(res.pods), res.errs)
+	}
+	if !strings.Contains(res.errs[0].Error(), "metadata.name") || !strings.Contains(res.errs[0].Error(), "253") {
+		t.Errorf("error = %v, want it to name metadata.name and the 253 limit", res.errs[0])
+	}
+	docs = fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`, strings.Repeat("b", 200), strings.Repeat("n", 40))
+	res = parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now())
+	if len(res.pods) != 0 || len(res.errs) == 0 || !strings.Contains(res.errs[0].Error(), "255") {
+		t.Errorf("a log directory name over 255 characters: pods %d errors %v, want refused naming 255", len(res.pods), res.errs)
 	}
 }

@@ -41,6 +41,11 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 			continue
 		}
 		Identify(d.pod, nodeName, source, d.raw)
+		if ierrs := checkIdentity(d.pod); len(ierrs) > 0 {
+			locate(ierrs, file, d.line)
+			res.errs = append(res.errs, ierrs...)
+			continue
+		}
 		res.pods = append(res.pods, entry{pod: d.pod, line: d.line, sum: contentHash(d.raw, "", "")})
 	}
 	return res

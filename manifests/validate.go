@@ -63,6 +63,11 @@ func (v *validator) metadata(pod *v1.Pod) {
 	if pod.Namespace != "" {
 		v.check("metadata.namespace", validation.IsDNS1123Label(pod.Namespace))
 	}
+	if pod.UID != "" {
+		if err := CheckUID(string(pod.UID)); err != nil {
+			v.add("metadata.uid", "%v", err)
+		}
+	}
 	if pod.GenerateName != "" {
 		v.add("metadata.generateName", "static pods need a fixed metadata.name")
 	}
@@ -175,8 +180,8 @@ func (v *validator) hostPath(field string, hp *v1.HostPathVolumeSource) {
 func (v *validator) downwardAPI(field string, d *v1.DownwardAPIVolumeSource) {
 	for i, item := range d.Items {
 		f := fmt.Sprintf("%s.items[%d]", field, i)
-		if item.Path == "" || path.IsAbs(item.Path) || hasDotDot(item.Path) {
-			v.add(f+".path", "must be a relative path without '..'")
+		if item.Path == "" || path.IsAbs(item.Path) || hasDotDot(item.Path) || strings.HasPrefix(item.Path, "..") {
+			v.add(f+".path", "must be a relative path without '..' that does not start with '..'")
 		}
 		if (item.FieldRef == nil) == (item.ResourceFieldRef == nil) {
 			v.add(f, "exactly one of fieldRef and resourceFieldRef is required")

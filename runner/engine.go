@@ -201,6 +201,12 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 	out := map[types.UID]*v1.Pod{}
 	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
 		for _, p := range e.sources[name].Pods {
+			// The UID names directories noderun removes; sources refuse
+			// unsafe ones, and this keeps any that slipped through away.
+			if err := manifests.CheckUID(string(p.UID)); err != nil {
+				e.log.Error("pod refused: unusable uid", "pod", podRef(p), "err", err)
+				continue
+			}
 			if _, dup := out[p.UID]; !dup {
 				out[p.UID] = p
 			}
@@ -301,7 +307,7 @@ func (e *Engine) podDirs() []types.UID {
 	}
 	var out []types.UID
 	for _, d := range ents {
-		if d.IsDir() {
+		if d.IsDir() && manifests.CheckUID(d.Name()) == nil {
 			out = append(out, types.UID(d.Name()))
 		}
 	}

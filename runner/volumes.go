@@ -25,15 +25,20 @@ func downwardAPIPath(podDir, name string) string {
 }
 
 // setupVolumes creates emptyDirs (tmpfs for medium Memory), checks or
-// creates hostPaths per their type and writes downwardAPI files. Repeating it
-// is harmless.
+// creates hostPaths per their type and writes downwardAPI files, giving
+// emptyDir and downwardAPI volumes to the pod's fsGroup. Repeating it is
+// harmless.
 func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 	podDir := w.podStateDir()
 	for _, v := range pod.Spec.Volumes {
 		var err error
 		switch {
 		case v.EmptyDir != nil:
-			err = setupEmptyDir(emptyDirPath(podDir, v.Name), v.EmptyDir)
+			dir := emptyDirPath(podDir, v.Name)
+			err = setupEmptyDir(dir, v.EmptyDir)
+			if err == nil {
+				err = applyFSGroup(dir, pod.Spec.SecurityContext)
+			}
 		case v.HostPath != nil:
 			err = setupHostPath(v.HostPath)
 		case v.DownwardAPI != nil:
@@ -52,18 +57,19 @@ func setupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
 	}
-	// Kubernetes makes emptyDirs world-writable so any container user can use them.
-	if err := os.Chmod(dir, 0o777); err != nil {
-		return err
+	if src.Medium == v1.StorageMediumMemory && !isMountPoint(dir) {
+		opts := "mode=0777"
+		if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
+			opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
+		}
+		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+			return err
+		}
 	}
-	if src.Medium != v1.StorageMediumMemory || isMountPoint(dir) {
-		return nil
-	}
-	opts := "mode=0777"
-	if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
-		opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
-	}
-	return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts)
+	// Kubernetes makes emptyDirs world-writable so any container user can
+	// use them. The directory is noderun's (its parents no container can
+	// write), so the path is safe to use.
+	return os.Chmod(dir, 0o777)
 }
 
 func setupHostPath(hp *v1.HostPathVolumeSource) error {
@@ -109,13 +115,18 @@ func setupHostPath(hp *v1.HostPathVolumeSource) error {
 	return nil
 }
 
-// writeDownwardAPI writes one file per item. Pod metadata of a static pod
-// never changes without a new UID, so the files are written once.
+// writeDownwardAPI publishes one file per item with the kubelet's atomic
+// writer; the volume is mounted read-only, as Kubernetes mounts it.
 func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAPIVolumeSource) error {
-	mode := os.FileMode(0o644)
+	mode := uint32(0o644)
 	if src.DefaultMode != nil {
-		mode = os.FileMode(*src.DefaultMode)
+		mode = uint32(*src.DefaultMode)
 	}
+	gid := -1
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		gid = int(*sc.FSGroup)
+	}
+	payload := map[string]payloadFile{}
 	for _, item := range src.Items {
 		var val string
 		var err error
@@ -130,20 +141,14 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 		}
 		m := mode
 		if item.Mode != nil {
-			m = os.FileMode(*item.Mode)
+			m = uint32(*item.Mode)
 		}
-		p := filepath.Join(dir, item.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			return err
+		if gid != -1 {
+			m |= 0o040 // the fsGroup may read, as the kubelet's SetVolumeOwnership gives
 		}
-		if err := writeIfChanged(p, []byte(val)); err != nil {
-			return err
-		}
-		if err := os.Chmod(p, m); err != nil {
-			return err
-		}
+		payload[filepath.Clean(item.Path)] = payloadFile{data: []byte(val), mode: m & 0o7777}
 	}
-	return nil
+	return writeAtomic(dir, payload, gid)
 }
 
 // downwardFieldFile renders metadata.labels and metadata.annotations as
@@ -166,10 +171,12 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 }
 
 // containerMounts resolves volumeMounts (with subPath) plus the pod files.
+// downwardAPI volumes are always read-only, as in Kubernetes.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, error) {
 	out := w.podFileMounts(c)
-	for _, m := range c.VolumeMounts {
+	for i, m := range c.VolumeMounts {
 		var src string
+		readOnly := m.ReadOnly
 		for _, v := range pod.Spec.Volumes {
 			if v.Name != m.Name {
 				continue
@@ -180,39 +187,46 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, erro
 			case v.HostPath != nil:
 				src = v.HostPath.Path
 			case v.DownwardAPI != nil:
-				src = downwardAPIPath(w.podStateDir(), v.Name)
+				src, readOnly = downwardAPIPath(w.podStateDir(), v.Name), true
 			}
 		}
 		if src == "" {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", m.Name)
 		}
 		if m.SubPath != "" {
-			if filepath.IsAbs(m.SubPath) || strings.Contains(m.SubPath, "..") {
-				return nil, fmt.Errorf("volumeMount %q: subPath %q must be a relative path inside the volume", m.Name, m.SubPath)
+			target := filepath.Join(w.podStateDir(), "volume-subpaths", m.Name, c.Name, strconv.Itoa(i))
+			if err := pinSubPath(src, m.SubPath, target); err != nil {
+				return nil, fmt.Errorf("volumeMount %q: subPath %q: %w", m.Name, m.SubPath, err)
 			}
-			src = filepath.Join(src, m.SubPath)
-			if _, err := os.Stat(src); os.IsNotExist(err) {
-				if err := os.MkdirAll(src, 0o777); err != nil {
-					return nil, err
-				}
-			}
+			src = target
 		}
-		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: m.ReadOnly})
+		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly})
 	}
 	return out, nil
 }
 
-// unmountVolumes unmounts tmpfs emptyDirs below podDir before it is removed.
-func unmountVolumes(podDir string) error {
-	dirs, _ := filepath.Glob(filepath.Join(podDir, "volumes", "empty-dir", "*"))
-	for _, d := range dirs {
-		if isMountPoint(d) {
-			if err := unix.Unmount(d, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-				return fmt.Errorf("unmount %s: %w", d, err)
-			}
-		}
+// pinSubPath resolves subPath inside the volume at root, refusing any
+// resolution that leaves it, and binds the result on target.
+func pinSubPath(root, subPath, target string) error {
+	if filepath.IsAbs(subPath) || hasDotDot(subPath) {
+		return fmt.Errorf("must be a relative path inside the volume")
 	}
-	return nil
+	h, err := openSubPath(root, subPath)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	return bindSubPath(h, target)
+}
+
+func hasDotDot(p string) bool {
+	return slices.Contains(strings.Split(p, "/"), "..")
+}
+
+// unmountVolumes unmounts everything below podDir (tmpfs emptyDirs, pinned
+// subPaths) before it is removed, so the removal stays inside it.
+func unmountVolumes(podDir string) error {
+	return unmountAll(podDir)
 }
 
 // isMountPoint compares the device with the parent's, enough for tmpfs.
