@@ -134,30 +134,36 @@ type checkReport struct {
 }
 
 type checkResult struct {
-	Input  string              `json:"input"`
-	Pods   []manifests.PodInfo `json:"pods"`
-	Errors []checkError        `json:"errors"`
+	Input    string              `json:"input"`
+	Pods     []manifests.PodInfo `json:"pods"`
+	Errors   []checkError        `json:"errors"`
+	Warnings []checkError        `json:"warnings"` // fields ignored on purpose
 }
 
 type checkError struct {
 	File    string `json:"file,omitempty"`
 	Line    int    `json:"line,omitempty"`
+	Column  int    `json:"column,omitempty"`
 	Field   string `json:"field,omitempty"`
 	Message string `json:"message"`
 	Text    string `json:"text"` // file:line: field: message
 }
 
 func newCheckResult(input string, snap manifests.Snapshot) checkResult {
-	r := checkResult{Input: input, Pods: snap.Info.Pods, Errors: []checkError{}}
-	for _, err := range snap.Errors {
+	return checkResult{Input: input, Pods: snap.Info.Pods, Errors: checkErrors(snap.Errors), Warnings: checkErrors(snap.Warnings)}
+}
+
+func checkErrors(errs []error) []checkError {
+	out := []checkError{}
+	for _, err := range errs {
 		ce := checkError{Message: err.Error(), Text: err.Error()}
 		var me *manifests.ManifestError
 		if errors.As(err, &me) {
-			ce.File, ce.Line, ce.Field, ce.Message = me.File, me.Line, me.Field, me.Detail()
+			ce.File, ce.Line, ce.Column, ce.Field, ce.Message = me.File, me.Line, me.Column, me.Field, me.Detail()
 		}
-		r.Errors = append(r.Errors, ce)
+		out = append(out, ce)
 	}
-	return r
+	return out
 }
 
 // printCheck writes errors compiler-style to errw and one OK line per good
@@ -166,6 +172,9 @@ func printCheck(w, errw io.Writer, results []checkResult) {
 	for _, r := range results {
 		for _, e := range r.Errors {
 			fmt.Fprintln(errw, e.Text)
+		}
+		for _, e := range r.Warnings {
+			fmt.Fprintln(errw, "warning: "+e.Text)
 		}
 		if len(r.Errors) > 0 {
 			continue

@@ -46,7 +46,7 @@ func TestCheckCommand(t *testing.T) {
 			name:       "unknown field, with its line",
 			args:       []string{"check", "--node-name", "n1", "manifests/testdata/web.yaml", "manifests/testdata/typo.yaml"},
 			wantOut:    "manifests/testdata/web.yaml: OK, 2 pods (default/web-n1, default/shipper-n1)\n",
-			wantErrOut: "manifests/testdata/typo.yaml:9: spec.containers[0].comand: unknown field\n",
+			wantErrOut: "manifests/testdata/typo.yaml:9:5: spec.containers[0].comand: unknown field\n",
 			wantFail:   true,
 		},
 		{
@@ -89,8 +89,8 @@ func TestCheckCommandJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &got); err != nil {
 		t.Fatalf("%v in:\n%s", err, out)
 	}
-	want := checkError{File: "manifests/testdata/typo.yaml", Line: 9, Field: "spec.containers[0].comand", Message: "unknown field",
-		Text: "manifests/testdata/typo.yaml:9: spec.containers[0].comand: unknown field"}
+	want := checkError{File: "manifests/testdata/typo.yaml", Line: 9, Column: 5, Field: "spec.containers[0].comand", Message: "unknown field",
+		Text: "manifests/testdata/typo.yaml:9:5: spec.containers[0].comand: unknown field"}
 	if got.OK || len(got.Inputs) != 2 || len(got.Inputs[0].Pods) != 2 || got.Inputs[0].Pods[0].Name != "a-n1" ||
 		len(got.Inputs[1].Errors) != 1 || got.Inputs[1].Errors[0] != want {
 		t.Errorf("report:\n%s", out)
@@ -165,5 +165,29 @@ func TestNewURLSources(t *testing.T) {
 		if (err != nil) != tt.wantErr || len(got) != tt.want {
 			t.Errorf("%q: %d sources, err %v", tt.args, len(got), err)
 		}
+	}
+}
+
+// An ignored field is a warning and check passes; a refused one fails it.
+func TestCheckWarnsAndRefusesFields(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, spec string) string {
+		p := dir + "/" + name
+		body := "apiVersion: v1\nkind: Pod\nmetadata: {name: web}\nspec:\n" + spec + "  containers:\n  - name: app\n    image: nginx:1.29\n"
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	ignored := write("ignored.yaml", "  tolerations: [{operator: Exists}]\n")
+	out, errOut, err := runCLI(t, "check", "--node-name", "n1", ignored)
+	if err != nil || !strings.Contains(out, "OK, 1 pods") ||
+		!strings.Contains(errOut, "warning: "+ignored+":5:3: spec.tolerations: ignored: scheduling only") {
+		t.Errorf("ignored field: err %v, stdout %q, stderr %q", err, out, errOut)
+	}
+	refused := write("refused.yaml", "  hostUsers: false\n")
+	_, errOut, err = runCLI(t, "check", "--node-name", "n1", refused)
+	if !errors.Is(err, errCheckFailed) || !strings.Contains(errOut, refused+":5:3: spec.hostUsers: not supported by noderun: user namespaces") {
+		t.Errorf("refused field: err %v, stderr %q", err, errOut)
 	}
 }

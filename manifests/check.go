@@ -34,13 +34,20 @@ func asGiven(snap *Snapshot, abs, given string) {
 		}
 		return file
 	}
-	snap.Info.Errors = nil
+	snap.Info.Errors, snap.Info.Warnings = nil, nil
 	for _, err := range snap.Errors {
 		var me *ManifestError
 		if errors.As(err, &me) {
 			me.File = rename(me.File)
 		}
 		snap.Info.Errors = append(snap.Info.Errors, err.Error())
+	}
+	for _, w := range snap.Warnings {
+		var me *ManifestError
+		if errors.As(w, &me) {
+			me.File = rename(me.File)
+		}
+		snap.Info.Warnings = append(snap.Info.Warnings, w.Error())
 	}
 	for i := range snap.Info.Pods {
 		snap.Info.Pods[i].File = rename(snap.Info.Pods[i].File)

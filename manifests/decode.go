@@ -19,9 +19,10 @@ import (
 
 // document is one decoded pod and where it came from.
 type document struct {
-	pod  *v1.Pod
-	raw  []byte // the pod's canonical JSON, input to its UID
-	line int    // first line of the document that held it
+	pod   *v1.Pod
+	raw   []byte // the pod's canonical JSON, input to its UID
+	line  int    // first line of the document that held it
+	chunk chunk  // the document's text, to find fields in
 }
 
 // chunk is the text of one `---`-separated document.
@@ -133,7 +134,7 @@ func decodeChunk(c chunk) ([]document, []error) {
 		return nil, []error{&ManifestError{Line: line, Field: "kind", Message: fmt.Sprintf("unsupported kind %q (want Pod or PodList)", tm.Kind)}}
 	}
 	for i := range docs {
-		docs[i].line = line
+		docs[i].line, docs[i].chunk = line, c
 	}
 	locate(errs, "", line)
 	return docs, errs
@@ -209,8 +210,10 @@ func decodeStrict(js []byte, v any, c chunk) []error {
 			errs = append(errs, &ManifestError{Err: se})
 			continue
 		}
+		line, col := keyPos(c, fe.FieldPath())
 		errs = append(errs, &ManifestError{
-			Line:    keyLine(c, fe.FieldPath()),
+			Line:    line,
+			Column:  col,
 			Field:   fe.FieldPath(),
 			Message: "unknown field",
 			Err:     se,
@@ -219,26 +222,62 @@ func decodeStrict(js []byte, v any, c chunk) []error {
 	return errs
 }
 
-// keyLine finds the line of the key at path ("spec.containers[0].comand") by
-// searching for each key of the path in turn, each after the previous one.
-// It returns 0 when a key is not found.
-func keyLine(c chunk, path string) int {
+// keyPos finds the line and column of the key at path by searching for each
+// key of the path in turn, each after the previous one; an index [N] skips
+// to the N-th item of a block sequence. It returns 0, 0 when a key is not
+// found.
+func keyPos(c chunk, path string) (line, col int) {
 	lines := strings.Split(string(c.text), "\n")
-	at := -1
+	at, atCol := -1, 0
 	for _, key := range strings.Split(path, ".") {
+		index := -1
 		if i := strings.IndexByte(key, '['); i >= 0 {
+			index, _ = strconv.Atoi(strings.TrimSuffix(key[i+1:], "]"))
 			key = key[:i]
 		}
 		re := regexp.MustCompile(`(^|[\s{,])["']?` + regexp.QuoteMeta(key) + `["']?\s*:`)
 		found := false
 		for i := max(at, 0); i < len(lines) && !found; i++ {
-			if re.MatchString(lines[i]) {
+			if loc := re.FindStringIndex(lines[i]); loc != nil {
 				at, found = i, true
+				atCol = loc[0] + len(lines[i][loc[0]:]) - len(strings.TrimLeft(lines[i][loc[0]:], " \t{,\"'")) + 1
 			}
 		}
 		if !found {
-			return 0
+			return 0, 0
+		}
+		if index > 0 {
+			at, atCol = nthItem(lines, at, index)
 		}
 	}
-	return c.line + at
+	return c.line + at, atCol
+}
+
+// nthItem finds the n-th (from 0) "- " item of the block sequence that
+// follows the key on line from, or stays on from (flow style).
+func nthItem(lines []string, from, n int) (int, int) {
+	indent := -1
+	seen := -1
+	for i := from + 1; i < len(lines); i++ {
+		t := strings.TrimLeft(lines[i], " ")
+		if t == "" || t[0] == '#' {
+			continue
+		}
+		d := len(lines[i]) - len(t)
+		if !strings.HasPrefix(t, "- ") && t != "-" {
+			if indent < 0 || d <= indent {
+				break
+			}
+			continue
+		}
+		if indent < 0 {
+			indent = d
+		}
+		if d == indent {
+			if seen++; seen == n {
+				return i, d + 3
+			}
+		}
+	}
+	return from, 1
 }

@@ -18,6 +18,7 @@ const MaxFileSize = 10 << 20
 type ManifestError struct {
 	File    string
 	Line    int
+	Column  int    // of Field's key, when found
 	Field   string // JSON path such as "spec.containers[0].image"
 	Message string
 	Err     error // underlying cause, if any; Message is used when set
@@ -32,6 +33,9 @@ func (e *ManifestError) Error() string {
 			loc = "line " + strconv.Itoa(e.Line)
 		} else {
 			loc += ":" + strconv.Itoa(e.Line)
+			if e.Column > 0 {
+				loc += ":" + strconv.Itoa(e.Column)
+			}
 		}
 	}
 	for _, p := range []string{loc, e.Field, e.Detail()} {
@@ -62,6 +66,17 @@ func locate(errs []error, file string, line int) {
 			if me.Line == 0 {
 				me.Line = line
 			}
+		}
+	}
+}
+
+// locateFields puts each ManifestError that names a field and has no line
+// yet at the line and column of that field's key in c.
+func locateFields(errs []error, c chunk) {
+	for _, err := range errs {
+		var me *ManifestError
+		if errors.As(err, &me) && me.Line == 0 && me.Field != "" {
+			me.Line, me.Column = keyPos(c, me.Field)
 		}
 	}
 }

@@ -26,7 +26,9 @@ type Snapshot struct {
 	Source string    // e.g. "file:/etc/pods"; identifies the source
 	Pods   []*v1.Pod // identified, defaulted, validated pods
 	Errors []error   // per-file/per-document problems, each a *ManifestError
-	Info   SourceInfo
+	// Warnings name fields a pod sets that noderun ignores on purpose.
+	Warnings []error
+	Info     SourceInfo
 	// Unavailable: the source has never read its manifests (a URL that has
 	// not answered yet and has no saved response), so its pods are unknown,
 	// not absent; running pods it may own must not be removed.

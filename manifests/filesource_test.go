@@ -116,7 +116,7 @@ func TestFileSourceInitialSnapshot(t *testing.T) {
 
 	s := next(t, startSource(t, dir))
 	expect(t, s, "a-node1 nginx:1\na2-node1 nginx:2\nb-node1 nginx:1\nc-node1 nginx:3\nd-node1 nginx\n"+
-		"error "+filepath.Join(dir, "d-bad.yaml")+":17: spec.containers[0].imag: unknown field\n"+
+		"error "+filepath.Join(dir, "d-bad.yaml")+":17:5: spec.containers[0].imag: unknown field\n"+
 		"error "+filepath.Join(dir, "link.yaml")+":1: metadata.name: pod default/b-node1 is already defined in "+filepath.Join(dir, "b.yml")+":1\n")
 	if s.Source != "file:"+dir {
 		t.Errorf("Source = %q", s.Source)

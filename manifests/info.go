@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -31,6 +32,7 @@ type SourceInfo struct {
 	ReadAt       time.Time  `json:"readAt,omitzero"` // URL: when the body in use was fetched
 	Pods         []PodInfo  `json:"pods"`
 	Errors       []string   `json:"errors,omitempty"`
+	Warnings     []string   `json:"warnings,omitempty"`
 }
 
 // FileInfo is one manifest file of a file source.
@@ -97,14 +99,20 @@ func (c *changeLog) report(log *slog.Logger, snap Snapshot) {
 	for _, err := range snap.Errors {
 		errs[err.Error()] = true
 	}
+	for _, w := range snap.Warnings {
+		if !c.errs["warning "+w.Error()] {
+			log.Warn("manifest field ignored", "source", snap.Source, "warning", w)
+		}
+		errs["warning "+w.Error()] = true
+	}
 	logPodChanges(log, snap.Source, c.pods, pods)
 	for _, e := range slices.Sorted(maps.Keys(errs)) {
-		if !c.errs[e] {
+		if !c.errs[e] && !strings.HasPrefix(e, "warning ") {
 			log.Warn("manifest error", "source", snap.Source, "err", e)
 		}
 	}
 	for _, e := range slices.Sorted(maps.Keys(c.errs)) {
-		if !errs[e] {
+		if !errs[e] && !strings.HasPrefix(e, "warning ") {
 			log.Info("manifest error resolved", "source", snap.Source, "err", e)
 		}
 	}

@@ -53,7 +53,7 @@ func TestFileSourceLastKnownGood(t *testing.T) {
 			write: map[string]string{web: strings.Replace(manifest("web", "nginx:2"), "image", "imag", 1) +
 				"---\n" + manifest("db", "pg:2")},
 			want: "db-node1 pg:2\nweb-node1 nginx:1 (last good)\n" +
-				"error " + web + ":8: spec.containers[0].imag: unknown field\n",
+				"error " + web + ":8:5: spec.containers[0].imag: unknown field\n",
 		},
 		{
 			name:  "whole file unparsable: everything kept",
@@ -71,7 +71,7 @@ func TestFileSourceLastKnownGood(t *testing.T) {
 			name:  "a pod that was never valid never starts",
 			write: map[string]string{never: strings.Replace(manifest("never", "nginx"), "image: nginx", "image: ''", 1)},
 			want: "db-node1 pg:2 (last good)\nweb-node1 nginx:1 (last good)\n" +
-				"error " + never + ":1: spec.containers[0].image: required\n" +
+				"error " + never + ":8:5: spec.containers[0].image: required\n" +
 				"error " + web + ": manifest file is larger than 10 MiB\n",
 		},
 		{

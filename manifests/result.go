@@ -16,6 +16,7 @@ type fileResult struct {
 	readAt time.Time // when the content in use was read
 	pods   []entry
 	errs   []error
+	warns  []error // ignored-on-purpose fields, one *ManifestError each
 }
 
 // entry is an accepted pod and where it came from.
@@ -34,8 +35,12 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 	locate(errs, file, 0)
 	res.errs = errs
 	for _, d := range docs {
-		ApplyDefaults(d.pod)
-		if verrs := Validate(d.pod); len(verrs) > 0 {
+		verrs, warns := checkPod(d.pod)
+		locateFields(warns, d.chunk)
+		locateFields(verrs, d.chunk)
+		locate(warns, file, d.line)
+		res.warns = append(res.warns, warns...)
+		if len(verrs) > 0 {
 			locate(verrs, file, d.line)
 			res.errs = append(res.errs, verrs...)
 			continue
@@ -49,6 +54,14 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 		res.pods = append(res.pods, entry{pod: d.pod, line: d.line, sum: contentHash(d.raw, "", "")})
 	}
 	return res
+}
+
+// checkPod applies the field lists to what the manifest says, before
+// defaults fill fields in, then defaults and validates the pod.
+func checkPod(pod *v1.Pod) (errs, warnings []error) {
+	errs, warnings = fieldErrors(checkFields(&pod.Spec))
+	ApplyDefaults(pod)
+	return append(errs, Validate(pod)...), warnings
 }
 
 // keepLastGood gives next, the result of new content with errors, the pods of
@@ -90,6 +103,7 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 	for _, file := range order {
 		f := results[file]
 		snap.Errors = append(snap.Errors, f.errs...)
+		snap.Warnings = append(snap.Warnings, f.warns...)
 		for _, e := range f.pods {
 			where := fmt.Sprintf("%s:%d", file, e.line)
 			key := podKey(e.pod)
@@ -110,6 +124,10 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 		}
 	}
 	snap.Errors = append(snap.Errors, extra...)
+	for _, w := range snap.Warnings {
+		snap.Info.Warnings = append(snap.Info.Warnings, w.Error())
+		fmt.Fprintf(&fp, "warning %s\n", w)
+	}
 	for _, err := range snap.Errors {
 		snap.Info.Errors = append(snap.Info.Errors, err.Error())
 		fmt.Fprintf(&fp, "error %s\n", err)

@@ -46,10 +46,10 @@ func Validate(pod *v1.Pod) []error {
 		v.volume(&pod.Spec.Volumes[i], fmt.Sprintf("spec.volumes[%d]", i))
 	}
 	for i := range pod.Spec.InitContainers {
-		v.container(&pod.Spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i), true)
+		v.container(&pod.Spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i))
 	}
 	for i := range pod.Spec.Containers {
-		v.container(&pod.Spec.Containers[i], fmt.Sprintf("spec.containers[%d]", i), false)
+		v.container(&pod.Spec.Containers[i], fmt.Sprintf("spec.containers[%d]", i))
 	}
 	return v.errs
 }
@@ -81,15 +81,6 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 	if spec.DNSPolicy == v1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
 		v.add("spec.dnsConfig.nameservers", "required when dnsPolicy is None")
-	}
-	if len(spec.ImagePullSecrets) > 0 {
-		v.add("spec.imagePullSecrets", "static pods cannot use imagePullSecrets (no API server)")
-	}
-	if len(spec.EphemeralContainers) > 0 {
-		v.add("spec.ephemeralContainers", "static pods cannot have ephemeral containers")
-	}
-	if len(spec.ResourceClaims) > 0 {
-		v.add("spec.resourceClaims", "static pods cannot use resource claims (no API server)")
 	}
 }
 
@@ -127,21 +118,7 @@ func (v *validator) volumeSource(field string, src *v1.VolumeSource) {
 		v.downwardAPI(field+".downwardAPI", src.DownwardAPI)
 	case src.EmptyDir != nil:
 		// Nothing to check: any medium and size limit is fine.
-	case needsAPIServer(kinds[0]):
-		v.add(field+"."+kinds[0], "static pods cannot use %s volumes (no API server)", kinds[0])
-	default:
-		v.add(field+"."+kinds[0], "unsupported volume type %s: noderun supports emptyDir, hostPath and downwardAPI", kinds[0])
 	}
-}
-
-// needsAPIServer reports whether a volume type's content or provisioning
-// lives in API objects.
-func needsAPIServer(kind string) bool {
-	switch kind {
-	case "secret", "configMap", "persistentVolumeClaim", "projected", "csi", "ephemeral":
-		return true
-	}
-	return false
 }
 
 // volumeKinds names the volume types set in src, by their JSON field names.

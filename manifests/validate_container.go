@@ -13,7 +13,7 @@ import (
 
 // container validates one init or app container. Names must be unique across
 // both lists, since they name the containers in one sandbox.
-func (v *validator) container(c *v1.Container, field string, init bool) {
+func (v *validator) container(c *v1.Container, field string) {
 	v.check(field+".name", validation.IsDNS1123Label(c.Name))
 	if v.containers[c.Name] {
 		v.add(field+".name", "duplicate container name %q", c.Name)
@@ -24,25 +24,10 @@ func (v *validator) container(c *v1.Container, field string, init bool) {
 	}
 	v.oneOf(field+".imagePullPolicy", string(c.ImagePullPolicy), "Always", "IfNotPresent", "Never")
 	v.oneOf(field+".terminationMessagePolicy", string(c.TerminationMessagePolicy), "File", "FallbackToLogsOnError")
-	if c.RestartPolicy != nil {
-		// Only init containers may be sidecars, and Always is the only value.
-		if !init || *c.RestartPolicy != v1.ContainerRestartPolicyAlways {
-			v.add(field+".restartPolicy", "only init containers may set restartPolicy, and only to Always")
-		}
-	}
 	v.ports(c.Ports, field)
 	v.env(c, field)
 	v.mounts(c, field)
 	v.securityContext(c.SecurityContext, field)
-	probes := []struct {
-		name  string
-		probe *v1.Probe
-	}{{"livenessProbe", c.LivenessProbe}, {"readinessProbe", c.ReadinessProbe}, {"startupProbe", c.StartupProbe}}
-	for _, p := range probes {
-		if p.probe != nil {
-			v.handler(field+"."+p.name, &p.probe.ProbeHandler)
-		}
-	}
 }
 
 func (v *validator) ports(ports []v1.ContainerPort, field string) {
@@ -77,22 +62,8 @@ func (v *validator) env(c *v1.Container, field string) {
 		if e.Value != "" {
 			v.add(f+".valueFrom", "may not be set together with value")
 		}
-		switch src := e.ValueFrom; {
-		case src.SecretKeyRef != nil:
-			v.add(f+".valueFrom.secretKeyRef", "static pods cannot use secrets (no API server)")
-		case src.ConfigMapKeyRef != nil:
-			v.add(f+".valueFrom.configMapKeyRef", "static pods cannot use config maps (no API server)")
-		case src.FieldRef != nil && !fieldPathOK(src.FieldRef.FieldPath, true):
+		if src := e.ValueFrom; src.FieldRef != nil && !fieldPathOK(src.FieldRef.FieldPath, true) {
 			v.add(f+".valueFrom.fieldRef.fieldPath", "unsupported field path %q", src.FieldRef.FieldPath)
-		}
-	}
-	for i, e := range c.EnvFrom {
-		f := fmt.Sprintf("%s.envFrom[%d]", field, i)
-		if e.SecretRef != nil {
-			v.add(f+".secretRef", "static pods cannot use secrets (no API server)")
-		}
-		if e.ConfigMapRef != nil {
-			v.add(f+".configMapRef", "static pods cannot use config maps (no API server)")
 		}
 	}
 }
@@ -129,22 +100,6 @@ func (v *validator) mounts(c *v1.Container, field string) {
 			v.add(f+".mountPath", "%q is mounted more than once", m.MountPath)
 		}
 		paths[m.MountPath] = true
-	}
-	if len(c.VolumeDevices) > 0 {
-		v.add(field+".volumeDevices", "block devices need persistentVolumeClaim volumes, which static pods cannot use")
-	}
-}
-
-// handler checks that a probe names exactly one action.
-func (v *validator) handler(field string, h *v1.ProbeHandler) {
-	n := 0
-	for _, set := range []bool{h.Exec != nil, h.HTTPGet != nil, h.TCPSocket != nil, h.GRPC != nil} {
-		if set {
-			n++
-		}
-	}
-	if n != 1 {
-		v.add(field, "exactly one of exec, httpGet, tcpSocket and grpc is required")
 	}
 }
 

@@ -1,0 +1,349 @@
+package manifests
+
+import (
+	"fmt"
+	"reflect"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// FieldStatus says what noderun does with a Pod field.
+type FieldStatus string
+
+// The three lists every Pod field is in.
+const (
+	Works   FieldStatus = "works"   // as in Kubernetes
+	Refused FieldStatus = "refused" // a pod setting it is an error
+	Ignored FieldStatus = "ignored" // accepted, does nothing here on purpose: a warning
+)
+
+// fieldRule classifies one field. Paths start at "spec."; fields of
+// init and app containers are listed once under "container.". A Works
+// field's own fields are classified too; a Refused or Ignored field covers
+// everything below it. accept, when set, narrows a Refused field: values it
+// accepts work, others are refused.
+type fieldRule struct {
+	path   string
+	status FieldStatus
+	reason string
+	accept func(reflect.Value) bool
+}
+
+// Reasons shared by several fields.
+const (
+	whyAPIServer  = "needs an API server (its content or its effect lives in API objects)"
+	whyLifecycle  = "not implemented yet (container lifecycle: probes, hooks, sidecars, termination)"
+	whyScheduling = "scheduling only: there is one node and no scheduler"
+	whySELinux    = "this node has no SELinux; the kubelet with containerd ignores it there too"
+	whyWindows    = "Linux node: the kubelet ignores Windows options on Linux"
+	whyNotHere    = "not implemented by noderun"
+)
+
+var fieldRules = []fieldRule{
+	{path: "spec.volumes", status: Works},
+	{path: "spec.volumes[].name", status: Works},
+	{path: "spec.volumes[].hostPath", status: Works},
+	{path: "spec.volumes[].hostPath.path", status: Works},
+	{path: "spec.volumes[].hostPath.type", status: Works},
+	{path: "spec.volumes[].emptyDir", status: Works},
+	{path: "spec.volumes[].emptyDir.medium", status: Works},
+	{path: "spec.volumes[].emptyDir.sizeLimit", status: Works, reason: "the size of a Memory emptyDir's tmpfs; a disk emptyDir is not measured"},
+	{path: "spec.volumes[].emptyDir.mode", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].downwardAPI", status: Works, reason: "mounted read-only, written atomically (..data swap)"},
+	{path: "spec.volumes[].downwardAPI.items", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].path", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].fieldRef", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].fieldRef.apiVersion", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].fieldRef.fieldPath", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.containerName", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.resource", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.divisor", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].mode", status: Works},
+	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].downwardAPI.defaultMode", status: Works},
+	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].secret", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].configMap", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].projected", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].ephemeral", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].csi", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].image", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].gitRepo", status: Refused, reason: "deprecated in Kubernetes; use an init container"},
+	{path: "spec.volumes[].nfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].iscsi", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].glusterfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].rbd", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].cephfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].fc", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].flexVolume", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].flocker", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].cinder", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].gcePersistentDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].awsElasticBlockStore", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].azureFile", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].azureDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].vsphereVolume", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].quobyte", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].photonPersistentDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].portworxVolume", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].scaleIO", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].storageos", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+
+	{path: "spec.initContainers", status: Works, reason: "run in order before the app containers"},
+	{path: "spec.containers", status: Works},
+	{path: "container.name", status: Works},
+	{path: "container.image", status: Works},
+	{path: "container.command", status: Works},
+	{path: "container.args", status: Works},
+	{path: "container.workingDir", status: Works},
+	{path: "container.ports", status: Works},
+	{path: "container.ports[].name", status: Works},
+	{path: "container.ports[].hostPort", status: Works},
+	{path: "container.ports[].containerPort", status: Works},
+	{path: "container.ports[].protocol", status: Works},
+	{path: "container.ports[].hostIP", status: Works},
+	{path: "container.envFrom", status: Refused, reason: "its sources are config maps and secrets: " + whyAPIServer},
+	{path: "container.env", status: Works},
+	{path: "container.env[].name", status: Works},
+	{path: "container.env[].value", status: Works, reason: "with $(VAR) expansion"},
+	{path: "container.env[].valueFrom", status: Works},
+	{path: "container.env[].valueFrom.fieldRef", status: Works},
+	{path: "container.env[].valueFrom.fieldRef.apiVersion", status: Works},
+	{path: "container.env[].valueFrom.fieldRef.fieldPath", status: Works},
+	{path: "container.env[].valueFrom.resourceFieldRef", status: Works},
+	{path: "container.env[].valueFrom.resourceFieldRef.containerName", status: Works},
+	{path: "container.env[].valueFrom.resourceFieldRef.resource", status: Works},
+	{path: "container.env[].valueFrom.resourceFieldRef.divisor", status: Works},
+	{path: "container.env[].valueFrom.configMapKeyRef", status: Refused, reason: whyAPIServer},
+	{path: "container.env[].valueFrom.secretKeyRef", status: Refused, reason: whyAPIServer},
+	{path: "container.env[].valueFrom.fileKeyRef", status: Refused, reason: whyNotHere},
+	{path: "container.resources", status: Works},
+	{path: "container.resources.limits", status: Refused, reason: "only cpu and memory are enforced", accept: cpuMemoryOnly},
+	{path: "container.resources.requests", status: Refused, reason: "only cpu and memory are enforced", accept: cpuMemoryOnly},
+	{path: "container.resources.claims", status: Refused, reason: whyAPIServer},
+	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
+	{path: "container.restartPolicy", status: Refused, reason: whyLifecycle},
+	{path: "container.restartPolicyRules", status: Refused, reason: whyLifecycle},
+	{path: "container.volumeMounts", status: Works},
+	{path: "container.volumeMounts[].name", status: Works},
+	{path: "container.volumeMounts[].readOnly", status: Works},
+	{path: "container.volumeMounts[].recursiveReadOnly", status: Refused, reason: "recursive read-only mounts need runc 1.2; only Disabled is accepted", accept: equals("Disabled")},
+	{path: "container.volumeMounts[].mountPath", status: Works},
+	{path: "container.volumeMounts[].subPath", status: Works, reason: "resolved inside the volume; links out of it are refused"},
+	{path: "container.volumeMounts[].mountPropagation", status: Refused, reason: "only None (private mounts) is implemented", accept: equals("None")},
+	{path: "container.volumeMounts[].subPathExpr", status: Refused, reason: whyNotHere},
+	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: whyNotHere},
+	{path: "container.volumeDevices", status: Refused, reason: "block devices need persistentVolumeClaim volumes: " + whyAPIServer},
+	{path: "container.livenessProbe", status: Refused, reason: whyLifecycle},
+	{path: "container.readinessProbe", status: Refused, reason: whyLifecycle},
+	{path: "container.startupProbe", status: Refused, reason: whyLifecycle},
+	{path: "container.lifecycle", status: Refused, reason: whyLifecycle},
+	{path: "container.terminationMessagePath", status: Refused, reason: whyLifecycle + "; the default is accepted (the message is not reported yet)", accept: equals(v1.TerminationMessagePathDefault)},
+	{path: "container.terminationMessagePolicy", status: Refused, reason: whyLifecycle + "; the default File is accepted (the message is not reported yet)", accept: equals(string(v1.TerminationMessageReadFile))},
+	{path: "container.imagePullPolicy", status: Works},
+	{path: "container.securityContext", status: Works},
+	{path: "container.securityContext.capabilities", status: Works},
+	{path: "container.securityContext.capabilities.add", status: Works},
+	{path: "container.securityContext.capabilities.drop", status: Works},
+	{path: "container.securityContext.privileged", status: Works},
+	{path: "container.securityContext.seLinuxOptions", status: Ignored, reason: whySELinux},
+	{path: "container.securityContext.windowsOptions", status: Ignored, reason: whyWindows},
+	{path: "container.securityContext.runAsUser", status: Works},
+	{path: "container.securityContext.runAsGroup", status: Works},
+	{path: "container.securityContext.runAsNonRoot", status: Works},
+	{path: "container.securityContext.readOnlyRootFilesystem", status: Works},
+	{path: "container.securityContext.allowPrivilegeEscalation", status: Works},
+	{path: "container.securityContext.procMount", status: Works, reason: "Default; Unmasked needs user namespaces and is refused"},
+	{path: "container.securityContext.seccompProfile", status: Works},
+	{path: "container.securityContext.seccompProfile.type", status: Works},
+	{path: "container.securityContext.seccompProfile.localhostProfile", status: Works, reason: "read from <state-dir>/seccomp/"},
+	{path: "container.securityContext.appArmorProfile", status: Works, reason: "applied where AppArmor is enabled; elsewhere only Unconfined runs"},
+	{path: "container.securityContext.appArmorProfile.type", status: Works},
+	{path: "container.securityContext.appArmorProfile.localhostProfile", status: Works},
+	{path: "container.stdin", status: Refused, reason: "attach needs an API server"},
+	{path: "container.stdinOnce", status: Refused, reason: "attach needs an API server"},
+	{path: "container.tty", status: Refused, reason: "attach needs an API server"},
+
+	{path: "spec.restartPolicy", status: Works},
+	{path: "spec.terminationGracePeriodSeconds", status: Works},
+	{path: "spec.activeDeadlineSeconds", status: Refused, reason: whyLifecycle},
+	{path: "spec.dnsPolicy", status: Works, reason: "ClusterFirst falls back to Default: there is no cluster DNS"},
+	{path: "spec.nodeSelector", status: Ignored, reason: whyScheduling},
+	{path: "spec.serviceAccountName", status: Ignored, reason: "no ServiceAccount admission and no token on a standalone node, as for the kubelet's static pods"},
+	{path: "spec.serviceAccount", status: Ignored, reason: "deprecated alias of serviceAccountName"},
+	{path: "spec.automountServiceAccountToken", status: Ignored, reason: "no token to mount without an API server"},
+	{path: "spec.nodeName", status: Works, reason: "set to this node's name, as the kubelet does for static pods"},
+	{path: "spec.hostNetwork", status: Works},
+	{path: "spec.hostPID", status: Refused, reason: whyNotHere},
+	{path: "spec.hostIPC", status: Refused, reason: whyNotHere},
+	{path: "spec.shareProcessNamespace", status: Refused, reason: "needs a process that holds the pod's PID namespace; not implemented yet"},
+	{path: "spec.securityContext", status: Works},
+	{path: "spec.securityContext.seLinuxOptions", status: Ignored, reason: whySELinux},
+	{path: "spec.securityContext.windowsOptions", status: Ignored, reason: whyWindows},
+	{path: "spec.securityContext.runAsUser", status: Works},
+	{path: "spec.securityContext.runAsGroup", status: Works},
+	{path: "spec.securityContext.runAsNonRoot", status: Works},
+	{path: "spec.securityContext.supplementalGroups", status: Works},
+	{path: "spec.securityContext.supplementalGroupsPolicy", status: Works},
+	{path: "spec.securityContext.fsGroup", status: Works, reason: "emptyDir and downwardAPI volumes are given to the group"},
+	{path: "spec.securityContext.sysctls", status: Refused, reason: whyNotHere},
+	{path: "spec.securityContext.fsGroupChangePolicy", status: Works},
+	{path: "spec.securityContext.seccompProfile", status: Works},
+	{path: "spec.securityContext.seccompProfile.type", status: Works},
+	{path: "spec.securityContext.seccompProfile.localhostProfile", status: Works},
+	{path: "spec.securityContext.appArmorProfile", status: Works},
+	{path: "spec.securityContext.appArmorProfile.type", status: Works},
+	{path: "spec.securityContext.appArmorProfile.localhostProfile", status: Works},
+	{path: "spec.securityContext.seLinuxChangePolicy", status: Ignored, reason: whySELinux},
+	{path: "spec.imagePullSecrets", status: Refused, reason: whyAPIServer},
+	{path: "spec.hostname", status: Works},
+	{path: "spec.subdomain", status: Works},
+	{path: "spec.affinity", status: Ignored, reason: whyScheduling},
+	{path: "spec.schedulerName", status: Ignored, reason: whyScheduling},
+	{path: "spec.tolerations", status: Ignored, reason: whyScheduling + "; noderun evicts nothing"},
+	{path: "spec.hostAliases", status: Works},
+	{path: "spec.hostAliases[].ip", status: Works},
+	{path: "spec.hostAliases[].hostnames", status: Works},
+	{path: "spec.priorityClassName", status: Ignored, reason: whyScheduling + "; noderun preempts and evicts nothing"},
+	{path: "spec.priority", status: Ignored, reason: whyScheduling + "; noderun preempts and evicts nothing"},
+	{path: "spec.dnsConfig", status: Works},
+	{path: "spec.dnsConfig.nameservers", status: Works},
+	{path: "spec.dnsConfig.searches", status: Works},
+	{path: "spec.dnsConfig.options", status: Works},
+	{path: "spec.dnsConfig.options[].name", status: Works},
+	{path: "spec.dnsConfig.options[].value", status: Works},
+	{path: "spec.readinessGates", status: Refused, reason: "their conditions are set through the API server"},
+	{path: "spec.runtimeClassName", status: Refused, reason: "noderun has one runtime (runc) and no RuntimeClass objects"},
+	{path: "spec.enableServiceLinks", status: Ignored, reason: "no Services on a standalone node, so there are no service variables either way"},
+	{path: "spec.preemptionPolicy", status: Ignored, reason: whyScheduling},
+	{path: "spec.overhead", status: Refused, reason: "set by RuntimeClass admission: " + whyAPIServer},
+	{path: "spec.topologySpreadConstraints", status: Ignored, reason: whyScheduling},
+	{path: "spec.setHostnameAsFQDN", status: Refused, reason: whyNotHere, accept: isFalse},
+	{path: "spec.os", status: Works},
+	{path: "spec.os.name", status: Refused, reason: "this is a Linux node", accept: equals("linux")},
+	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
+	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
+	{path: "spec.schedulingGroup", status: Ignored, reason: whyScheduling},
+	{path: "spec.resourceClaims", status: Refused, reason: whyAPIServer},
+	{path: "spec.resources", status: Refused, reason: "pod-level resources: " + whyNotHere},
+	{path: "spec.hostnameOverride", status: Refused, reason: whyNotHere},
+	{path: "spec.evictionResponders", status: Refused, reason: whyNotHere},
+	{path: "spec.ephemeralContainers", status: Refused, reason: "added through the API server"},
+}
+
+// ruleIndex finds a rule by path.
+var ruleIndex = func() map[string]*fieldRule {
+	m := map[string]*fieldRule{}
+	for i := range fieldRules {
+		m[fieldRules[i].path] = &fieldRules[i]
+	}
+	return m
+}()
+
+func equals(want string) func(reflect.Value) bool {
+	return func(v reflect.Value) bool { return fmt.Sprint(reflect.Indirect(v).Interface()) == want }
+}
+
+func isTrue(v reflect.Value) bool  { return !v.IsNil() && v.Elem().Bool() }
+func isFalse(v reflect.Value) bool { return !v.IsNil() && !v.Elem().Bool() }
+
+func cpuMemoryOnly(v reflect.Value) bool {
+	for name := range v.Interface().(v1.ResourceList) {
+		if name != v1.ResourceCPU && name != v1.ResourceMemory {
+			return false
+		}
+	}
+	return true
+}
+
+// fieldFinding is a set field that is refused or ignored.
+type fieldFinding struct {
+	path   string // concrete, e.g. spec.containers[1].livenessProbe
+	rule   *fieldRule
+	status FieldStatus
+}
+
+// checkFields walks what the manifest set (before defaulting, so that only
+// fields the user wrote count) and reports refused and ignored fields.
+func checkFields(spec *v1.PodSpec) []fieldFinding {
+	var out []fieldFinding
+	walkValue(reflect.ValueOf(spec).Elem(), "spec", "spec", &out)
+	return out
+}
+
+// walkValue visits the fields of the struct v; concrete is the path with
+// indexes, key the rule path.
+func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		name := jsonName(f)
+		if name == "" {
+			walkValue(fv, concrete, key, out) // inline (VolumeSource)
+			continue
+		}
+		if fv.IsZero() {
+			continue
+		}
+		fkey := key + "." + name
+		if fkey == "spec.containers" || fkey == "spec.initContainers" {
+			for j := range fv.Len() {
+				walkValue(fv.Index(j), fmt.Sprintf("%s.%s[%d]", concrete, name, j), "container", out)
+			}
+			continue
+		}
+		fconcrete := concrete + "." + name
+		r := ruleIndex[fkey]
+		switch {
+		case r == nil:
+			*out = append(*out, fieldFinding{fconcrete, &fieldRule{path: fkey, reason: "not classified"}, Refused})
+		case r.status == Ignored:
+			*out = append(*out, fieldFinding{fconcrete, r, Ignored})
+		case r.status == Refused && (r.accept == nil || !r.accept(fv)):
+			*out = append(*out, fieldFinding{fconcrete, r, Refused})
+		default:
+			descend(fv, fconcrete, fkey, out)
+		}
+	}
+}
+
+// descend walks into a Works field that holds core/v1 structs.
+func descend(v reflect.Value, concrete, key string, out *[]fieldFinding) {
+	switch v.Kind() {
+	case reflect.Pointer:
+		descend(v.Elem(), concrete, key, out)
+	case reflect.Slice:
+		for j := range v.Len() {
+			descend(v.Index(j), fmt.Sprintf("%s[%d]", concrete, j), key+"[]", out)
+		}
+	case reflect.Struct:
+		if v.Type().PkgPath() == corePkg {
+			walkValue(v, concrete, key, out)
+		}
+	}
+}
+
+const corePkg = "k8s.io/api/core/v1"
+
+func jsonName(f reflect.StructField) string {
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return name
+}
+
+// fieldErrors turns findings into errors (refused) and warnings (ignored).
+func fieldErrors(findings []fieldFinding) (errs, warnings []error) {
+	for _, f := range findings {
+		me := &ManifestError{Field: f.path}
+		if f.status == Refused {
+			me.Message = "not supported by noderun: " + f.rule.reason
+			errs = append(errs, me)
+		} else {
+			me.Message = "ignored: " + f.rule.reason
+			warnings = append(warnings, me)
+		}
+	}
+	return errs, warnings
+}

@@ -1,0 +1,217 @@
+package manifests
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+var updateReadme = flag.Bool("update-readme", false, "rewrite the README's field table")
+
+// typePaths lists every field path reachable from PodSpec by walking the
+// core/v1 types, descending below Works fields only (a refused or ignored
+// field covers its subtree), as checkFields does on values.
+func typePaths(t *testing.T) []string {
+	t.Helper()
+	var out []string
+	var walk func(t reflect.Type, key string)
+	walk = func(typ reflect.Type, key string) {
+		for i := range typ.NumField() {
+			f := typ.Field(i)
+			name := jsonName(f)
+			if name == "" {
+				walk(f.Type, key)
+				continue
+			}
+			fkey := key + "." + name
+			if fkey == "spec.containers" || fkey == "spec.initContainers" {
+				out = append(out, fkey)
+				walk(reflect.TypeOf(v1.Container{}), "container")
+				continue
+			}
+			out = append(out, fkey)
+			if r := ruleIndex[fkey]; r == nil || r.status != Works {
+				continue
+			}
+			ft, k := f.Type, fkey
+			for ft.Kind() == reflect.Pointer || ft.Kind() == reflect.Slice {
+				if ft.Kind() == reflect.Slice {
+					k += "[]"
+				}
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct && ft.PkgPath() == corePkg {
+				walk(ft, k)
+			}
+		}
+	}
+	walk(reflect.TypeOf(v1.PodSpec{}), "spec")
+	return out
+}
+
+// Every field of the Pod API is in exactly one list; a Kubernetes upgrade
+// that adds one fails here until someone decides what it means on noderun.
+func TestEveryPodFieldIsClassified(t *testing.T) {
+	paths := typePaths(t)
+	seen := map[string]bool{}
+	for _, p := range paths {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		if ruleIndex[p] == nil && p != "container" {
+			t.Errorf("field %s is in no list (works, refused, ignored): classify it in manifests/fields.go", p)
+		}
+	}
+	dup := map[string]bool{}
+	for _, r := range fieldRules {
+		if dup[r.path] {
+			t.Errorf("field %s is listed twice", r.path)
+		}
+		dup[r.path] = true
+		if !seen[r.path] {
+			t.Errorf("listed field %s is not a field of the Pod API (or sits below a refused or ignored one)", r.path)
+		}
+		if r.status != Works && r.reason == "" {
+			t.Errorf("%s is %s without a reason", r.path, r.status)
+		}
+	}
+	// The walk must see the whole API, not a corner of it.
+	for _, want := range []string{"spec.hostPID", "container.securityContext.capabilities.drop", "spec.volumes[].downwardAPI.items[].mode", "container.livenessProbe"} {
+		if !seen[want] {
+			t.Errorf("the type walk missed %s", want)
+		}
+	}
+}
+
+func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
+	tests := []struct {
+		name     string
+		spec     string
+		errs     []string // field paths refused
+		warnings []string // field paths ignored
+	}{
+		{name: "plain", spec: oneContainer},
+		{
+			name: "probes, hooks and sidecars are refused until implemented",
+			spec: "  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always}\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    livenessProbe: {exec: {command: ['true']}}\n    lifecycle: {preStop: {exec: {command: ['true']}}}\n",
+			errs: []string{"spec.initContainers[0].restartPolicy", "spec.containers[1].livenessProbe", "spec.containers[1].lifecycle"},
+		},
+		{
+			name:     "scheduling fields are ignored with a warning",
+			spec:     "  schedulerName: custom\n  priorityClassName: system-node-critical\n  tolerations: [{operator: Exists}]\n  nodeSelector: {a: b}\n" + oneContainer,
+			warnings: []string{"spec.nodeSelector", "spec.schedulerName", "spec.tolerations", "spec.priorityClassName"},
+		},
+		{
+			name: "values accepted and refused",
+			spec: "  hostUsers: true\n  os: {name: linux}\n  setHostnameAsFQDN: false\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /dev/termination-log\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: None}]\n    resources: {limits: {cpu: 1, memory: 1Gi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+		},
+		{
+			name: "values refused",
+			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /tmp/msg\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: HostToContainer}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].mountPropagation", "spec.containers[0].terminationMessagePath", "spec.os.name", "spec.hostUsers"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := mustDecode(t, podWith(tt.spec))
+			var errs, warnings []string
+			for _, f := range checkFields(&pod.Spec) {
+				if f.status == Refused {
+					errs = append(errs, f.path)
+				} else {
+					warnings = append(warnings, f.path)
+				}
+			}
+			slices.Sort(errs)
+			slices.Sort(warnings)
+			slices.Sort(tt.errs)
+			slices.Sort(tt.warnings)
+			if !slices.Equal(errs, tt.errs) || !slices.Equal(warnings, tt.warnings) {
+				t.Errorf("refused %v ignored %v, want refused %v ignored %v", errs, warnings, tt.errs, tt.warnings)
+			}
+		})
+	}
+}
+
+// Defaults never count as what the user wrote.
+func TestDefaultedPodHasNoFindings(t *testing.T) {
+	pod := mustDecode(t, podWith(oneContainer))
+	ApplyDefaults(pod)
+	res := parseManifest([]byte(podWith(oneContainer)), "web.yaml", "n1", "file:/x", time.Now())
+	if len(res.errs) != 0 || len(res.warns) != 0 {
+		t.Errorf("a plain pod gave errors %v warnings %v", res.errs, res.warns)
+	}
+}
+
+// Errors and warnings name the line and column of the field's key.
+func TestFieldErrorsPointAtTheirKey(t *testing.T) {
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    readinessProbe:\n      tcpSocket: {port: 80}\n    ports:\n    - containerPort: 99999\n"
+	res := parseManifest([]byte(in), "web.yaml", "n1", "file:/x", time.Now())
+	var got []string
+	for _, e := range append(res.errs, res.warns...) {
+		got = append(got, e.Error())
+	}
+	want := []string{
+		"web.yaml:12:5: spec.containers[1].readinessProbe: not supported by noderun: " + whyLifecycle,
+		"web.yaml:15:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
+		"web.yaml:6:3: spec.schedulerName: ignored: " + whyScheduling,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	var me *ManifestError
+	if !errors.As(res.errs[0], &me) || me.Column != 5 {
+		t.Errorf("column of the first error = %+v", me)
+	}
+}
+
+// The README's table is generated from the lists, so it cannot drift:
+// `go test ./manifests -run TestReadmeFieldTable -update-readme` rewrites it.
+func TestReadmeFieldTable(t *testing.T) {
+	const path = "../README.md"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const begin, end = "<!-- fields:begin -->\n", "<!-- fields:end -->"
+	s := string(b)
+	i, j := strings.Index(s, begin), strings.Index(s, end)
+	if i < 0 || j < i {
+		t.Fatalf("README.md has no %q ... %q section", begin, end)
+	}
+	want := s[:i+len(begin)] + fieldTable() + s[j:]
+	if want == s {
+		return
+	}
+	if *updateReadme {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("README.md's field table is out of date: run go test ./manifests -run TestReadmeFieldTable -update-readme")
+}
+
+// fieldTable renders the lists as the README's Markdown table, in the
+// lists' order; container fields hold for init and app containers alike.
+func fieldTable() string {
+	var b strings.Builder
+	b.WriteString("| field | noderun | why |\n| --- | --- | --- |\n")
+	for _, r := range fieldRules {
+		path := r.path
+		if rest, ok := strings.CutPrefix(path, "container."); ok {
+			path = "spec.[init]containers[]." + rest
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", path, r.status, strings.ReplaceAll(r.reason, "|", "\\|"))
+	}
+	return b.String()
+}
