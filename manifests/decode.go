@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -201,6 +202,9 @@ func decodePodList(js []byte, c chunk) ([]document, []error) {
 func decodeStrict(js []byte, v any, c chunk) []error {
 	strictErrs, err := sigsjson.UnmarshalStrict(js, v, sigsjson.DisallowUnknownFields)
 	if err != nil {
+		if errs := typeErrors(js, reflect.TypeOf(v).Elem(), c); len(errs) > 0 {
+			return errs
+		}
 		return []error{&ManifestError{Err: err}}
 	}
 	errs := make([]error, 0, len(strictErrs))
@@ -240,7 +244,7 @@ func keyPos(c chunk, path string) (line, col int) {
 		for i := max(at, 0); i < len(lines) && !found; i++ {
 			if loc := re.FindStringIndex(lines[i]); loc != nil {
 				at, found = i, true
-				atCol = loc[0] + len(lines[i][loc[0]:]) - len(strings.TrimLeft(lines[i][loc[0]:], " \t{,\"'")) + 1
+				atCol = loc[0] + len(lines[i][loc[0]:]) - len(strings.TrimLeft(lines[i][loc[0]:], " \t{,")) + 1
 			}
 		}
 		if !found {

@@ -78,18 +78,18 @@ func TestDecode(t *testing.T) {
 		{
 			name:    "unknown field names its path and line",
 			in:      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: a\nspec:\n  containers:\n  - name: c\n    image: busybox\n    comand: [sh]\n",
-			wantErr: []string{"line 9: spec.containers[0].comand: unknown field"},
+			wantErr: []string{"line 9:5: spec.containers[0].comand: unknown field"},
 		},
 		{
 			name:    "unknown field in a later document counts lines from the file's top",
 			in:      "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: b\n  lables: {x: y}\n",
 			want:    []string{"a"},
-			wantErr: []string{"line 9: metadata.lables: unknown field"},
+			wantErr: []string{"line 9:3: metadata.lables: unknown field"},
 		},
 		{
 			name:    "field names are case-sensitive",
 			in:      "apiVersion: v1\nkind: Pod\nmetadata: {Name: a}\n",
-			wantErr: []string{"line 3: metadata.Name: unknown field"},
+			wantErr: []string{"line 3:12: metadata.Name: unknown field"},
 		},
 		{
 			name:    "duplicate key",
@@ -120,7 +120,7 @@ func TestDecode(t *testing.T) {
 		{
 			name:    "wrong type",
 			in:      "apiVersion: v1\nkind: Pod\nspec: {containers: [{name: c, ports: [{containerPort: http}]}]}\n",
-			wantErr: []string{"line 1: json: cannot unmarshal string into Go struct field ContainerPort.spec.containers.ports.containerPort of type int32"},
+			wantErr: []string{"line 3:40: spec.containers[0].ports[0].containerPort: must be an integer that fits int32, not the string \"http\""},
 		},
 		{
 			name:    "PodList item of another kind",
@@ -185,6 +185,44 @@ func TestManifestErrorString(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := tt.in.Error(); got != tt.want {
 				t.Errorf("got %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+// Every value of the wrong type is reported, each at its key, in YAML and
+// in JSON alike.
+func TestTypeErrorsAtTheirKeys(t *testing.T) {
+	yamlDoc := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: nginx\n    ports:\n    - containerPort: \"80\"\n    resources:\n      limits: {memory: 12XB}\n  - name: b\n    image: nginx\n    tty: yes-please\n  hostNetwork: [true]\n"
+	jsonDoc := "{\n  \"apiVersion\": \"v1\",\n  \"kind\": \"Pod\",\n  \"metadata\": {\"name\": \"web\"},\n  \"spec\": {\n    \"containers\": [{\n      \"name\": \"app\",\n      \"image\": \"nginx\",\n      \"ports\": [{\"containerPort\": \"80\"}]\n    }],\n    \"restartPolicy\": 3\n  }\n}\n"
+	for _, tt := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"yaml", yamlDoc, []string{
+			`line 10:7: spec.containers[0].ports[0].containerPort: must be an integer that fits int32, not the string "80"`,
+			`line 12:16: spec.containers[0].resources.limits.memory: quantities must match the regular expression`,
+			`line 15:5: spec.containers[1].tty: must be true or false, not the string "yes-please"`,
+			`line 16:3: spec.hostNetwork: must be true or false, not a list`,
+		}},
+		{"json", jsonDoc, []string{
+			`line 9:18: spec.containers[0].ports[0].containerPort: must be an integer that fits int32, not the string "80"`,
+			`line 11:5: spec.restartPolicy: must be a string, not 3`,
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Decode([]byte(tt.in))
+			var got []string
+			for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+				got = append(got, e.Error())
+			}
+			if len(got) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d:\n%s", len(got), len(tt.want), strings.Join(got, "\n"))
+			}
+			for i := range got {
+				if !strings.HasPrefix(got[i], tt.want[i]) {
+					t.Errorf("error %d = %q, want prefix %q", i, got[i], tt.want[i])
+				}
 			}
 		})
 	}

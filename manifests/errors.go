@@ -24,7 +24,7 @@ type ManifestError struct {
 	Err     error // underlying cause, if any; Message is used when set
 }
 
-// Error reads "file:line: field: message", leaving out empty parts.
+// Error reads "file:line:column: field: message", leaving out empty parts.
 func (e *ManifestError) Error() string {
 	var parts []string
 	loc := e.File
@@ -33,9 +33,9 @@ func (e *ManifestError) Error() string {
 			loc = "line " + strconv.Itoa(e.Line)
 		} else {
 			loc += ":" + strconv.Itoa(e.Line)
-			if e.Column > 0 {
-				loc += ":" + strconv.Itoa(e.Column)
-			}
+		}
+		if e.Column > 0 {
+			loc += ":" + strconv.Itoa(e.Column)
 		}
 	}
 	for _, p := range []string{loc, e.Field, e.Detail()} {
