@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"net"
 	"path"
 	"strings"
 
@@ -79,6 +80,7 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	}
 	v.oneOf("spec.restartPolicy", string(spec.RestartPolicy), "Always", "OnFailure", "Never")
 	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
+	v.names(spec)
 	if spec.DNSPolicy == v1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
 		v.add("spec.dnsConfig.nameservers", "required when dnsPolicy is None")
 	}
@@ -175,4 +177,54 @@ func hasDotDot(p string) bool {
 		}
 	}
 	return false
+}
+
+// names checks what noderun writes into the pod's /etc/hosts, /etc/hostname
+// and resolv.conf as Kubernetes validates it, so no value can add lines.
+func (v *validator) names(spec *v1.PodSpec) {
+	if spec.Hostname != "" {
+		v.check("spec.hostname", validation.IsDNS1123Label(spec.Hostname))
+	}
+	if spec.Subdomain != "" {
+		v.check("spec.subdomain", validation.IsDNS1123Label(spec.Subdomain))
+	}
+	for i, a := range spec.HostAliases {
+		f := fmt.Sprintf("spec.hostAliases[%d]", i)
+		if net.ParseIP(a.IP) == nil {
+			v.add(f+".ip", "%q is not a valid IP address", a.IP)
+		}
+		for j, h := range a.Hostnames {
+			v.check(fmt.Sprintf("%s.hostnames[%d]", f, j), validation.IsDNS1123Subdomain(h))
+		}
+	}
+	d := spec.DNSConfig
+	if d == nil {
+		return
+	}
+	if len(d.Nameservers) > 3 {
+		v.add("spec.dnsConfig.nameservers", "must not have more than 3 nameservers")
+	}
+	for i, ns := range d.Nameservers {
+		if net.ParseIP(ns) == nil {
+			v.add(fmt.Sprintf("spec.dnsConfig.nameservers[%d]", i), "%q is not a valid IP address", ns)
+		}
+	}
+	if len(d.Searches) > 32 {
+		v.add("spec.dnsConfig.searches", "must not have more than 32 search paths")
+	}
+	if n := len(strings.Join(d.Searches, " ")); n > 2048 {
+		v.add("spec.dnsConfig.searches", "must not have more than 2048 characters (including spaces), have %d", n)
+	}
+	for i, s := range d.Searches {
+		v.check(fmt.Sprintf("spec.dnsConfig.searches[%d]", i), validation.IsDNS1123Subdomain(strings.TrimSuffix(s, ".")))
+	}
+	for i, o := range d.Options {
+		f := fmt.Sprintf("spec.dnsConfig.options[%d]", i)
+		if o.Name == "" || strings.ContainsAny(o.Name, " \t\r\n:") {
+			v.add(f+".name", "must be a non-empty word")
+		}
+		if o.Value != nil && strings.ContainsAny(*o.Value, " \t\r\n") {
+			v.add(f+".value", "must not contain white space")
+		}
+	}
 }

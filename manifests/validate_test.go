@@ -196,6 +196,26 @@ func TestValidate(t *testing.T) {
 			wantErr: "spec.dnsConfig.nameservers: required when dnsPolicy is None",
 		},
 		{
+			name:    "hostname that would add a line to /etc/hosts",
+			in:      podWith("  hostname: \"web\\n10.0.0.1 evil\"\n" + oneContainer),
+			wantErr: "spec.hostname: a lowercase RFC 1123 label must consist of",
+		},
+		{
+			name:    "hostAlias with a bad IP",
+			in:      podWith("  hostAliases: [{ip: 10.0.0.300, hostnames: [db]}]\n" + oneContainer),
+			wantErr: `spec.hostAliases[0].ip: "10.0.0.300" is not a valid IP address`,
+		},
+		{
+			name:    "dnsConfig search path with a newline",
+			in:      podWith("  dnsConfig: {searches: [\"a.example\\nnameserver 6.6.6.6\"]}\n" + oneContainer),
+			wantErr: "spec.dnsConfig.searches[0]: a lowercase RFC 1123 subdomain",
+		},
+		{
+			name:    "metadata.uid that is a path",
+			in:      "apiVersion: v1\nkind: Pod\nmetadata: {name: web, uid: team/app}\nspec:\n" + oneContainer,
+			wantErr: `metadata.uid: "team/app" must consist of`,
+		},
+		{
 			name:    "duplicate mountPath",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /d}, {name: v, mountPath: /d}]\n  volumes: [{name: v, emptyDir: {}}]\n"),
 			wantErr: `spec.containers[0].volumeMounts[1].mountPath: "/d" is mounted more than once`,
