@@ -94,7 +94,16 @@ func (n *network) watchConfig(ctx context.Context) {
 	}
 }
 
+// Setup makes the pod's namespaces, its network and its /dev/shm.
 func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
+	ips, fresh, err := n.setup(ctx, sb)
+	if err == nil && !sb.HostIPC {
+		err = setupShm(sb)
+	}
+	return ips, fresh, err
+}
+
+func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
@@ -161,7 +170,7 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	errs = append(errs, cni.RemoveNamespaces(sb.Dir))
+	errs = append(errs, unmountShm(sb), cni.RemoveNamespaces(sb.Dir))
 	return errors.Join(errs...)
 }
 
@@ -208,7 +217,7 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 			if err := os.Remove(filepath.Join(dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
-			errs = append(errs, cni.RemoveNamespaces(dir))
+			errs = append(errs, unmountShm(&runner.Sandbox{Dir: dir}), cni.RemoveNamespaces(dir))
 		}
 	}
 	return errors.Join(errs...)
@@ -281,4 +290,46 @@ func readIPs(dir string) ([]string, error) {
 func isNamespace(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+}
+
+// shmSize is the size CRI gives a pod's /dev/shm (containerd's default
+// sandbox shm of 64 MiB).
+const shmSize = "65536k"
+
+// setupShm mounts the pod's /dev/shm tmpfs once; it lives in the run dir,
+// so a reboot starts it empty, as a new pause container would.
+func setupShm(sb *runner.Sandbox) error {
+	dir := sb.ShmPath()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if mounted(dir) {
+		return nil
+	}
+	err := unix.Mount("shm", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+shmSize)
+	if err != nil {
+		return fmt.Errorf("mount the pod's /dev/shm: %w", err)
+	}
+	return nil
+}
+
+// unmountShm removes the pod's /dev/shm; idempotent.
+func unmountShm(sb *runner.Sandbox) error {
+	dir := sb.ShmPath()
+	if mounted(dir) {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// mounted reports whether dir is on another file system than its parent,
+// which holds for the shm tmpfs.
+func mounted(dir string) bool {
+	var st, parent unix.Stat_t
+	return unix.Stat(dir, &st) == nil && unix.Stat(filepath.Dir(dir), &parent) == nil && st.Dev != parent.Dev
 }

@@ -98,8 +98,9 @@ func runNode(c *cli.Context) error {
 	engine := runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
-		NetworkCheck: c.Duration("network-check-interval"),
-		OnActivity:   relax.activity,
+		NetworkCheck:         c.Duration("network-check-interval"),
+		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
+		OnActivity:           relax.activity,
 		OnReady: func() {
 			log.Info("ready", "node", nodeName, "sources", nSources)
 			if _, err := systemd.Ready(); err != nil {

@@ -116,8 +116,8 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		},
 		{
 			name: "values refused",
-			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /tmp/msg\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: HostToContainer}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
-			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].mountPropagation", "spec.containers[0].terminationMessagePath", "spec.os.name", "spec.hostUsers"},
+			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /tmp/msg\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.containers[0].terminationMessagePath", "spec.os.name", "spec.hostUsers"},
 		},
 	}
 	for _, tt := range tests {

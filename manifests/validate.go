@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path"
+	"regexp"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -81,6 +82,9 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	v.oneOf("spec.restartPolicy", string(spec.RestartPolicy), "Always", "OnFailure", "Never")
 	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 	v.names(spec)
+	if sc := spec.SecurityContext; sc != nil {
+		v.sysctls(sc.Sysctls, spec.HostNetwork, spec.HostIPC)
+	}
 	if spec.DNSPolicy == v1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
 		v.add("spec.dnsConfig.nameservers", "required when dnsPolicy is None")
 	}
@@ -227,4 +231,56 @@ func (v *validator) names(spec *v1.PodSpec) {
 			v.add(f+".value", "must not contain white space")
 		}
 	}
+}
+
+var sysctlName = regexp.MustCompile(`^([a-z0-9]([-_a-z0-9]*[a-z0-9])?[./])*[a-z0-9]([-_a-z0-9]*[a-z0-9])?$`)
+
+// sysctls applies Kubernetes' rules: valid unique names, and only sysctls
+// of the pod's own namespaces (net.* unless hostNetwork, the IPC ones unless
+// hostIPC); a node-wide sysctl would change the host. Whether a namespaced
+// one is allowed (safe, or --allowed-unsafe-sysctls) is the node's call.
+func (v *validator) sysctls(list []v1.Sysctl, hostNetwork, hostIPC bool) {
+	seen := map[string]bool{}
+	for i, s := range list {
+		f := fmt.Sprintf("spec.securityContext.sysctls[%d].name", i)
+		name := SysctlName(s.Name)
+		switch {
+		case !sysctlName.MatchString(s.Name) || len(s.Name) > 253:
+			v.add(f, "%q is not a valid sysctl name", s.Name)
+		case seen[name]:
+			v.add(f, "duplicate sysctl %q", s.Name)
+		case strings.HasPrefix(name, "net."):
+			if hostNetwork {
+				v.add(f, "%q cannot be set with hostNetwork: it would change the host's network namespace", s.Name)
+			}
+		case ipcSysctl(name):
+			if hostIPC {
+				v.add(f, "%q cannot be set with hostIPC: it would change the host's IPC namespace", s.Name)
+			}
+		default:
+			v.add(f, "%q is not namespaced: it would change the whole node", s.Name)
+		}
+		seen[name] = true
+	}
+}
+
+func ipcSysctl(name string) bool {
+	return name == "kernel.sem" || strings.HasPrefix(name, "kernel.shm") || strings.HasPrefix(name, "kernel.msg") || strings.HasPrefix(name, "fs.mqueue.")
+}
+
+// SysctlName gives a sysctl in dotted form: Kubernetes also takes
+// "net/ipv4/conf/eth0.100/rp_filter", where dots and slashes swap roles.
+func SysctlName(name string) string {
+	if !strings.Contains(name, "/") {
+		return name
+	}
+	return strings.Map(func(r rune) rune {
+		switch r {
+		case '/':
+			return '.'
+		case '.':
+			return '/'
+		}
+		return r
+	}, name)
 }

@@ -100,6 +100,13 @@ func (v *validator) mounts(c *v1.Container, field string) {
 			v.add(f+".mountPath", "%q is mounted more than once", m.MountPath)
 		}
 		paths[m.MountPath] = true
+		if m.MountPropagation != nil {
+			v.oneOf(f+".mountPropagation", string(*m.MountPropagation), "None", "HostToContainer", "Bidirectional")
+			privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged
+			if *m.MountPropagation == v1.MountPropagationBidirectional && !privileged {
+				v.add(f+".mountPropagation", "Bidirectional mount propagation is available only to privileged containers")
+			}
+		}
 	}
 }
 

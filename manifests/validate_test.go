@@ -216,6 +216,21 @@ func TestValidate(t *testing.T) {
 			wantErr: `metadata.uid: "team/app" must consist of`,
 		},
 		{
+			name:    "node-wide sysctl",
+			in:      podWith("  securityContext: {sysctls: [{name: vm.swappiness, value: '1'}]}\n" + oneContainer),
+			wantErr: `spec.securityContext.sysctls[0].name: "vm.swappiness" is not namespaced`,
+		},
+		{
+			name:    "net sysctl with hostNetwork",
+			in:      podWith("  hostNetwork: true\n  securityContext: {sysctls: [{name: net.ipv4.tcp_syncookies, value: '1'}]}\n" + oneContainer),
+			wantErr: `spec.securityContext.sysctls[0].name: "net.ipv4.tcp_syncookies" cannot be set with hostNetwork`,
+		},
+		{
+			name:    "Bidirectional propagation without privileged",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: Bidirectional}]\n  volumes: [{name: v, hostPath: {path: /mnt}}]\n"),
+			wantErr: "spec.containers[0].volumeMounts[0].mountPropagation: Bidirectional mount propagation is available only to privileged containers",
+		},
+		{
 			name:    "duplicate mountPath",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /d}, {name: v, mountPath: /d}]\n  volumes: [{name: v, emptyDir: {}}]\n"),
 			wantErr: `spec.containers[0].volumeMounts[1].mountPath: "/d" is mounted more than once`,

@@ -23,6 +23,9 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if err != nil {
 		return nil, err
 	}
+	if err := checkSysctls(pod, w.e.cfg.AllowedUnsafeSysctls); err != nil {
+		return nil, err
+	}
 	mounts, err := w.containerMounts(pod, c)
 	if err != nil {
 		return nil, err

@@ -30,6 +30,9 @@ type Config struct {
 	PodLogDir  string
 	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
 	CgroupRoot string // parent of every pod cgroup, e.g. /noderun
+	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
+	// names, or prefixes ending in "*".
+	AllowedUnsafeSysctls []string
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.

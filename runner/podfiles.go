@@ -196,13 +196,22 @@ func setOption(opts []string, o v1.PodDNSConfigOption) []string {
 
 // podFileMounts bind-mounts the pod files unless the container mounts its
 // own at the same place.
-func (w *podWorker) podFileMounts(c *v1.Container) []Mount {
+// The pod's /dev/shm is shared by its containers too: the pod's own tmpfs,
+// or the host's with hostIPC.
+func (w *podWorker) podFileMounts(pod *v1.Pod, c *v1.Container) []Mount {
+	shm := w.sandbox(pod).ShmPath()
+	if pod.Spec.HostIPC {
+		shm = "/dev/shm"
+	}
 	var out []Mount
-	for _, f := range []struct{ name, dest string }{
-		{"hosts", "/etc/hosts"}, {"hostname", "/etc/hostname"}, {"resolv.conf", "/etc/resolv.conf"},
+	for _, f := range []struct{ src, dest string }{
+		{filepath.Join(w.podStateDir(), "hosts"), "/etc/hosts"},
+		{filepath.Join(w.podStateDir(), "hostname"), "/etc/hostname"},
+		{filepath.Join(w.podStateDir(), "resolv.conf"), "/etc/resolv.conf"},
+		{shm, "/dev/shm"},
 	} {
 		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.dest }) {
-			out = append(out, Mount{Source: filepath.Join(w.podStateDir(), f.name), Destination: f.dest})
+			out = append(out, Mount{Source: f.src, Destination: f.dest})
 		}
 	}
 	return out

@@ -87,6 +87,8 @@ type Sandbox struct {
 	Namespace   string
 	Hostname    string
 	HostNetwork bool
+	HostPID     bool   // the host's PID namespace
+	HostIPC     bool   // the host's IPC namespace and /dev/shm
 	Dir         string // run-dir directory holding the pinned namespace files
 	Ports       []PortMapping
 	// From the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations.
@@ -110,11 +112,17 @@ func (s *Sandbox) NetNSPath() string { return s.Dir + "/net" }
 func (s *Sandbox) IPCNSPath() string { return s.Dir + "/ipc" }
 func (s *Sandbox) UTSNSPath() string { return s.Dir + "/uts" }
 
+// ShmPath is the pod's /dev/shm, a tmpfs its containers share (what the
+// pause container's /dev/shm is under CRI).
+func (s *Sandbox) ShmPath() string { return s.Dir + "/shm" }
+
 // Mount is a resolved volume mount for one container.
 type Mount struct {
 	Source      string
 	Destination string
 	ReadOnly    bool
+	// Propagation is the volumeMount's mountPropagation; empty is None.
+	Propagation v1.MountPropagationMode
 }
 
 // ContainerConfig is everything the runtime needs to create one container;

@@ -256,7 +256,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 		pod.UID = w.uid
 	}
 	errs = append(errs, e.net.Teardown(ctx, w.sandbox(pod)))
-	errs = append(errs, unmountVolumes(w.podStateDir()))
+	errs = append(errs, unmountVolumes(w.podStateDir()), unmountAll(w.podRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -296,6 +296,8 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		Namespace:        pod.Namespace,
 		Hostname:         podHostname(pod),
 		HostNetwork:      pod.Spec.HostNetwork,
+		HostPID:          pod.Spec.HostPID,
+		HostIPC:          pod.Spec.HostIPC,
 		Dir:              w.podRunDir(),
 		Ports:            hostPorts(pod),
 		IngressBandwidth: pod.Annotations["kubernetes.io/ingress-bandwidth"],

@@ -173,7 +173,7 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 // containerMounts resolves volumeMounts (with subPath) plus the pod files.
 // downwardAPI volumes are always read-only, as in Kubernetes.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, error) {
-	out := w.podFileMounts(c)
+	out := w.podFileMounts(pod, c)
 	for i, m := range c.VolumeMounts {
 		var src string
 		readOnly := m.ReadOnly
@@ -200,9 +200,16 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, erro
 			}
 			src = target
 		}
-		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly})
+		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly, Propagation: propagation(m)})
 	}
 	return out, nil
+}
+
+func propagation(m v1.VolumeMount) v1.MountPropagationMode {
+	if m.MountPropagation == nil {
+		return v1.MountPropagationNone
+	}
+	return *m.MountPropagation
 }
 
 // pinSubPath resolves subPath inside the volume at root, refusing any

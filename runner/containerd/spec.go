@@ -13,6 +13,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/manifests"
+
 	"github.com/noderun/noderun/runner"
 )
 
@@ -25,13 +27,33 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		oci.WithEnv(cfg.Env),
 		withCwd(cfg.WorkingDir),
 		withSandboxNamespaces(cfg.Sandbox),
-		withMounts(cfg.Mounts),
+		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cfg.CgroupParent + "/" + cfg.ID),
 		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
 		withResources(c.Resources),
 		withoutDefaultRlimits,
+		withSysctls(cfg.Pod),
 	}
 	return opts
+}
+
+// withSysctls sets the pod's sysctls in every container: runc writes them
+// in the container's namespaces, which are the pod's (the runner has
+// checked they are namespaced and allowed).
+func withSysctls(pod *v1.Pod) oci.SpecOpts {
+	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
+		sc := pod.Spec.SecurityContext
+		if sc == nil || len(sc.Sysctls) == 0 {
+			return nil
+		}
+		if s.Linux.Sysctl == nil {
+			s.Linux.Sysctl = map[string]string{}
+		}
+		for _, x := range sc.Sysctls {
+			s.Linux.Sysctl[manifests.SysctlName(x.Name)] = x.Value
+		}
+		return nil
+	}
 }
 
 // withoutDefaultRlimits drops containerd's default RLIMIT_NOFILE of 1024, as
@@ -51,18 +73,28 @@ func withCwd(dir string) oci.SpecOpts {
 	return oci.WithProcessCwd(dir)
 }
 
-// withSandboxNamespaces joins the pod's pinned namespaces; hostNetwork pods
-// share the host's network and UTS namespaces, as in Kubernetes.
+// withSandboxNamespaces joins the pod's pinned namespaces; hostNetwork,
+// hostPID and hostIPC pods share the host's instead, as in Kubernetes.
+// Without hostPID every container has its own PID namespace, as under CRI
+// without shareProcessNamespace.
 func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
 	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
-		join := []specs.LinuxNamespace{{Type: specs.IPCNamespace, Path: sb.IPCNSPath()}}
-		host := []specs.LinuxNamespaceType{}
+		var join []specs.LinuxNamespace
+		var host []specs.LinuxNamespaceType
 		if sb.HostNetwork {
 			host = append(host, specs.NetworkNamespace, specs.UTSNamespace)
 		} else {
 			join = append(join,
 				specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: sb.NetNSPath()},
 				specs.LinuxNamespace{Type: specs.UTSNamespace, Path: sb.UTSNSPath()})
+		}
+		if sb.HostIPC {
+			host = append(host, specs.IPCNamespace)
+		} else {
+			join = append(join, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: sb.IPCNSPath()})
+		}
+		if sb.HostPID {
+			host = append(host, specs.PIDNamespace)
 		}
 		for _, ns := range join {
 			if err := oci.WithLinuxNamespace(ns)(ctx, cl, c, s); err != nil {
@@ -79,13 +111,30 @@ func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
 }
 
 // withMounts bind-mounts volumes and the pod's generated files, replacing any
-// default mount at the same destination.
-func withMounts(mounts []runner.Mount) oci.SpecOpts {
+// default mount at the same destination. mountPropagation maps as in CRI:
+// None is rprivate, HostToContainer rslave, Bidirectional rshared, and the
+// root's propagation follows so that runc can set those up.
+func withMounts(mounts []runner.Mount, mountinfo func() []mountInfo) oci.SpecOpts {
 	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
 		dests := make([]string, 0, len(mounts))
 		add := make([]specs.Mount, 0, len(mounts))
+		var infos []mountInfo
 		for _, m := range mounts {
-			opts := []string{"rbind", "rprivate"}
+			prop := "rprivate"
+			switch m.Propagation {
+			case v1.MountPropagationHostToContainer, v1.MountPropagationBidirectional:
+				if infos == nil {
+					infos = mountinfo()
+				}
+				var err error
+				if prop, err = propagationFor(m, infos); err != nil {
+					return err
+				}
+				if s.Linux.RootfsPropagation != "rshared" {
+					s.Linux.RootfsPropagation = prop
+				}
+			}
+			opts := []string{"rbind", prop}
 			if m.ReadOnly {
 				opts = append(opts, "ro")
 			} else {
@@ -99,6 +148,64 @@ func withMounts(mounts []runner.Mount) oci.SpecOpts {
 		}
 		return oci.WithMounts(add)(ctx, cl, c, s)
 	}
+}
+
+// propagationFor checks, as CRI's ensureShared and ensureSharedOrSlave do,
+// that the mount holding m's source propagates at all: a private source
+// would silently propagate nothing.
+func propagationFor(m runner.Mount, infos []mountInfo) (string, error) {
+	mi := mountOf(m.Source, infos)
+	if m.Propagation == v1.MountPropagationBidirectional {
+		if !mi.shared {
+			return "", fmt.Errorf("%w: mountPropagation Bidirectional of %s: %s is mounted on %s, which is not a shared mount", runner.ErrContainerConfig, m.Destination, m.Source, mi.point)
+		}
+		return "rshared", nil
+	}
+	if !mi.shared && !mi.slave {
+		return "", fmt.Errorf("%w: mountPropagation HostToContainer of %s: %s is mounted on %s, which is neither a shared nor a slave mount", runner.ErrContainerConfig, m.Destination, m.Source, mi.point)
+	}
+	return "rslave", nil
+}
+
+// mountInfo is what propagation needs of one line of mountinfo.
+type mountInfo struct {
+	point         string
+	shared, slave bool
+}
+
+// readMountinfo parses /proc/self/mountinfo.
+func readMountinfo() []mountInfo {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []mountInfo
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, _, ok := strings.Cut(line, " - ")
+		f := strings.Fields(pre)
+		if !ok || len(f) < 6 {
+			continue
+		}
+		mi := mountInfo{point: f[4]}
+		for _, opt := range f[6:] {
+			mi.shared = mi.shared || strings.HasPrefix(opt, "shared:")
+			mi.slave = mi.slave || strings.HasPrefix(opt, "master:")
+		}
+		out = append(out, mi)
+	}
+	return out
+}
+
+// mountOf is the mount whose point is the longest prefix of path (the last
+// one mounted there wins, as in the kernel).
+func mountOf(path string, infos []mountInfo) mountInfo {
+	best := mountInfo{point: "/"}
+	for _, mi := range infos {
+		if (path == mi.point || strings.HasPrefix(path, strings.TrimSuffix(mi.point, "/")+"/")) && len(mi.point) >= len(best.point) {
+			best = mi
+		}
+	}
+	return best
 }
 
 // oomScoreAdj follows the kubelet's QoS policy, without the negative score

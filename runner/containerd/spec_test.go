@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -63,7 +64,7 @@ func TestWithMountsReplacesDefaults(t *testing.T) {
 	s := genSpec(t, withMounts([]runner.Mount{
 		{Source: "/state/hosts", Destination: "/etc/hosts"},
 		{Source: "/data", Destination: "/dev/shm", ReadOnly: true},
-	}))
+	}, readMountinfo))
 	var shm []specs.Mount
 	for _, m := range s.Mounts {
 		if m.Destination == "/dev/shm" {
@@ -123,5 +124,69 @@ func TestWithoutDefaultRlimits(t *testing.T) {
 	}
 	if s := genSpec(t, withoutDefaultRlimits); len(s.Process.Rlimits) != 0 {
 		t.Errorf("rlimits = %+v, want none", s.Process.Rlimits)
+	}
+}
+
+func TestWithSandboxNamespacesHost(t *testing.T) {
+	sb := &runner.Sandbox{Dir: "/run/noderun/pods/abc", HostPID: true, HostIPC: true}
+	got := nsPaths(genSpec(t, withSandboxNamespaces(sb)))
+	if _, ok := got[specs.PIDNamespace]; ok {
+		t.Errorf("hostPID: the spec still has a PID namespace: %v", got)
+	}
+	if _, ok := got[specs.IPCNamespace]; ok {
+		t.Errorf("hostIPC: the spec still has an IPC namespace: %v", got)
+	}
+	if got[specs.NetworkNamespace] != sb.NetNSPath() {
+		t.Errorf("network namespace = %q, want the pod's", got[specs.NetworkNamespace])
+	}
+	sb.HostPID, sb.HostIPC = false, false
+	got = nsPaths(genSpec(t, withSandboxNamespaces(sb)))
+	if p, ok := got[specs.PIDNamespace]; !ok || p != "" {
+		t.Errorf("PID namespace = %q (present %v), want a new one per container", p, ok)
+	}
+	if got[specs.IPCNamespace] != sb.IPCNSPath() {
+		t.Errorf("IPC namespace = %q, want the pod's", got[specs.IPCNamespace])
+	}
+}
+
+func TestWithMountsPropagation(t *testing.T) {
+	infos := func() []mountInfo {
+		return []mountInfo{{point: "/", shared: true}, {point: "/private"}, {point: "/slave", slave: true}}
+	}
+	for _, tc := range []struct {
+		src      string
+		prop     v1.MountPropagationMode
+		wantOpt  string
+		wantRoot string
+		wantErr  bool
+	}{
+		{"/data", v1.MountPropagationNone, "rprivate", "", false},
+		{"/data", v1.MountPropagationHostToContainer, "rslave", "rslave", false},
+		{"/slave/x", v1.MountPropagationHostToContainer, "rslave", "rslave", false},
+		{"/data", v1.MountPropagationBidirectional, "rshared", "rshared", false},
+		{"/private/x", v1.MountPropagationHostToContainer, "", "", true},
+		{"/slave/x", v1.MountPropagationBidirectional, "", "", true},
+	} {
+		ctx := namespaces.WithNamespace(context.Background(), "test")
+		s, err := oci.GenerateSpec(ctx, nil, &containers.Container{ID: "c1"},
+			withMounts([]runner.Mount{{Source: tc.src, Destination: "/v", Propagation: tc.prop}}, infos))
+		if tc.wantErr {
+			if !errors.Is(err, runner.ErrContainerConfig) {
+				t.Errorf("%s %s: err %v, want a config error", tc.src, tc.prop, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m specs.Mount
+		for _, x := range s.Mounts {
+			if x.Destination == "/v" {
+				m = x
+			}
+		}
+		if !slices.Contains(m.Options, tc.wantOpt) || s.Linux.RootfsPropagation != tc.wantRoot {
+			t.Errorf("%s %s: options %v root %q, want %s and root %q", tc.src, tc.prop, m.Options, s.Linux.RootfsPropagation, tc.wantOpt, tc.wantRoot)
+		}
 	}
 }
