@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+)
+
+func hostNS(t *testing.T, kind string) string {
+	t.Helper()
+	l, err := os.Readlink("/proc/self/ns/" + kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// hostPID and hostIPC put the container in the host's namespaces (and its
+// /dev/shm); without them each pod has its own.
+func TestHostPIDAndHostIPC(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	marker := "noderun-e2e-" + filepath.Base(n.root)
+	t.Cleanup(func() { os.Remove("/dev/shm/" + marker) })
+	show := `for f in pid ipc; do echo "ns $(readlink /proc/self/ns/$f)"; done;`
+	n.writeManifest("host.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: host}
+spec:
+  terminationGracePeriodSeconds: 2
+  hostPID: true
+  hostIPC: true
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", '%s echo from-pod > /dev/shm/%s; %s']
+`, show, marker, untilTerm))
+	n.writeManifest("own.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: own}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", '%s ls /dev/shm | sed "s/^/shm /"; echo done; %s']
+`, show, untilTerm))
+	host := n.waitPod("host", "Running", running)
+	own := n.waitPod("own", "Running", running)
+	hostLog, ownLog := n.logPath(host, "main", 0), n.logPath(own, "main", 0)
+	n.waitLogLine(hostLog, "ns "+hostNS(t, "pid"))
+	n.waitLogLine(hostLog, "ns "+hostNS(t, "ipc"))
+	waitFile(t, "/dev/shm/"+marker, "from-pod\n")
+	n.waitLogLine(ownLog, "done")
+	for _, l := range n.readLog(ownLog) {
+		if l.content == "ns "+hostNS(t, "pid") || l.content == "ns "+hostNS(t, "ipc") || l.content == "shm "+marker {
+			t.Errorf("a pod without hostPID/hostIPC sees the host's: %q", l.content)
+		}
+	}
+}
+
+// The containers of one pod share its /dev/shm (64 MiB, as the pause
+// container's under CRI); another pod does not see it.
+func TestPodSharesDevShm(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("shm.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: shm}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: writer
+    image: busybox:1.36
+    command: ["sh", "-c", 'echo shared > /dev/shm/x; df -k /dev/shm | tail -1 | awk "{print \"size \" \$2}"; `+untilTerm+`']
+  - name: reader
+    image: busybox:1.36
+    command: ["sh", "-c", 'while ! cat /dev/shm/x; do sleep 0.1; done; `+untilTerm+`']
+`)
+	n.writeManifest("other.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: other}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", 'sleep 2; ls /dev/shm/x 2>&1; `+untilTerm+`']
+`)
+	p := n.waitPod("shm", "Running", running)
+	n.waitLogLine(n.logPath(p, "writer", 0), "size 65536")
+	n.waitLogLine(n.logPath(p, "reader", 0), "shared")
+	o := n.waitPod("other", "Running", running)
+	n.waitLogLine(n.logPath(o, "main", 0), "ls: /dev/shm/x: No such file or directory")
+}
+
+func TestSysctls(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	pod := func(name, sysctls string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  terminationGracePeriodSeconds: 2
+  securityContext:
+    sysctls: %s
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", 'for f in net/ipv4/ip_local_port_range kernel/shm_rmid_forced kernel/msgmax; do echo "$f=$(cat /proc/sys/$f)"; done; %s']
+`, name, sysctls, untilTerm)
+	}
+	n.writeManifest("safe.yaml", pod("safe", `[{name: net.ipv4.ip_local_port_range, value: "40000 50000"}, {name: kernel.shm_rmid_forced, value: "1"}]`))
+	n.writeManifest("unsafe.yaml", pod("unsafe", `[{name: kernel.msgmax, value: "16384"}]`))
+	p := n.waitPod("safe", "Running", running)
+	n.waitLogLine(n.logPath(p, "main", 0), "net/ipv4/ip_local_port_range=40000\t50000")
+	n.waitLogLine(n.logPath(p, "main", 0), "kernel/shm_rmid_forced=1")
+	u := n.waitPod("unsafe", "refused", func(p *v1.Pod) bool {
+		r, _ := waitingReason(p, "main")
+		return r == "CreateContainerConfigError"
+	})
+	if _, msg := waitingReason(u, "main"); !strings.Contains(msg, `forbidden sysctl: "kernel.msgmax" not allowlisted`) {
+		t.Errorf("message = %q", msg)
+	}
+
+	// A node that allows it runs the pod with the value in its own IPC
+	// namespace, leaving the host's alone.
+	before, _ := os.ReadFile("/proc/sys/kernel/msgmax")
+	n2 := newNode(t, "--allowed-unsafe-sysctls", "kernel.msg*")
+	n2.writeManifest("unsafe.yaml", pod("unsafe", `[{name: kernel.msgmax, value: "16384"}]`))
+	p2 := n2.waitPod("unsafe", "Running", running)
+	n2.waitLogLine(n2.logPath(p2, "main", 0), "kernel/msgmax=16384")
+	if after, _ := os.ReadFile("/proc/sys/kernel/msgmax"); string(after) != string(before) {
+		t.Errorf("the host's kernel.msgmax changed: %q -> %q", before, after)
+	}
+}
+
+// HostToContainer: a mount made on the host below a hostPath after the
+// container started appears inside it (rslave), as under CRI.
+func TestMountPropagationHostToContainer(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	dir := filepath.Join(n.root, "propagated")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// CRI requires the source to sit on a shared (or slave) mount; make
+	// one, as a host with systemd has for /.
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n.writeManifest("prop.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: prop}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: host, hostPath: {path: %s}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", 'echo started; while ! [ -e /host/sub/marker ]; do sleep 0.1; done; echo appeared; %s']
+    volumeMounts: [{name: host, mountPath: /host, mountPropagation: HostToContainer}]
+`, dir, untilTerm))
+	p := n.waitPod("prop", "Running", running)
+	n.waitLogLine(n.logPath(p, "main", 0), "started")
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(sub, "marker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.waitLogLine(n.logPath(p, "main", 0), "appeared")
+}
+
+func waitFile(t *testing.T, path, want string) {
+	t.Helper()
+	for range 300 {
+		if b, err := os.ReadFile(path); err == nil && string(b) == want {
+			return
+		}
+		sleepPoll()
+	}
+	b, err := os.ReadFile(path)
+	t.Fatalf("%s = %q, %v; want %q", path, b, err, want)
+}
+
+func sleepPoll() { time.Sleep(pollEvery) }
