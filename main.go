@@ -43,6 +43,11 @@ func main() {
 				Name: "log-driver", Hidden: true, ArgsUsage: "PATH",
 				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First()) },
 			},
+			{
+				// PID 1 of a pod with shareProcessNamespace (pause.go).
+				Name: "pause", Hidden: true, ArgsUsage: "ROOT",
+				Action: func(c *cli.Context) error { return runPause(c.Args().First()) },
+			},
 		},
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

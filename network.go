@@ -94,11 +94,15 @@ func (n *network) watchConfig(ctx context.Context) {
 	}
 }
 
-// Setup makes the pod's namespaces, its network and its /dev/shm.
+// Setup makes the pod's namespaces, its network, its /dev/shm and, for
+// shareProcessNamespace, the process that holds its PID namespace.
 func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	ips, fresh, err := n.setup(ctx, sb)
 	if err == nil && !sb.HostIPC {
 		err = setupShm(sb)
+	}
+	if err == nil && sb.SharePID {
+		err = ensurePause(sb)
 	}
 	return ips, fresh, err
 }
@@ -170,7 +174,7 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	errs = append(errs, unmountShm(sb), cni.RemoveNamespaces(sb.Dir))
+	errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(sb.Dir))
 	return errors.Join(errs...)
 }
 
@@ -217,7 +221,8 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 			if err := os.Remove(filepath.Join(dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 				errs = append(errs, err)
 			}
-			errs = append(errs, unmountShm(&runner.Sandbox{Dir: dir}), cni.RemoveNamespaces(dir))
+			sb := &runner.Sandbox{Dir: dir}
+			errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir))
 		}
 	}
 	return errors.Join(errs...)

@@ -183,7 +183,7 @@ metadata: {name: bad%d, uid: %q}
 spec: {terminationGracePeriodSeconds: 1, containers: [{name: c, image: busybox:1.36, command: [sleep, "3600"]}]}
 `, i, uid))
 	}
-	n.waitOutput(regexp.MustCompile(`bad2\.yaml:\d+: metadata\.uid: `))
+	n.waitOutput(regexp.MustCompile(`bad2\.yaml:[\d:]+: metadata\.uid: `))
 	for i := range 3 {
 		n.removeManifest(fmt.Sprintf("bad%d.yaml", i))
 	}

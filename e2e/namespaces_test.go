@@ -10,6 +10,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
 )
 
 func hostNS(t *testing.T, kind string) string {
@@ -201,3 +203,48 @@ func waitFile(t *testing.T, path, want string) {
 }
 
 func sleepPoll() { time.Sleep(pollEvery) }
+
+// shareProcessNamespace: the pod's containers see each other's processes,
+// PID 1 is the pod's pause process (as the pause container under CRI), and
+// nothing of the host is reachable through it; teardown leaves no process.
+func TestShareProcessNamespace(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("shared.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: shared}
+spec:
+  terminationGracePeriodSeconds: 2
+  shareProcessNamespace: true
+  containers:
+  - name: sleeper
+    image: busybox:1.36
+    command: ["sleep", "31337"]
+  - name: looker
+    image: busybox:1.36
+    command: ["sh", "-c", 'until ps -o args | grep -q "^sleep 31337"; do sleep 0.1; done; echo sees-sleeper; tr "\0" " " < /proc/1/cmdline | cut -d" " -f2 | sed "s/^/pid1 /"; ls /proc/1/root/ 2>&1 | head -1 | sed "s/^/root /"; echo done; `+untilTerm+`']
+`)
+	p := n.waitPod("shared", "Running", running)
+	log := n.logPath(p, "looker", 0)
+	n.waitLogLine(log, "sees-sleeper")
+	n.waitLogLine(log, "pid1 pause")
+	n.waitLogLine(log, "done")
+	for _, l := range n.readLog(log) {
+		if strings.HasPrefix(l.content, "root ") && !strings.Contains(l.content, "Permission denied") {
+			t.Errorf("the pause process's root is reachable: %q", l.content)
+		}
+	}
+	pidFile := filepath.Join(n.run, "pods", runner.SandboxID(string(p.UID)), "pause.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("no pause process recorded: %v", err)
+	}
+	pid := strings.TrimSpace(string(b))
+	n.removeManifest("shared.yaml")
+	n.waitGone("shared", waitTimeout)
+	if _, err := os.Stat("/proc/" + pid + "/ns/pid"); err == nil {
+		if cmd, _ := os.ReadFile("/proc/" + pid + "/cmdline"); strings.Contains(string(cmd), "pause") {
+			t.Errorf("the pause process %s outlived its pod", pid)
+		}
+	}
+}

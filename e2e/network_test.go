@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/cni"
@@ -313,6 +314,10 @@ func TestRebootKeepsNetworkingAndLeaksNothing(t *testing.T) {
 	sandboxes, _ := filepath.Glob(filepath.Join(n.run, "pods", "*"))
 	for _, dir := range sandboxes {
 		if err := cni.RemoveNamespaces(dir); err != nil {
+			t.Fatal(err)
+		}
+		// The pod's /dev/shm tmpfs is gone after a reboot too.
+		if err := unix.Unmount(filepath.Join(dir, "shm"), unix.MNT_DETACH); err != nil {
 			t.Fatal(err)
 		}
 		if err := os.RemoveAll(dir); err != nil {

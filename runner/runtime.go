@@ -89,6 +89,7 @@ type Sandbox struct {
 	HostNetwork bool
 	HostPID     bool   // the host's PID namespace
 	HostIPC     bool   // the host's IPC namespace and /dev/shm
+	SharePID    bool   // shareProcessNamespace: one PID namespace for the pod
 	Dir         string // run-dir directory holding the pinned namespace files
 	Ports       []PortMapping
 	// From the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations.
@@ -111,6 +112,9 @@ type PortMapping struct {
 func (s *Sandbox) NetNSPath() string { return s.Dir + "/net" }
 func (s *Sandbox) IPCNSPath() string { return s.Dir + "/ipc" }
 func (s *Sandbox) UTSNSPath() string { return s.Dir + "/uts" }
+
+// PIDNSPath is the pinned PID namespace of a pod that shares one.
+func (s *Sandbox) PIDNSPath() string { return s.Dir + "/pid" }
 
 // ShmPath is the pod's /dev/shm, a tmpfs its containers share (what the
 // pause container's /dev/shm is under CRI).

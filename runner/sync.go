@@ -298,6 +298,7 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		HostNetwork:      pod.Spec.HostNetwork,
 		HostPID:          pod.Spec.HostPID,
 		HostIPC:          pod.Spec.HostIPC,
+		SharePID:         pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace,
 		Dir:              w.podRunDir(),
 		Ports:            hostPorts(pod),
 		IngressBandwidth: pod.Annotations["kubernetes.io/ingress-bandwidth"],

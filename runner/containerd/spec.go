@@ -75,8 +75,8 @@ func withCwd(dir string) oci.SpecOpts {
 
 // withSandboxNamespaces joins the pod's pinned namespaces; hostNetwork,
 // hostPID and hostIPC pods share the host's instead, as in Kubernetes.
-// Without hostPID every container has its own PID namespace, as under CRI
-// without shareProcessNamespace.
+// Without hostPID or shareProcessNamespace every container has its own PID
+// namespace, as under CRI.
 func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
 	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
 		var join []specs.LinuxNamespace
@@ -93,8 +93,11 @@ func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
 		} else {
 			join = append(join, specs.LinuxNamespace{Type: specs.IPCNamespace, Path: sb.IPCNSPath()})
 		}
-		if sb.HostPID {
+		switch {
+		case sb.HostPID:
 			host = append(host, specs.PIDNamespace)
+		case sb.SharePID:
+			join = append(join, specs.LinuxNamespace{Type: specs.PIDNamespace, Path: sb.PIDNSPath()})
 		}
 		for _, ns := range join {
 			if err := oci.WithLinuxNamespace(ns)(ctx, cl, c, s); err != nil {
