@@ -231,3 +231,45 @@ func TestApplyFSGroupSkipsLinks(t *testing.T) {
 		t.Errorf("the walk followed a link: outside file gid %d mode %o", st.Gid, st.Mode&0o7777)
 	}
 }
+
+// OnRootMismatch leaves a volume whose root already has the fsGroup alone,
+// and walks one whose root does not.
+func TestApplyFSGroupOnRootMismatch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to chown")
+	}
+	vol := t.TempDir()
+	f := filepath.Join(vol, "f")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gid := int64(4343)
+	policy := v1.FSGroupChangeOnRootMismatch
+	sc := &v1.PodSecurityContext{FSGroup: &gid, FSGroupChangePolicy: &policy}
+	if err := applyFSGroup(vol, sc); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(f, &st); err != nil || st.Gid != uint32(gid) {
+		t.Fatalf("first pass with a mismatching root: file gid %d, %v", st.Gid, err)
+	}
+	// A file the container later gives to another group stays so: the root
+	// matches, so there is no walk.
+	if err := os.Chown(f, -1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := applyFSGroup(vol, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(f, &st); err != nil || st.Gid != 0 {
+		t.Errorf("OnRootMismatch walked a volume whose root matched: file gid %d, %v", st.Gid, err)
+	}
+	always := v1.FSGroupChangeAlways
+	sc.FSGroupChangePolicy = &always
+	if err := applyFSGroup(vol, sc); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(f, &st); err != nil || st.Gid != uint32(gid) {
+		t.Errorf("Always did not walk: file gid %d, %v", st.Gid, err)
+	}
+}
