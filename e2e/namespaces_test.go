@@ -248,3 +248,31 @@ spec:
 		}
 	}
 }
+
+// setHostnameAsFQDN with a subdomain: the kernel's hostname, /etc/hostname
+// and $HOSTNAME are the FQDN, /etc/hosts keeps "IP FQDN short", as with the
+// kubelet and containerd's CRI.
+func TestSetHostnameAsFQDN(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("fqdn.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: fqdn}
+spec:
+  terminationGracePeriodSeconds: 2
+  hostname: h
+  subdomain: s
+  setHostnameAsFQDN: true
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", 'echo "uts $(hostname)"; echo "file $(cat /etc/hostname)"; env | grep ^HOSTNAME= | sed "s/^/env /"; grep -c "h.s.default.svc.cluster.local	h$" /etc/hosts | sed "s/^/hosts /"; `+untilTerm+`']
+`)
+	p := n.waitPod("fqdn", "Running", running)
+	log := n.logPath(p, "main", 0)
+	const fqdn = "h.s.default.svc.cluster.local"
+	n.waitLogLine(log, "uts "+fqdn)
+	n.waitLogLine(log, "file "+fqdn)
+	n.waitLogLine(log, "env HOSTNAME="+fqdn)
+	n.waitLogLine(log, "hosts 1")
+}

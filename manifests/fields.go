@@ -223,7 +223,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.preemptionPolicy", status: Ignored, reason: whyScheduling},
 	{path: "spec.overhead", status: Refused, reason: "set by RuntimeClass admission: " + whyAPIServer},
 	{path: "spec.topologySpreadConstraints", status: Ignored, reason: whyScheduling},
-	{path: "spec.setHostnameAsFQDN", status: Refused, reason: whyNotHere, accept: isFalse},
+	{path: "spec.setHostnameAsFQDN", status: Works, reason: "with a subdomain, the hostname is <hostname>.<subdomain>.<namespace>.svc.cluster.local (64 characters at most); hostNetwork pods keep the node's"},
 	{path: "spec.os", status: Works},
 	{path: "spec.os.name", status: Refused, reason: "this is a Linux node", accept: equals("linux")},
 	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
@@ -249,8 +249,7 @@ func equals(want string) func(reflect.Value) bool {
 	return func(v reflect.Value) bool { return fmt.Sprint(reflect.Indirect(v).Interface()) == want }
 }
 
-func isTrue(v reflect.Value) bool  { return !v.IsNil() && v.Elem().Bool() }
-func isFalse(v reflect.Value) bool { return !v.IsNil() && !v.Elem().Bool() }
+func isTrue(v reflect.Value) bool { return !v.IsNil() && v.Elem().Bool() }
 
 func cpuMemoryOnly(v reflect.Value) bool {
 	for name := range v.Interface().(v1.ResourceList) {

@@ -26,6 +26,10 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if err := checkSysctls(pod, w.e.cfg.AllowedUnsafeSysctls); err != nil {
 		return nil, err
 	}
+	// The kubelet checks the FQDN for every container, hostNetwork too.
+	if _, err := kernelHostname(pod); err != nil {
+		return nil, err
+	}
 	mounts, err := w.containerMounts(pod, c)
 	if err != nil {
 		return nil, err

@@ -47,14 +47,48 @@ func writeIfChanged(path string, data []byte) error {
 	return os.WriteFile(path, data, 0o644)
 }
 
-// utsHostname is the hostname a pod's containers see: the pod's own, or the
-// node's for hostNetwork pods (which share the host's UTS namespace).
+// utsHostname is the hostname a pod's containers see (the UTS name,
+// /etc/hostname, $HOSTNAME): the pod's own, or the node's for hostNetwork
+// pods (which share the host's UTS namespace).
 func utsHostname(pod *v1.Pod) string {
 	if pod.Spec.HostNetwork {
 		h, _ := os.Hostname()
 		return h
 	}
-	return podHostname(pod)
+	name, _ := kernelHostname(pod) // an error stops the sandbox first
+	return name
+}
+
+// clusterDomain completes a subdomain's names; noderun has no cluster DNS
+// and uses Kubernetes' default domain.
+const clusterDomain = "cluster.local"
+
+// podDomain is "<subdomain>.<namespace>.svc.<cluster domain>" for a pod with
+// a subdomain, else empty, as the kubelet makes it.
+func podDomain(pod *v1.Pod) string {
+	if pod.Spec.Subdomain == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, clusterDomain)
+}
+
+// maxKernelHostname is the kernel's limit on a UTS name.
+const maxKernelHostname = 64
+
+// kernelHostname is the name the kubelet gives the pod's sandbox: its
+// hostname, or with setHostnameAsFQDN and a subdomain its FQDN, which must
+// fit the kernel's 64 characters (the kubelet's error otherwise).
+func kernelHostname(pod *v1.Pod) (string, error) {
+	name := podHostname(pod)
+	fqdn := pod.Spec.SetHostnameAsFQDN != nil && *pod.Spec.SetHostnameAsFQDN
+	if d := podDomain(pod); fqdn && d != "" {
+		name += "." + d
+		if len(name) > maxKernelHostname {
+			return name, fmt.Errorf("failed to construct FQDN from pod hostname and cluster domain, FQDN %s is too long (%d characters is the max, %d characters requested)",
+				name, maxKernelHostname, len(name))
+		}
+	}
+	return name, nil
 }
 
 // podHostname is spec.hostname or the pod name, cut to a DNS label.
@@ -90,8 +124,8 @@ func hostsFile(pod *v1.Pod, ips []string) ([]byte, error) {
 			"fe00::1\tip6-allnodes\n" +
 			"fe00::2\tip6-allrouters\n")
 		name := podHostname(pod)
-		if pod.Spec.Subdomain != "" {
-			name = fmt.Sprintf("%s.%s.%s.svc.cluster.local\t%s", name, pod.Spec.Subdomain, pod.Namespace, name)
+		if d := podDomain(pod); d != "" {
+			name = name + "." + d + "\t" + name
 		}
 		for _, ip := range ips {
 			fmt.Fprintf(&b, "%s\t%s\n", ip, name)

@@ -294,7 +294,7 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		PodUID:           string(w.uid),
 		PodName:          pod.Name,
 		Namespace:        pod.Namespace,
-		Hostname:         podHostname(pod),
+		Hostname:         utsHostname(pod),
 		HostNetwork:      pod.Spec.HostNetwork,
 		HostPID:          pod.Spec.HostPID,
 		HostIPC:          pod.Spec.HostIPC,
@@ -324,6 +324,9 @@ func hostPorts(pod *v1.Pod) []PortMapping {
 // left running in a sandbox that had to be made anew are stopped, so they
 // restart (per restartPolicy) inside the new one, as the kubelet does.
 func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
+	if _, err := kernelHostname(pod); err != nil && !pod.Spec.HostNetwork {
+		return err
+	}
 	resolv, err := resolvConfig(pod, w.e.cfg.ResolvConf)
 	if err != nil {
 		return err

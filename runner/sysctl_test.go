@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -25,6 +26,35 @@ func TestCheckSysctls(t *testing.T) {
 		err := checkSysctls(pod, tc.allowed)
 		if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrContainerConfig)) {
 			t.Errorf("%s allowed %v: %v, want ok=%v", tc.name, tc.allowed, err, tc.ok)
+		}
+	}
+}
+
+func TestKernelHostname(t *testing.T) {
+	yes, no := true, false
+	long := "h23456789012345678901234567890" // with ".s.default.svc.cluster.local": 58
+	for _, tc := range []struct {
+		name      string
+		spec      v1.PodSpec
+		want      string
+		wantErr   bool
+		uts, file string
+	}{
+		{name: "no subdomain", spec: v1.PodSpec{Hostname: "h", SetHostnameAsFQDN: &yes}, want: "h"},
+		{name: "subdomain", spec: v1.PodSpec{Hostname: "h", Subdomain: "s", SetHostnameAsFQDN: &yes}, want: "h.s.default.svc.cluster.local"},
+		{name: "not asked", spec: v1.PodSpec{Hostname: "h", Subdomain: "s", SetHostnameAsFQDN: &no}, want: "h"},
+		{name: "64 fits", spec: v1.PodSpec{Hostname: long + "123456", Subdomain: "s", SetHostnameAsFQDN: &yes}, want: long + "123456.s.default.svc.cluster.local"},
+		{name: "65 does not", spec: v1.PodSpec{Hostname: long + "1234567", Subdomain: "s", SetHostnameAsFQDN: &yes}, wantErr: true},
+		{name: "hostNetwork too long still fails", spec: v1.PodSpec{HostNetwork: true, Hostname: long + "1234567", Subdomain: "s", SetHostnameAsFQDN: &yes}, wantErr: true},
+	} {
+		pod := &v1.Pod{Spec: tc.spec}
+		pod.Name, pod.Namespace = "web", "default"
+		got, err := kernelHostname(pod)
+		if (err != nil) != tc.wantErr || (!tc.wantErr && got != tc.want) {
+			t.Errorf("%s: %q, %v; want %q (error %v)", tc.name, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), "is too long (64 characters is the max, 65 characters requested)") {
+			t.Errorf("%s: message %q", tc.name, err)
 		}
 	}
 }
