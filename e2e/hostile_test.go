@@ -237,3 +237,30 @@ spec:
 	n.waitLogLine(log, "dir 0:2000 2777")
 	n.waitLogLine(log, "mem 16384")
 }
+
+// subPathExpr expands the container's env, then is resolved like subPath.
+func TestSubPathExpr(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("expr.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: expr}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: data, emptyDir: {}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    env:
+    - name: POD_NAME
+      valueFrom: {fieldRef: {fieldPath: metadata.name}}
+    command: ["sh", "-c", 'echo mine > /logs/f && echo written; `+untilTerm+`']
+    volumeMounts: [{name: data, mountPath: /logs, subPathExpr: 'pods/$(POD_NAME)'}]
+`)
+	p := n.waitPod("expr", "Running", running)
+	n.waitLogLine(n.logPath(p, "main", 0), "written")
+	f := filepath.Join(n.state, "pods", string(p.UID), "volumes", "empty-dir", "data", "pods", "expr-e2e", "f")
+	if b, err := os.ReadFile(f); err != nil || string(b) != "mine\n" {
+		t.Errorf("%s = %q, %v", f, b, err)
+	}
+}

@@ -134,7 +134,7 @@ var fieldRules = []fieldRule{
 	{path: "container.volumeMounts[].mountPath", status: Works},
 	{path: "container.volumeMounts[].subPath", status: Works, reason: "resolved inside the volume; links out of it are refused"},
 	{path: "container.volumeMounts[].mountPropagation", status: Works, reason: "None, HostToContainer (rslave), Bidirectional (rshared, privileged only), as CRI maps them"},
-	{path: "container.volumeMounts[].subPathExpr", status: Refused, reason: whyNotHere},
+	{path: "container.volumeMounts[].subPathExpr", status: Works, reason: "$(VAR) from the container's env, then resolved as a subPath"},
 	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: whyNotHere},
 	{path: "container.volumeDevices", status: Refused, reason: "block devices need persistentVolumeClaim volumes: " + whyAPIServer},
 	{path: "container.livenessProbe", status: Refused, reason: whyLifecycle},

@@ -100,6 +100,14 @@ func (v *validator) mounts(c *v1.Container, field string) {
 			v.add(f+".mountPath", "%q is mounted more than once", m.MountPath)
 		}
 		paths[m.MountPath] = true
+		if m.SubPath != "" && m.SubPathExpr != "" {
+			v.add(f+".subPathExpr", "subPathExpr and subPath are mutually exclusive")
+		}
+		for _, sp := range []struct{ name, value string }{{"subPath", m.SubPath}, {"subPathExpr", m.SubPathExpr}} {
+			if sp.value != "" && (path.IsAbs(sp.value) || hasDotDot(sp.value)) {
+				v.add(f+"."+sp.name, "must be a relative path without '..'")
+			}
+		}
 		if m.MountPropagation != nil {
 			v.oneOf(f+".mountPropagation", string(*m.MountPropagation), "None", "HostToContainer", "Bidirectional")
 			privileged := c.SecurityContext != nil && c.SecurityContext.Privileged != nil && *c.SecurityContext.Privileged

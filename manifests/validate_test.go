@@ -231,6 +231,11 @@ func TestValidate(t *testing.T) {
 			wantErr: "spec.containers[0].volumeMounts[0].mountPropagation: Bidirectional mount propagation is available only to privileged containers",
 		},
 		{
+			name:    "subPathExpr climbing out",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, subPathExpr: '../$(X)'}]\n  volumes: [{name: v, emptyDir: {}}]\n"),
+			wantErr: "spec.containers[0].volumeMounts[0].subPathExpr: must be a relative path without '..'",
+		},
+		{
 			name:    "duplicate mountPath",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /d}, {name: v, mountPath: /d}]\n  volumes: [{name: v, emptyDir: {}}]\n"),
 			wantErr: `spec.containers[0].volumeMounts[1].mountPath: "/d" is mounted more than once`,

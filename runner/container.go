@@ -30,7 +30,7 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if _, err := kernelHostname(pod); err != nil {
 		return nil, err
 	}
-	mounts, err := w.containerMounts(pod, c)
+	mounts, err := w.containerMounts(pod, c, env)
 	if err != nil {
 		return nil, err
 	}

@@ -170,9 +170,10 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 	return b.String(), nil
 }
 
-// containerMounts resolves volumeMounts (with subPath) plus the pod files.
+// containerMounts resolves volumeMounts (with subPath, or subPathExpr
+// expanded from the container's env) plus the pod files.
 // downwardAPI volumes are always read-only, as in Kubernetes.
-func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, error) {
+func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) ([]Mount, error) {
 	out := w.podFileMounts(pod, c)
 	for i, m := range c.VolumeMounts {
 		var src string
@@ -193,6 +194,9 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, erro
 		if src == "" {
 			return nil, fmt.Errorf("volumeMount %q: no such volume", m.Name)
 		}
+		if m.SubPathExpr != "" {
+			m.SubPath = subPathExpr(m.SubPathExpr, env)
+		}
 		if m.SubPath != "" {
 			target := filepath.Join(w.podStateDir(), "volume-subpaths", m.Name, c.Name, strconv.Itoa(i))
 			if err := pinSubPath(src, m.SubPath, target); err != nil {
@@ -203,6 +207,16 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container) ([]Mount, erro
 		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly, Propagation: propagation(m)})
 	}
 	return out, nil
+}
+
+// subPathExpr expands $(VAR) from the container's env, as the kubelet
+// does; the result is checked like any subPath.
+func subPathExpr(expr string, env []envVar) string {
+	vars := map[string]string{}
+	for _, e := range env {
+		vars[e.name] = e.value
+	}
+	return expand(expr, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
 }
 
 func propagation(m v1.VolumeMount) v1.MountPropagationMode {
