@@ -228,6 +228,13 @@ func allocNet(t *testing.T) int {
 // given; cleanup tears it all down.
 func newNode(t *testing.T, extraArgs ...string) *node {
 	t.Helper()
+	return newNodeWithImages(t, nil, extraArgs...)
+}
+
+// newNodeWithImages starts a node whose images dir also holds the given
+// image tarballs (built by the test), so they are there before any pod.
+func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
+	t.Helper()
 	requireE2E(t)
 	root, err := os.MkdirTemp("/tmp", "nre")
 	if err != nil {
@@ -266,6 +273,11 @@ func newNode(t *testing.T, extraArgs ...string) *node {
 	n.writeCNIConfig()
 	if err := os.Link(imageTar, filepath.Join(n.images, "busybox.tar")); err != nil {
 		t.Fatal(err)
+	}
+	for i, tar := range tars {
+		if err := os.Link(tar, filepath.Join(n.images, fmt.Sprintf("extra-%d.tar", i))); err != nil {
+			t.Fatal(err)
+		}
 	}
 	n.start()
 	return n
