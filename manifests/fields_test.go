@@ -101,9 +101,9 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 	}{
 		{name: "plain", spec: oneContainer},
 		{
-			name: "probes, hooks and sidecars are refused until implemented",
-			spec: "  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always}\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    livenessProbe: {exec: {command: ['true']}}\n    lifecycle: {preStop: {exec: {command: ['true']}}}\n",
-			errs: []string{"spec.initContainers[0].restartPolicy", "spec.containers[1].livenessProbe", "spec.containers[1].lifecycle"},
+			name: "probes, hooks and sidecars work; alpha probe fields are refused",
+			spec: "  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always}\n  containers:\n  - name: a\n    image: nginx\n    readinessProbe: {grpc: {port: 1, mode: TLS}}\n  - name: b\n    image: nginx\n    livenessProbe: {exec: {command: ['true']}}\n    lifecycle: {preStop: {exec: {command: ['true']}}, stopSignal: SIGUSR1}\n",
+			errs: []string{"spec.containers[0].readinessProbe.grpc.mode", "spec.containers[1].lifecycle.stopSignal"},
 		},
 		{
 			name:     "scheduling fields are ignored with a warning",
@@ -116,8 +116,8 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		},
 		{
 			name: "values refused",
-			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /tmp/msg\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
-			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.containers[0].terminationMessagePath", "spec.os.name", "spec.hostUsers"},
+			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.os.name", "spec.hostUsers"},
 		},
 	}
 	for _, tt := range tests {
@@ -154,15 +154,15 @@ func TestDefaultedPodHasNoFindings(t *testing.T) {
 
 // Errors and warnings name the line and column of the field's key.
 func TestFieldErrorsPointAtTheirKey(t *testing.T) {
-	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    readinessProbe:\n      tcpSocket: {port: 80}\n    ports:\n    - containerPort: 99999\n"
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    stdin: true\n    ports:\n    - containerPort: 99999\n"
 	res := parseManifest([]byte(in), "web.yaml", "n1", "file:/x", time.Now())
 	var got []string
 	for _, e := range append(res.errs, res.warns...) {
 		got = append(got, e.Error())
 	}
 	want := []string{
-		"web.yaml:12:5: spec.containers[1].readinessProbe: not supported by noderun: " + whyLifecycle,
-		"web.yaml:15:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
+		"web.yaml:12:5: spec.containers[1].stdin: not supported by noderun: attach needs an API server",
+		"web.yaml:14:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
 		"web.yaml:6:3: spec.schedulerName: ignored: " + whyScheduling,
 	}
 	if !slices.Equal(got, want) {

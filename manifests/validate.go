@@ -49,9 +49,11 @@ func Validate(pod *v1.Pod) []error {
 	}
 	for i := range pod.Spec.InitContainers {
 		v.container(&pod.Spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i))
+		v.lifecycle(&pod.Spec.InitContainers[i], fmt.Sprintf("spec.initContainers[%d]", i), true, grace(pod))
 	}
 	for i := range pod.Spec.Containers {
 		v.container(&pod.Spec.Containers[i], fmt.Sprintf("spec.containers[%d]", i))
+		v.lifecycle(&pod.Spec.Containers[i], fmt.Sprintf("spec.containers[%d]", i), false, grace(pod))
 	}
 	return v.errs
 }
@@ -286,4 +288,12 @@ func SysctlName(name string) string {
 		}
 		return r
 	}, name)
+}
+
+// grace is the pod's terminationGracePeriodSeconds, defaulted.
+func grace(pod *v1.Pod) int64 {
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return *g
+	}
+	return v1.DefaultTerminationGracePeriodSeconds
 }

@@ -21,9 +21,58 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "minimal pod", in: podWith(oneContainer)},
 		{
-			name:    "sidecar init container (until the lifecycle work lands)",
-			in:      podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always}\n" + oneContainer),
-			wantErr: "spec.initContainers[0].restartPolicy: not supported by noderun: not implemented yet",
+			name: "sidecar init container",
+			in:   podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always, readinessProbe: {tcpSocket: {port: 80}}}\n" + oneContainer),
+		},
+		{
+			name:    "init container restartPolicy other than Always",
+			in:      podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: OnFailure}\n" + oneContainer),
+			wantErr: `spec.initContainers[0].restartPolicy: unsupported value "OnFailure": supported values: Always`,
+		},
+		{
+			name:    "probe on a regular init container",
+			in:      podWith("  initContainers:\n  - {name: i, image: busybox, livenessProbe: {exec: {command: ['true']}}}\n" + oneContainer),
+			wantErr: "spec.initContainers[0].livenessProbe: may not be set for init containers without restartPolicy=Always",
+		},
+		{
+			name:    "hook on a regular init container",
+			in:      podWith("  initContainers:\n  - {name: i, image: busybox, lifecycle: {postStart: {exec: {command: ['true']}}}}\n" + oneContainer),
+			wantErr: "spec.initContainers[0].lifecycle: may not be set for init containers without restartPolicy=Always",
+		},
+		{
+			name:    "liveness successThreshold",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    livenessProbe: {tcpSocket: {port: 80}, successThreshold: 2}\n"),
+			wantErr: "spec.containers[0].livenessProbe.successThreshold: must be 1",
+		},
+		{
+			name:    "readiness probe grace period",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    readinessProbe: {tcpSocket: {port: 80}, terminationGracePeriodSeconds: 5}\n"),
+			wantErr: "spec.containers[0].readinessProbe.terminationGracePeriodSeconds: must not be set for readinessProbes",
+		},
+		{
+			name:    "two probe handlers",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    startupProbe: {tcpSocket: {port: 80}, grpc: {port: 80}}\n"),
+			wantErr: "spec.containers[0].startupProbe: may not specify more than 1 handler type",
+		},
+		{
+			name:    "bad named port",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    readinessProbe: {httpGet: {port: Not_A_Name}}\n"),
+			wantErr: "spec.containers[0].readinessProbe.httpGet.port:",
+		},
+		{
+			name:    "empty exec hook",
+			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    lifecycle: {preStop: {exec: {command: []}}}\n"),
+			wantErr: "spec.containers[0].lifecycle.preStop.exec.command: required",
+		},
+		{
+			name:    "sleep hook longer than the grace period",
+			in:      podWith("  terminationGracePeriodSeconds: 5\n  containers:\n  - name: app\n    image: nginx\n    lifecycle: {preStop: {sleep: {seconds: 6}}}\n"),
+			wantErr: "spec.containers[0].lifecycle.preStop.sleep.seconds: must be non-negative and less than terminationGracePeriodSeconds (5)",
+		},
+		{
+			name:    "relative terminationMessagePath",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, terminationMessagePath: msg}\n"),
+			wantErr: "spec.containers[0].terminationMessagePath: must be an absolute path",
 		},
 		{
 			name:    "missing name",
@@ -68,7 +117,7 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "app container restartPolicy",
 			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Always}\n"),
-			wantErr: "spec.containers[0].restartPolicy: not supported by noderun: not implemented yet",
+			wantErr: "spec.containers[0].restartPolicy: may not be set for non-init containers",
 		},
 		{
 			name:    "mount of undefined volume",
@@ -188,7 +237,7 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "probe without a handler",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    readinessProbe: {periodSeconds: 5}\n"),
-			wantErr: "spec.containers[0].readinessProbe: not supported by noderun: not implemented yet",
+			wantErr: "spec.containers[0].readinessProbe: must specify a handler type",
 		},
 		{
 			name:    "dnsPolicy None without nameservers",
