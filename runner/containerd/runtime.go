@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +41,7 @@ type Runtime struct {
 	namespace   string
 	snapshotter string
 	runcRoot    string // private runc state root, so several containerds never share one
+	fifoDir     string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	logDriver   string // absolute path of the binary containerd runs as log driver
 	ownOOM      int
 	security    hostSecurity
@@ -76,12 +78,14 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
 // New returns a Runtime using client in namespace ns. logDriver is the
 // noderun binary; containerd runs it as `<logDriver> log-driver <path>`.
+// runcRoot's parent, noderun's run directory, also holds exec FIFOs.
 func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *Runtime {
 	r := &Runtime{
 		client:      client,
 		namespace:   ns,
 		snapshotter: "overlayfs",
 		runcRoot:    runcRoot,
+		fifoDir:     filepath.Join(filepath.Dir(runcRoot), "exec-fifo"),
 		logDriver:   logDriver,
 		ownOOM:      OwnOOMScoreAdj(),
 		log:         slog.New(slog.DiscardHandler),
