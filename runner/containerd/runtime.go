@@ -3,7 +3,6 @@ package containerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -536,7 +535,7 @@ func (r *Runtime) Exits(ctx context.Context) (<-chan runner.ExitEvent, error) {
 					return
 				}
 			case err := <-errs:
-				if err != nil && !errors.Is(err, context.Canceled) {
+				if err != nil && ctx.Err() == nil {
 					r.log.Warn("event stream broke", "err", err)
 				}
 				return
