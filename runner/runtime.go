@@ -207,6 +207,9 @@ type ContainerStatus struct {
 	FinishedAt   time.Time
 	LastState    *v1.ContainerStateTerminated
 	User         *v1.LinuxContainerUser // the resolved process user, if known
+	// OOMKilled says the cgroup's OOM killer ended a process of this run;
+	// durable, it survives a restart of noderun.
+	OOMKilled bool
 }
 
 // ExitEvent reports that a container's main process exited.
