@@ -102,6 +102,16 @@ type fakeRuntime struct {
 	exitsBroken bool
 	pingErr     error
 	exitsCalls  int
+	execs       []execCall
+	execResult  ExecResult // what every ExecSync returns
+	execErr     error
+}
+
+// execCall is one ExecSync the fake received.
+type execCall struct {
+	ID      string
+	Cmd     []string
+	Timeout time.Duration
 }
 
 func newFakeRuntime(clock Clock) *fakeRuntime {
@@ -172,6 +182,13 @@ func (r *fakeRuntime) Exits(context.Context) (<-chan ExitEvent, error) {
 		return ch, nil
 	}
 	return r.exits, nil
+}
+
+func (r *fakeRuntime) ExecSync(_ context.Context, id string, cmd []string, timeout time.Duration) (ExecResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.execs = append(r.execs, execCall{ID: id, Cmd: cmd, Timeout: timeout})
+	return r.execResult, r.execErr
 }
 
 func (r *fakeRuntime) Ping(context.Context) error {

@@ -30,8 +30,25 @@ type Runtime interface {
 	// Exits streams task-exit events until ctx ends. The channel is closed
 	// when the stream breaks; callers resync and subscribe again.
 	Exits(ctx context.Context) (<-chan ExitEvent, error)
+	// ExecSync runs cmd inside the running container id (its namespaces, cgroup, user, env and
+	// working dir, as containerd's CRI ExecSync does) and waits for it. With timeout > 0 the
+	// process is killed at the timeout and the result has TimedOut set. Output holds stdout
+	// then stderr, each cut at 16 KiB.
+	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (ExecResult, error)
 	// Ping reports whether the runtime answers.
 	Ping(ctx context.Context) error
+}
+
+// ExecResult is how a command run by ExecSync ended.
+type ExecResult struct {
+	// Output is the command's stdout then its stderr, each cut at 16 KiB.
+	Output []byte
+	// ExitCode is the process's exit status, 128+signal when a signal
+	// ended it (137 after the kill at a timeout); -1 when the process did
+	// not die in time after that kill.
+	ExitCode int
+	// TimedOut says the timeout passed and the process was killed.
+	TimedOut bool
 }
 
 // Network sets up and tears down a pod's sandbox: its pinned namespaces and
@@ -190,6 +207,9 @@ type ContainerStatus struct {
 	FinishedAt   time.Time
 	LastState    *v1.ContainerStateTerminated
 	User         *v1.LinuxContainerUser // the resolved process user, if known
+	// OOMKilled says the cgroup's OOM killer ended a process of this run;
+	// durable, it survives a restart of noderun.
+	OOMKilled bool
 }
 
 // ExitEvent reports that a container's main process exited.

@@ -17,6 +17,9 @@ const (
 	LabelImageID      = labelPrefix + "container.image-id"
 	// The process's resolved uid:gid:groups, reported as status user.linux.
 	LabelUser = labelPrefix + "container.user"
+	// "true" once containerd reported an OOM kill in the container's
+	// cgroup; set after creation, from the event stream.
+	LabelOOMKilled = labelPrefix + "container.oom-killed"
 	// The previous run's termination, so lastState survives the container
 	// being replaced on restart.
 	LabelLastExitCode = labelPrefix + "last.exit-code"

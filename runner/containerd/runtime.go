@@ -3,10 +3,10 @@ package containerd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -40,6 +40,7 @@ type Runtime struct {
 	namespace   string
 	snapshotter string
 	runcRoot    string // private runc state root, so several containerds never share one
+	fifoDir     string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	logDriver   string // absolute path of the binary containerd runs as log driver
 	ownOOM      int
 	security    hostSecurity
@@ -76,12 +77,14 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
 // New returns a Runtime using client in namespace ns. logDriver is the
 // noderun binary; containerd runs it as `<logDriver> log-driver <path>`.
+// runcRoot's parent, noderun's run directory, also holds exec FIFOs.
 func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *Runtime {
 	r := &Runtime{
 		client:      client,
 		namespace:   ns,
 		snapshotter: "overlayfs",
 		runcRoot:    runcRoot,
+		fifoDir:     filepath.Join(filepath.Dir(runcRoot), "exec-fifo"),
 		logDriver:   logDriver,
 		ownOOM:      OwnOOMScoreAdj(),
 		log:         slog.New(slog.DiscardHandler),
@@ -375,6 +378,7 @@ func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerSta
 		State:        runner.StateCreated,
 		LastState:    lastState(l),
 		User:         userFromLabel(l[LabelUser]),
+		OOMKilled:    l[LabelOOMKilled] == "true",
 	}
 	if p == nil {
 		return st
@@ -500,31 +504,25 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	return nil
 }
 
-// Exits subscribes to containerd's task-exit events for our namespace. Only
-// a container's main process counts, not exec'd processes.
+// Exits subscribes to containerd's task-exit and OOM events for our
+// namespace. Only a container's main process counts as an exit, not exec'd
+// processes. An OOM kill is recorded on the container (LabelOOMKilled)
+// before the next event is passed on, so a status read after the exit that
+// followed it says OOMKilled.
 func (r *Runtime) Exits(ctx context.Context) (<-chan runner.ExitEvent, error) {
 	ctx = r.ctx(ctx)
-	envs, errs := r.client.Subscribe(ctx, fmt.Sprintf(`topic=="/tasks/exit",namespace==%q`, r.namespace))
+	ns := fmt.Sprintf("namespace==%q", r.namespace)
+	// Filters given separately are ORed.
+	envs, errs := r.client.Subscribe(ctx, `topic=="/tasks/exit",`+ns, `topic=="/tasks/oom",`+ns)
 	out := make(chan runner.ExitEvent, 64)
 	go func() {
 		defer close(out)
 		for {
 			select {
 			case env := <-envs:
-				ev, err := typeurl.UnmarshalAny(env.Event)
-				if err != nil {
+				e, ok := r.handleEvent(ctx, env.Event)
+				if !ok {
 					continue
-				}
-				exit, ok := ev.(*apievents.TaskExit)
-				if !ok || exit.ID != exit.ContainerID {
-					continue
-				}
-				e := runner.ExitEvent{ContainerID: exit.ContainerID, ExitCode: int(exit.ExitStatus)}
-				if exit.ExitedAt != nil {
-					e.ExitedAt = exit.ExitedAt.AsTime()
-				}
-				if rec, err := r.client.ContainerService().Get(ctx, exit.ContainerID); err == nil {
-					e.PodUID = rec.Labels[LabelPodUID]
 				}
 				select {
 				case out <- e:
@@ -532,7 +530,7 @@ func (r *Runtime) Exits(ctx context.Context) (<-chan runner.ExitEvent, error) {
 					return
 				}
 			case err := <-errs:
-				if err != nil && !errors.Is(err, context.Canceled) {
+				if err != nil && ctx.Err() == nil {
 					r.log.Warn("event stream broke", "err", err)
 				}
 				return
@@ -540,6 +538,52 @@ func (r *Runtime) Exits(ctx context.Context) (<-chan runner.ExitEvent, error) {
 		}
 	}()
 	return out, nil
+}
+
+// handleEvent records an OOM kill, or turns a container's exit into an
+// ExitEvent.
+func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.ExitEvent, bool) {
+	ev, err := typeurl.UnmarshalAny(event)
+	if err != nil {
+		return runner.ExitEvent{}, false
+	}
+	switch ev := ev.(type) {
+	case *apievents.TaskOOM:
+		r.markOOMKilled(ctx, ev.ContainerID)
+	case *apievents.TaskExit:
+		if ev.ID != ev.ContainerID {
+			return runner.ExitEvent{}, false // an exec'd process
+		}
+		e := runner.ExitEvent{ContainerID: ev.ContainerID, ExitCode: int(ev.ExitStatus)}
+		if ev.ExitedAt != nil {
+			e.ExitedAt = ev.ExitedAt.AsTime()
+		}
+		if rec, err := r.client.ContainerService().Get(ctx, ev.ContainerID); err == nil {
+			e.PodUID = rec.Labels[LabelPodUID]
+		}
+		return e, true
+	}
+	return runner.ExitEvent{}, false
+}
+
+// markOOMKilled labels one of our containers as OOM-killed. The label is
+// the only record: containerd does not replay events.
+func (r *Runtime) markOOMKilled(ctx context.Context, id string) {
+	svc := r.client.ContainerService()
+	rec, err := svc.Get(ctx, id)
+	if err != nil {
+		if !errdefs.IsNotFound(err) {
+			r.log.Warn("OOM kill not recorded", "container", id, "err", err)
+		}
+		return
+	}
+	if rec.Labels[LabelPodUID] == "" || rec.Labels[LabelOOMKilled] == "true" {
+		return
+	}
+	upd := containers.Container{ID: id, Labels: map[string]string{LabelOOMKilled: "true"}}
+	if _, err := svc.Update(ctx, upd, "labels."+LabelOOMKilled); err != nil && !errdefs.IsNotFound(err) {
+		r.log.Warn("OOM kill not recorded", "container", id, "err", err)
+	}
 }
 
 func ignoreNotFound(err error) error {
