@@ -21,21 +21,25 @@ const (
 	// execOutputCap bounds each of an exec's stdout and stderr: probes and
 	// hooks only need the start of what a command says.
 	execOutputCap = 16 << 10
-	// execDrainTimeout bounds the wait for an exited exec's output: a child
+	// execDrainTimeout bounds the wait for an ended exec's output: a child
 	// it left in the background may hold the pipes open forever (CRI's
 	// drain_exec_sync_io_timeout).
 	execDrainTimeout = time.Second
 	// execKillWait bounds the wait for an exec to die after SIGKILL, for
 	// a process stuck in the kernel.
 	execKillWait = 3 * time.Second
-	// execCleanupTimeout bounds removing the exec from the shim.
-	execCleanupTimeout = 10 * time.Second
+	// execCleanupTimeout bounds removing the exec from the shim, which
+	// itself waits up to 10 s for output a child still holds.
+	execCleanupTimeout = 30 * time.Second
 )
 
 // ExecSync runs cmd in the container's task as containerd's CRI ExecSync
 // does: the container's process spec (user, env, cwd, capabilities, ...)
 // with other args and no terminal, output captured in memory through FIFOs
 // under the runtime's own directory, the exec process always deleted.
+// Deleting waits in the shim for the exec's output to end, so it is left
+// to the background when a child the command started still holds that
+// output, or the exec still runs because ctx ended.
 func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (runner.ExecResult, error) {
 	ctx = r.ctx(ctx)
 	task, spec, err := r.runningTask(ctx, id)
@@ -51,8 +55,11 @@ func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		return runner.ExecResult{}, fmt.Errorf("exec in %s: %w", id, err)
 	}
 	res, err := r.runExec(ctx, proc, timeout)
-	r.deleteExec(proc, id)
-	// Read after deleteExec: the copies into the buffers have ended.
+	if ioDone(ctx, proc.IO(), execDrainTimeout) {
+		r.deleteExec(proc, id)
+	} else {
+		go r.deleteExec(proc, id)
+	}
 	res.Output = append(stdout.Bytes(), stderr.Bytes()...)
 	if err != nil {
 		return res, fmt.Errorf("exec in %s: %w", id, err)
@@ -114,7 +121,6 @@ func (r *Runtime) runExec(ctx context.Context, proc ctrd.Process, timeout time.D
 		if err != nil {
 			return runner.ExecResult{}, fmt.Errorf("wait: %w", err)
 		}
-		drainIO(ctx, proc.IO())
 		return runner.ExecResult{ExitCode: int(code)}, nil
 	case <-deadline:
 		return runner.ExecResult{ExitCode: killExec(ctx, proc, exited), TimedOut: true}, nil
@@ -143,21 +149,23 @@ func killExec(ctx context.Context, proc ctrd.Process, exited <-chan ctrd.ExitSta
 	return -1
 }
 
-// drainIO waits, briefly, for the output still in the pipes after the
-// process exited.
-func drainIO(ctx context.Context, pio cio.IO) {
+// ioDone waits, at most d, for the exec's output to end: its process and
+// every child holding its stdout and stderr have gone.
+func ioDone(ctx context.Context, pio cio.IO, d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
-		pio.Wait() // returns at the latest when deleteExec cancels the io
+		pio.Wait() // returns at the latest when deleteExec closes the io
 		close(done)
 	}()
-	t := time.NewTimer(execDrainTimeout)
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-done:
+		return true
 	case <-t.C:
 	case <-ctx.Done():
 	}
+	return false
 }
 
 // deleteExec removes the exec from the shim, killing it if it still runs.

@@ -78,22 +78,38 @@ func TestExecSync(t *testing.T) {
 			t.Fatalf("the timed-out process still runs:\n%s", ps.Output)
 		}
 	})
+	t.Run("a background child holding the output", func(t *testing.T) {
+		start := time.Now()
+		res := execSync(t, rt, cfg.ID, 10*time.Second, "sh", "-c", "sleep 32 & echo started")
+		took := time.Since(start)
+		t.Logf("returned after %v", took)
+		if string(res.Output) != "started\n" || res.ExitCode != 0 || res.TimedOut {
+			t.Fatalf("result = %q, exit %d, timed out %t", res.Output, res.ExitCode, res.TimedOut)
+		}
+		if took > execDrainTimeout+time.Second {
+			t.Fatalf("ExecSync took %v waiting for the child's output", took)
+		}
+	})
 	t.Run("cancelled", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 		defer cancel()
 		if _, err := rt.ExecSync(ctx, cfg.ID, []string{"sleep", "31"}, 0); err == nil {
 			t.Fatal("ExecSync outlived its context")
 		}
-		ps := execSync(t, rt, cfg.ID, 10*time.Second, "ps", "-o", "args")
-		if strings.Contains(string(ps.Output), "sleep 31") {
-			t.Fatalf("the cancelled process still runs:\n%s", ps.Output)
-		}
+		eventually(t, 5*time.Second, "the cancelled process is killed", func() bool {
+			ps := execSync(t, rt, cfg.ID, 10*time.Second, "ps", "-o", "args")
+			return !strings.Contains(string(ps.Output), "sleep 31")
+		})
 	})
 	t.Run("no FIFOs left", func(t *testing.T) {
-		left, err := os.ReadDir(rt.fifoDir)
-		if err != nil || len(left) != 0 {
-			t.Fatalf("%s holds %v (%v), want it empty", rt.fifoDir, left, err)
-		}
+		// Execs whose output a child held are deleted in the background.
+		eventually(t, 15*time.Second, "the FIFO directory is empty", func() bool {
+			left, err := os.ReadDir(rt.fifoDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(left) == 0
+		})
 	})
 	t.Run("exec exits are not container exits", func(t *testing.T) {
 		if err := rt.StopContainer(context.Background(), cfg.ID, 0); err != nil {
@@ -120,6 +136,16 @@ func TestExecSync(t *testing.T) {
 			t.Fatalf("err = %v, want not found", err)
 		}
 	})
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: not so that %s", d, what)
+		}
+	}
 }
 
 func TestCappedBuffer(t *testing.T) {
