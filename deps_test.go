@@ -18,7 +18,8 @@ func TestPackageDependencies(t *testing.T) {
 		"systemd":                       nil,
 		"internal/ociimage":             nil,
 		"internal/testenv":              nil,
-		"runner":                        {"manifests"},
+		"runner":                        {"manifests", "crilog", "runner/prober"},
+		"runner/prober":                 nil,
 		"runner/containerd":             {"runner", "manifests", "crilog"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},
