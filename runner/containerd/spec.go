@@ -21,7 +21,6 @@ import (
 // specOpts turns an engine-resolved container config into OCI spec options.
 // Each tweak is a small function so it can be tested on an empty spec.
 func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
-	c := cfg.Container
 	opts := []oci.SpecOpts{
 		oci.WithProcessArgs(cfg.Args...),
 		oci.WithEnv(cfg.Env),
@@ -29,8 +28,8 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		withSandboxNamespaces(cfg.Sandbox),
 		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cfg.CgroupParent + "/" + cfg.ID),
-		withOOMScoreAdj(oomScoreAdj(cfg.Pod), ownOOMScoreAdj),
-		withResources(c.Resources),
+		withOOMScoreAdj(cfg.OOMScoreAdj, ownOOMScoreAdj),
+		withResources(cfg.Resources),
 		withoutDefaultRlimits,
 		withSysctls(cfg.Pod),
 	}
@@ -211,19 +210,6 @@ func mountOf(path string, infos []mountInfo) mountInfo {
 	return best
 }
 
-// oomScoreAdj follows the kubelet's QoS policy, without the negative score
-// for Guaranteed pods' critical containers (clamped later anyway).
-func oomScoreAdj(pod *v1.Pod) int {
-	switch runner.QOSClass(pod) {
-	case v1.PodQOSGuaranteed:
-		return -997
-	case v1.PodQOSBestEffort:
-		return 1000
-	default:
-		return 500
-	}
-}
-
 // withOOMScoreAdj never goes below noderun's own score: lowering it needs
 // CAP_SYS_RESOURCE, which runc would otherwise fail on (containerd's
 // restrict_oom_score_adj does the same).
@@ -253,9 +239,8 @@ func OwnOOMScoreAdj() int {
 	return v
 }
 
-// withResources maps limits and requests to cgroup settings the way the
-// kubelet does: cpu request → shares, cpu limit → CFS quota, memory limit.
-func withResources(r v1.ResourceRequirements) oci.SpecOpts {
+// withResources applies the cgroup settings the runner computed.
+func withResources(r runner.Resources) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -264,24 +249,14 @@ func withResources(r v1.ResourceRequirements) oci.SpecOpts {
 			s.Linux.Resources = &specs.LinuxResources{}
 		}
 		res := s.Linux.Resources
-		if q, ok := r.Limits[v1.ResourceMemory]; ok && !q.IsZero() {
-			limit := q.Value()
+		if r.MemoryLimit > 0 {
+			limit := r.MemoryLimit
 			res.Memory = &specs.LinuxMemory{Limit: &limit}
 		}
-		cpuReq, hasReq := r.Requests[v1.ResourceCPU]
-		cpuLim, hasLim := r.Limits[v1.ResourceCPU]
-		if !hasReq && hasLim {
-			cpuReq, hasReq = cpuLim, true
-		}
-		res.CPU = &specs.LinuxCPU{}
-		shares := uint64(2) // the kernel's minimum, as the kubelet gives BestEffort
-		if hasReq {
-			shares = max(uint64(cpuReq.MilliValue()*1024/1000), 2)
-		}
-		res.CPU.Shares = &shares
-		if hasLim && !cpuLim.IsZero() {
-			period := uint64(100000)
-			quota := max(cpuLim.MilliValue()*int64(period)/1000, 1000)
+		shares := r.CPUShares
+		res.CPU = &specs.LinuxCPU{Shares: &shares}
+		if r.CPUQuota > 0 {
+			period, quota := r.CPUPeriod, r.CPUQuota
 			res.CPU.Period, res.CPU.Quota = &period, &quota
 		}
 		return nil

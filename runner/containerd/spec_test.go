@@ -11,7 +11,6 @@ import (
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -86,18 +85,14 @@ func TestWithOOMScoreAdjClampsToOwn(t *testing.T) {
 }
 
 func TestWithResources(t *testing.T) {
-	r := v1.ResourceRequirements{
-		Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("250m")},
-		Limits:   v1.ResourceList{v1.ResourceCPU: resource.MustParse("500m"), v1.ResourceMemory: resource.MustParse("64Mi")},
-	}
-	res := genSpec(t, withResources(r)).Linux.Resources
+	res := genSpec(t, withResources(runner.Resources{CPUShares: 256, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20})).Linux.Resources
 	if *res.CPU.Shares != 256 || *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 {
 		t.Errorf("cpu shares/quota/period = %d/%d/%d, want 256/50000/100000", *res.CPU.Shares, *res.CPU.Quota, *res.CPU.Period)
 	}
 	if *res.Memory.Limit != 64<<20 {
 		t.Errorf("memory limit %d, want %d", *res.Memory.Limit, 64<<20)
 	}
-	best := genSpec(t, withResources(v1.ResourceRequirements{})).Linux.Resources
+	best := genSpec(t, withResources(runner.Resources{CPUShares: 2})).Linux.Resources
 	if *best.CPU.Shares != 2 || best.CPU.Quota != nil || best.Memory != nil {
 		t.Errorf("BestEffort: shares %d quota %v memory %v; want 2, none, none", *best.CPU.Shares, best.CPU.Quota, best.Memory)
 	}
