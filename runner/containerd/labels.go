@@ -20,6 +20,8 @@ const (
 	// "true" once containerd reported an OOM kill in the container's
 	// cgroup; set after creation, from the event stream.
 	LabelOOMKilled = labelPrefix + "container.oom-killed"
+	// The epoch of the pod sandbox the container was started in.
+	LabelSandboxEpoch = labelPrefix + "pod.sandbox-epoch"
 	// The previous run's termination, so lastState survives the container
 	// being replaced on restart.
 	LabelLastExitCode = labelPrefix + "last.exit-code"

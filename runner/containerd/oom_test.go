@@ -1,13 +1,13 @@
 package containerd
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/containers"
-	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -35,7 +35,7 @@ func TestOOMKilled(t *testing.T) {
 
 	// tail keeps its input until the last newline, which /dev/zero never sends.
 	hog := testConfig(t, rt, "hog", "tail", "/dev/zero")
-	hog.Container.Resources.Limits = v1.ResourceList{v1.ResourceMemory: resource.MustParse("32Mi")}
+	hog.Resources.MemoryLimit = 32 << 20
 	start := time.Now()
 	startContainer(t, rt, hog)
 	nextExit(t, exits, hog.ID) // the OOM event itself is no exit
@@ -77,5 +77,44 @@ func TestStatusOfOOMKilled(t *testing.T) {
 				t.Fatalf("OOMKilled = %t (exit %d), want %t", st.OOMKilled, st.ExitCode, tt.want)
 			}
 		})
+	}
+}
+
+// TestOOMKilledFromCgroup: with no event seen (noderun was down), the
+// kill count the kernel keeps in the container's memory cgroup tells.
+func TestOOMKilledFromCgroup(t *testing.T) {
+	rt := testRuntime(t)
+	hog := testConfig(t, rt, "hog", "tail", "/dev/zero")
+	hog.Resources.MemoryLimit = 32 << 20
+	startContainer(t, rt, hog)
+	st := waitExited(t, rt, hog)
+	if !st.OOMKilled || st.ExitCode != 137 {
+		t.Fatalf("no exit events subscribed: exit %d, OOMKilled %t; want 137 and OOMKilled from the cgroup", st.ExitCode, st.OOMKilled)
+	}
+	// Recorded as a label too, so it outlives the cgroup.
+	rec, err := rt.client.ContainerService().Get(rt.ctx(t.Context()), hog.ID)
+	if err != nil || rec.Labels[LabelOOMKilled] != "true" {
+		t.Fatalf("label %q, err %v; want it set", rec.Labels[LabelOOMKilled], err)
+	}
+}
+
+func TestReadCount(t *testing.T) {
+	dir := t.TempDir()
+	v1file := filepath.Join(dir, "oom_control")
+	if err := os.WriteFile(v1file, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := readCount(v1file, "oom_kill"); !ok || n != 2 {
+		t.Errorf("v1: %d %t, want 2", n, ok)
+	}
+	v2file := filepath.Join(dir, "events")
+	if err := os.WriteFile(v2file, []byte("low 0\nhigh 0\nmax 5\noom 1\noom_kill 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := readCount(v2file, "oom_kill"); !ok || n != 0 {
+		t.Errorf("v2: %d %t, want 0", n, ok)
+	}
+	if _, ok := readCount(filepath.Join(dir, "missing"), "oom_kill"); ok {
+		t.Error("a missing file gave a count")
 	}
 }

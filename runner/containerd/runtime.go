@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -294,6 +295,9 @@ func labelsFor(cfg *runner.ContainerConfig) map[string]string {
 	if cfg.Init {
 		l[LabelInit] = "true"
 	}
+	if cfg.Sandbox != nil && cfg.Sandbox.Epoch != "" {
+		l[LabelSandboxEpoch] = cfg.Sandbox.Epoch
+	}
 	if cfg.Image.StopSignal != "" {
 		l[LabelStopSignal] = cfg.Image.StopSignal
 	}
@@ -328,9 +332,60 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 	}
 	out := make([]runner.ContainerStatus, 0, len(recs))
 	for i := range recs {
-		out = append(out, statusOf(&recs[i], procs[recs[i].ID]))
+		st := statusOf(&recs[i], procs[recs[i].ID])
+		if st.State == runner.StateExited && st.ExitCode == 137 && !st.OOMKilled && oomKilledInCgroup(&recs[i]) {
+			// The event was missed (noderun was down): the kernel's count
+			// in the cgroup, kept until the task is deleted, says so too.
+			st.OOMKilled = true
+			r.markOOMKilled(ctx, st.ID)
+		}
+		out = append(out, st)
 	}
 	return out, nil
+}
+
+// cgroupFS is where the cgroup hierarchies are mounted; tests move it.
+var cgroupFS = "/sys/fs/cgroup"
+
+// oomKilledInCgroup reports whether the kernel's OOM killer killed a process
+// in the container's memory cgroup: oom_kill in memory.oom_control (cgroup
+// v1) or memory.events (v2).
+func oomKilledInCgroup(c *containers.Container) bool {
+	if c.Spec == nil {
+		return false
+	}
+	v, err := typeurl.UnmarshalAny(c.Spec)
+	if err != nil {
+		return false
+	}
+	spec, ok := v.(*specs.Spec)
+	if !ok || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
+		return false
+	}
+	for _, f := range []string{
+		filepath.Join(cgroupFS, "memory", spec.Linux.CgroupsPath, "memory.oom_control"),
+		filepath.Join(cgroupFS, spec.Linux.CgroupsPath, "memory.events"),
+	} {
+		if n, ok := readCount(f, "oom_kill"); ok {
+			return n > 0
+		}
+	}
+	return false
+}
+
+// readCount finds "key N" in a cgroup key-value file.
+func readCount(path, key string) (int, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok && k == key {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
 
 // tasks fetches task state: one Get per container for a single pod, one
@@ -379,6 +434,7 @@ func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerSta
 		LastState:    lastState(l),
 		User:         userFromLabel(l[LabelUser]),
 		OOMKilled:    l[LabelOOMKilled] == "true",
+		Sandbox:      l[LabelSandboxEpoch],
 	}
 	if p == nil {
 		return st
