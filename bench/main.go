@@ -27,7 +27,8 @@ type Config struct {
 	BurstRuns int           `json:"burst_runs"` // repetitions of each burst and its teardown
 	Bursts    []int         `json:"bursts"`     // burst sizes
 	CPUWindow time.Duration `json:"cpu_window_ns"`
-	APIGets   int           `json:"api_gets"` // timed GET /pods at the largest burst
+	APIGets   int           `json:"api_gets"`   // timed GET /pods at the largest burst
+	ProbePods int           `json:"probe_pods"` // pods per probe CPU measure (0: none)
 	Bridge    string        `json:"bridge"`
 	Subnet    string        `json:"subnet"`
 	Log       io.Writer     `json:"-"` // progress
@@ -36,7 +37,7 @@ type Config struct {
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30,
+		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
@@ -51,6 +52,7 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
+	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	flag.Parse()

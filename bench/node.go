@@ -259,14 +259,23 @@ func manifestFile(name string) string { return name + ".json" }
 // writeManifests writes each pod to a dot-file (which noderun ignores), then
 // renames them all into place; it returns when the first rename began.
 func (n *node) writeManifests(names []string) (time.Time, error) {
+	return n.writeManifestsWith(names, nil)
+}
+
+// writeManifestsWith is writeManifests with the container changed by mutate.
+func (n *node) writeManifestsWith(names []string, mutate func(*v1.Container)) (time.Time, error) {
 	grace := int64(10)
 	for _, name := range names {
+		c := v1.Container{Name: "main", Image: imageRef, Command: podCommand}
+		if mutate != nil {
+			mutate(&c)
+		}
 		b, err := json.Marshal(v1.Pod{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: v1.PodSpec{
 				TerminationGracePeriodSeconds: &grace,
-				Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand}},
+				Containers:                    []v1.Container{c},
 			},
 		})
 		if err != nil {

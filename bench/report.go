@@ -159,6 +159,16 @@ func (m *measurements) rows(cfg Config) []Row {
 	}
 	add(Row{Key: "idle_cpu", Measure: fmt.Sprintf("CPU, %d pods, %s steady state", m.cpuPods, cfg.CPUWindow), Unit: "% of a core",
 		Noderun: statsOf([]float64{m.cpuPercent}), Kubelet: "1.6 % (30 pods)", target: onlyAt(m.cpuPods, 100, atMost(0.2, "% of a core"))})
+	if m.probePods > 0 {
+		add(Row{Key: "probe_http_cpu", Measure: fmt.Sprintf("CPU, %d pods with an httpGet readinessProbe every 1 s", m.probePods), Unit: "% of a core",
+			Noderun: statsOf([]float64{m.probeHTTPCPU}), target: onlyAt(m.probePods, 100, atMost(0.5, "% of a core"))})
+		add(Row{Key: "probe_http_host_cpu", Measure: fmt.Sprintf("host CPU busy, same %d httpGet-probed pods", m.probePods), Unit: "% of a core",
+			Noderun: statsOf([]float64{m.probeHTTPHost})})
+		add(Row{Key: "probe_exec_cpu", Measure: fmt.Sprintf("CPU, %d pods with an exec livenessProbe every 10 s", m.probePods), Unit: "% of a core",
+			Noderun: statsOf([]float64{m.probeExecCPU})})
+		add(Row{Key: "probe_exec_host_cpu", Measure: fmt.Sprintf("host CPU busy (containerd, shims, runc exec), same %d exec-probed pods", m.probePods), Unit: "% of a core",
+			Noderun: statsOf([]float64{m.probeExecHost})})
+	}
 	add(Row{Key: "api_get_pods", Measure: fmt.Sprintf("GET /pods latency, %d pods", m.apiGetPods), Unit: "ms", Noderun: statsOf(m.apiGetMS)})
 	add(Row{Key: "binary_size", Measure: "binary size, stripped", Unit: "MiB", Noderun: statsOf([]float64{m.binaryMiB})})
 	return rows

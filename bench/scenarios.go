@@ -31,8 +31,12 @@ type measurements struct {
 	cpuPods         int
 	hostBusyPercent float64 // all CPUs, same window
 	apiGetMS        []float64
-	apiGetPods      int
-	binaryMiB       float64
+	// Probes: noderun's CPU and the host's busy share, % of a core.
+	probePods                   int
+	probeHTTPCPU, probeHTTPHost float64
+	probeExecCPU, probeExecHost float64
+	apiGetPods                  int
+	binaryMiB                   float64
 }
 
 type bench struct {
@@ -94,6 +98,9 @@ func (b *bench) measureAll(ctx context.Context) error {
 				return err
 			}
 		}
+	}
+	if b.cfg.ProbePods > 0 {
+		return b.probeCPU(ctx)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ func (e *Engine) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", e.serveHealthz)
 	mux.HandleFunc("GET /pods", e.servePods)
+	mux.HandleFunc("GET /events", e.serveEvents)
 	mux.HandleFunc("GET /manifests", e.serveManifests)
 	// Profiles for `make bench-profile`; the socket is root-only.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
@@ -52,6 +53,12 @@ func (e *Engine) servePods(rw http.ResponseWriter, _ *http.Request) {
 	for i := range list.Items {
 		list.Items[i].TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
 	}
+	rw.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(rw).Encode(&list)
+}
+
+func (e *Engine) serveEvents(rw http.ResponseWriter, _ *http.Request) {
+	list := v1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, Items: e.events.list()}
 	rw.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(rw).Encode(&list)
 }

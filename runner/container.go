@@ -15,7 +15,7 @@ import (
 // containerConfig resolves a container's Kubernetes semantics (env, args,
 // volumes, pod files) into what the runtime needs.
 func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img ImageConfig, restart int, last *v1.ContainerStateTerminated) (*ContainerConfig, error) {
-	env, err := containerEnv(pod, c, w.st.ips, w.e.cfg.HostIP)
+	env, err := containerEnv(pod, c, w.st.ips, w.env.cfg.HostIP)
 	if err != nil {
 		return nil, err
 	}
@@ -23,7 +23,7 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSysctls(pod, w.e.cfg.AllowedUnsafeSysctls); err != nil {
+	if err := checkSysctls(pod, w.env.cfg.AllowedUnsafeSysctls); err != nil {
 		return nil, err
 	}
 	// The kubelet checks the FQDN for every container, hostNetwork too.
@@ -33,6 +33,15 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	mounts, err := w.containerMounts(pod, c, env)
 	if err != nil {
 		return nil, err
+	}
+	if c.TerminationMessagePath != "" {
+		// A file of its own per run, bound where the container writes its
+		// termination message, as the kubelet does.
+		path, err := w.newMessageFile(c.Name, restart)
+		if err != nil {
+			return nil, fmt.Errorf("termination message file: %w", err)
+		}
+		mounts = append(mounts, Mount{Source: path, Destination: c.TerminationMessagePath})
 	}
 	wd := c.WorkingDir
 	if wd == "" {
@@ -51,6 +60,8 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 		Mounts:       mounts,
 		Sandbox:      w.sandbox(pod),
 		CgroupParent: w.cgroupParent(),
+		Resources:    containerResources(c.Resources),
+		OOMScoreAdj:  oomScoreAdj(pod),
 		LogPath:      filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"),
 		RestartCount: restart,
 		SpecHash:     specHash(c),

@@ -16,9 +16,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner/prober"
 )
 
 // Config holds the engine's settings.
@@ -51,11 +53,14 @@ type Config struct {
 
 // Engine reconciles desired pods from sources against the runtime.
 type Engine struct {
-	cfg   Config
-	rt    Runtime
-	net   Network
-	log   *slog.Logger
-	clock Clock
+	cfg    Config
+	rt     Runtime
+	net    Network
+	log    *slog.Logger
+	clock  Clock
+	probes *prober.Manager
+	events eventLog
+	env    *podEnv // what workers get
 
 	mu       sync.Mutex
 	sources  map[string]manifests.Snapshot
@@ -86,12 +91,56 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/noderun"
 	}
-	return &Engine{
+	e := &Engine{
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
 		sources:  map[string]manifests.Snapshot{},
 		workers:  map[types.UID]*podWorker{},
 		statuses: map[types.UID]*v1.Pod{},
 	}
+	exec := execer(rt)
+	e.probes = prober.NewManager(prober.Config{
+		Exec:           exec,
+		OnChange:       func(uid string) { e.poke(types.UID(uid)) },
+		OnProbeFailure: e.probeFailed,
+		Clock:          proberClock{e.clock},
+	})
+	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log}
+	return e
+}
+
+// markTerminating keeps the pod listed while it is torn down, with a
+// deletionTimestamp as the API server sets it (kubectl shows Terminating).
+func (e *Engine) markTerminating(uid types.UID, pod *v1.Pod, now time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	cur := e.statuses[uid]
+	if cur != nil && cur.DeletionTimestamp != nil {
+		return
+	}
+	out := pod.DeepCopy()
+	if cur != nil {
+		out = cur.DeepCopy()
+	}
+	ts := metav1.NewTime(now)
+	out.DeletionTimestamp = &ts
+	out.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
+	e.statuses[uid] = out
+}
+
+// probeFailed records a failed probe attempt as the kubelet's Unhealthy
+// event (each attempt, also below the failure threshold).
+func (e *Engine) probeFailed(uid, container string, kind prober.Kind, msg string) {
+	e.mu.Lock()
+	w := e.workers[types.UID(uid)]
+	e.mu.Unlock()
+	if w == nil {
+		return
+	}
+	pod := w.lastPod()
+	if pod == nil {
+		return
+	}
+	e.events.record(pod, container, isInit(pod, container), v1.EventTypeWarning, "Unhealthy", kind.String()+" probe failed: "+msg, e.clock.Now())
 }
 
 // Run consumes snapshots from nSources sources until ctx ends. The first
@@ -130,6 +179,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 		select {
 		case <-ctx.Done():
 			e.wg.Wait()
+			e.probes.Stop()
 			return nil
 		case s := <-snaps:
 			e.setSource(s)
@@ -253,7 +303,7 @@ func (e *Engine) removeOrphans(ctx context.Context) error {
 		}
 	}
 	for _, uid := range e.podDirs() {
-		if p, err := e.loadPod(uid); err == nil {
+		if p, err := loadPod(e.cfg.StateDir, uid); err == nil {
 			orphans[uid] = p
 		} else if orphans[uid] == nil {
 			orphans[uid] = &v1.Pod{}
@@ -318,7 +368,7 @@ func (e *Engine) podDirs() []types.UID {
 }
 
 func (e *Engine) startWorkerLocked(ctx context.Context, uid types.UID) *podWorker {
-	w := newPodWorker(e, uid)
+	w := newPodWorker(e.env, e, uid)
 	e.workers[uid] = w
 	e.wg.Add(1)
 	go func() {

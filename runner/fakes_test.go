@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -105,6 +107,7 @@ type fakeRuntime struct {
 	execs       []execCall
 	execResult  ExecResult // what every ExecSync returns
 	execErr     error
+	calls       []string // "exec <id> <cmd>", "stop <id> <grace>", in order
 }
 
 // execCall is one ExecSync the fake received.
@@ -147,18 +150,19 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 	r.containers[cfg.ID] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
-		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState,
+		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch,
 	}
 	return nil, nil
 }
 
-func (r *fakeRuntime) StopContainer(_ context.Context, id string, _ time.Duration) error {
+func (r *fakeRuntime) StopContainer(_ context.Context, id string, grace time.Duration) error {
 	if r.stopGate != nil {
 		<-r.stopGate
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stopped = append(r.stopped, id)
+	r.calls = append(r.calls, fmt.Sprintf("stop %s %s", id, grace))
 	if c := r.containers[id]; c != nil && c.State == StateRunning {
 		c.State, c.ExitCode, c.FinishedAt = StateExited, 137, r.clock.Now()
 	}
@@ -188,6 +192,7 @@ func (r *fakeRuntime) ExecSync(_ context.Context, id string, cmd []string, timeo
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.execs = append(r.execs, execCall{ID: id, Cmd: cmd, Timeout: timeout})
+	r.calls = append(r.calls, fmt.Sprintf("exec %s %s", id, strings.Join(cmd, " ")))
 	return r.execResult, r.execErr
 }
 
@@ -205,6 +210,12 @@ func (r *fakeRuntime) exit(id string, code int) {
 	uid := c.PodUID
 	r.mu.Unlock()
 	r.exits <- ExitEvent{ContainerID: id, PodUID: uid, ExitCode: code}
+}
+
+func (r *fakeRuntime) callLog() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.calls)
 }
 
 func (r *fakeRuntime) startedCount() int {

@@ -25,7 +25,7 @@ func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
 	dir := w.podStateDir()
 	resolv := renderResolvConf(dns)
 	if pod.Spec.DNSPolicy == v1.DNSClusterFirst && !pod.Spec.HostNetwork || pod.Spec.DNSPolicy == v1.DNSClusterFirstWithHostNet {
-		w.e.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
+		w.env.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
 	}
 	hostname := utsHostname(pod)
 	hosts, err := hostsFile(pod, w.st.ips)

@@ -108,6 +108,7 @@ type Sandbox struct {
 	HostIPC     bool   // the host's IPC namespace and /dev/shm
 	SharePID    bool   // shareProcessNamespace: one PID namespace for the pod
 	Dir         string // run-dir directory holding the pinned namespace files
+	Epoch       string // names this incarnation of the sandbox; containers carry it
 	Ports       []PortMapping
 	// From the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations.
 	IngressBandwidth, EgressBandwidth string
@@ -161,6 +162,8 @@ type ContainerConfig struct {
 	Mounts       []Mount
 	Sandbox      *Sandbox
 	CgroupParent string // per-pod cgroup parent, e.g. /noderun/pod<uid>
+	Resources    Resources
+	OOMScoreAdj  int // from the pod's QoS class; the runtime clamps it to its own
 	LogPath      string
 	RestartCount int
 	SpecHash     string
@@ -207,9 +210,14 @@ type ContainerStatus struct {
 	FinishedAt   time.Time
 	LastState    *v1.ContainerStateTerminated
 	User         *v1.LinuxContainerUser // the resolved process user, if known
-	// OOMKilled says the cgroup's OOM killer ended a process of this run;
-	// durable, it survives a restart of noderun.
+	// OOMKilled: the cgroup's OOM killer ended a process of this run
+	// (durable: recorded when containerd reported it).
 	OOMKilled bool
+	// Sandbox is the epoch of the sandbox the run was started in.
+	Sandbox string
+	// Reason and Message override the termination's (a run the runtime
+	// could not start ends as StartError).
+	Reason, Message string
 }
 
 // ExitEvent reports that a container's main process exited.

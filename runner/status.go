@@ -7,12 +7,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// publish computes the pod's status from what the runtime reported and the
-// worker's own knowledge, and stores it for the status API.
-func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus) {
+// publish computes the pod's status from what the runtime reported, the
+// decision just taken and the probes, and stores it for the status API.
+func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, acts podActions) {
 	out := pod.DeepCopy()
 	s := &out.Status
-	s.HostIP = w.e.cfg.HostIP
+	s.HostIP = w.env.cfg.HostIP
 	if s.HostIP != "" {
 		s.HostIPs = []v1.HostIP{{IP: s.HostIP}}
 	}
@@ -30,13 +30,10 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus) {
 	if len(ips) > 0 {
 		s.PodIP = ips[0]
 	}
-	initDone := true
+	initDone := acts.initDone
 	for i := range pod.Spec.InitContainers {
-		cs := w.containerStatus(pod, &pod.Spec.InitContainers[i], latest[pod.Spec.InitContainers[i].Name], true)
-		if cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
-			initDone = false
-		}
-		s.InitContainerStatuses = append(s.InitContainerStatuses, cs)
+		c := &pod.Spec.InitContainers[i]
+		s.InitContainerStatuses = append(s.InitContainerStatuses, w.containerStatus(pod, c, latest[c.Name], true))
 	}
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
@@ -47,8 +44,11 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus) {
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
 	s.Phase = podPhase(pod, s, initDone)
-	s.Conditions = w.conditions(s, initDone)
-	w.e.setStatus(out)
+	if acts.failed == reasonDeadlineExceeded {
+		s.Phase, s.Reason, s.Message = v1.PodFailed, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline"
+	}
+	s.Conditions = w.conditions(pod, s, initDone)
+	w.board.setStatus(out)
 }
 
 func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerStatus, init bool) v1.ContainerStatus {
@@ -75,17 +75,24 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 		cs.User = &v1.ContainerUser{Linux: st.User}
 	}
 	if st.LastState != nil {
-		cs.LastTerminationState.Terminated = st.LastState
+		last := *st.LastState
+		if last.Message == "" && st.RestartCount > 0 {
+			// Messages are not kept in labels; the previous run's file is.
+			last.Message = w.terminationMessage(pod, c, st.RestartCount-1, int(last.ExitCode))
+		}
+		cs.LastTerminationState.Terminated = &last
 	}
 	switch st.State {
 	case StateRunning:
-		t := true
-		cs.Started = &t
-		cs.Ready = !init
+		started := w.env.probes.Started(pod.UID, c.Name, st.ID)
+		cs.Started = &started
+		// A regular init container is ready once it has completed.
+		cs.Ready = (!init || isSidecar(c)) && w.env.probes.Ready(pod.UID, c.Name, st.ID)
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(st.CreatedAt)}
 	case StateExited, StateCreated, StateUnknown:
-		term := terminatedState(st)
-		if r, ok := w.st.waiting[c.Name]; ok && shouldRestart(pod.Spec.RestartPolicy, st) {
+		term := w.terminated(pod, c, st)
+		cs.Ready = init && !isSidecar(c) && st.State == StateExited && st.ExitCode == 0
+		if r, ok := w.st.waiting[c.Name]; ok && (isSidecar(c) || shouldStart(pod.Spec.RestartPolicy, st)) {
 			// Waiting to be restarted: what just ended becomes lastState.
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: r.reason, Message: r.message}
 			cs.LastTerminationState.Terminated = term
@@ -145,15 +152,21 @@ func podPhase(pod *v1.Pod, s *v1.PodStatus, initDone bool) v1.PodPhase {
 	return v1.PodPending
 }
 
-func (w *podWorker) conditions(s *v1.PodStatus, initDone bool) []v1.PodCondition {
+func (w *podWorker) conditions(pod *v1.Pod, s *v1.PodStatus, initDone bool) []v1.PodCondition {
+	// Sidecars count for readiness like app containers (Kubernetes 1.29+).
 	ready := len(s.ContainerStatuses) > 0
 	for _, cs := range s.ContainerStatuses {
 		ready = ready && cs.Ready
 	}
+	for i, cs := range s.InitContainerStatuses {
+		if isSidecar(&pod.Spec.InitContainers[i]) {
+			ready = ready && cs.Ready
+		}
+	}
 	if s.Phase == v1.PodSucceeded || s.Phase == v1.PodFailed {
 		ready = false
 	}
-	now := metav1.NewTime(w.e.clock.Now())
+	now := metav1.NewTime(w.env.clock.Now())
 	cond := func(t v1.PodConditionType, ok bool) v1.PodCondition {
 		st := v1.ConditionFalse
 		if ok {

@@ -2,9 +2,11 @@ package runner
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,9 +22,9 @@ import (
 // restarted per restartPolicy with crash backoff. It returns when the worker
 // should look again even if nothing wakes it (0: only on events).
 func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
-	e := w.e
-	if e.terminatingSibling(pod) {
-		w.publish(pod, nil)
+	e := w.env
+	if w.board.terminatingSibling(pod) {
+		w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 		return 0
 	}
 	if !w.st.persisted {
@@ -38,23 +40,55 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
 			e.log.Error("pod sandbox", "pod", podRef(pod), "err", err)
-			w.publish(pod, nil)
+			w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 			return w.failDelay("sandbox")
 		}
 		w.st.netErr = nil
 		delete(w.st.backoff, "sandbox")
 	}
-	cs, err := e.rt.ListContainers(ctx, string(pod.UID))
-	if err != nil {
-		// containerd is down or restarting: back off, do not hammer it.
-		e.log.Error("list containers", "pod", podRef(pod), "err", err)
+	latest, ok := w.observe(ctx, pod)
+	if !ok {
 		return w.failDelay("list")
 	}
 	delete(w.st.backoff, "list")
-	latest := w.newestByName(ctx, cs)
-	requeue := w.syncContainers(ctx, pod, latest)
-	w.publish(pod, latest)
+	acts := computePodActions(w.view(pod, latest))
+	requeue := w.act(ctx, pod, acts, latest)
+	w.publish(pod, latest, acts)
+	if !acts.deadline.IsZero() && acts.failed == "" {
+		requeue = minPositive(requeue, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
+	}
 	return requeue
+}
+
+// observe lists the pod's containers, keeps the newest run of each name and
+// tells the prober which runs are live.
+func (w *podWorker) observe(ctx context.Context, pod *v1.Pod) (map[string]*ContainerStatus, bool) {
+	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
+	if err != nil {
+		// containerd is down or restarting: back off, do not hammer it.
+		w.env.log.Error("list containers", "pod", podRef(pod), "err", err)
+		return nil, false
+	}
+	latest := w.newestByName(ctx, cs)
+	for name, failed := range w.st.startErr {
+		if run := latest[name]; run == nil || run.RestartCount < failed.RestartCount {
+			latest[name] = failed
+		}
+	}
+	w.env.probes.SetPod(pod, w.probeIP(pod))
+	for _, c := range allContainers(pod) {
+		id, at := "", time.Time{}
+		if run := latest[c.Name]; run != nil && run.State == StateRunning && (run.Sandbox == "" || run.Sandbox == w.st.epoch) {
+			id, at = run.ID, run.CreatedAt
+		}
+		w.env.probes.SetContainer(pod.UID, c.Name, id, at)
+	}
+	return latest, true
+}
+
+func (w *podWorker) view(pod *v1.Pod, latest map[string]*ContainerStatus) podView {
+	return podView{pod: pod, now: w.env.clock.Now(), started: w.st.started, epoch: w.st.epoch, runs: latest,
+		probes: probeResults{w.env.probes, pod.UID}}
 }
 
 // newestByName keeps each container name's highest restart and removes the
@@ -77,111 +111,162 @@ func (w *podWorker) newestByName(ctx context.Context, cs []ContainerStatus) map[
 }
 
 func (w *podWorker) remove(ctx context.Context, id string) {
-	if err := w.e.rt.RemoveContainer(ctx, id); err != nil {
-		w.e.log.Warn("remove container", "container", id, "err", err)
+	if err := w.env.rt.RemoveContainer(ctx, id); err != nil {
+		w.env.log.Warn("remove container", "container", id, "err", err)
 	}
 }
 
-func (w *podWorker) syncContainers(ctx context.Context, pod *v1.Pod, latest map[string]*ContainerStatus) time.Duration {
-	policy := pod.Spec.RestartPolicy
-	for i := range pod.Spec.InitContainers {
-		c := &pod.Spec.InitContainers[i]
-		st := latest[c.Name]
-		switch {
-		case st == nil:
-			return w.start(ctx, pod, c, true, 0, nil, latest)
-		case st.State == StateExited && st.ExitCode == 0:
-			continue
-		case st.State == StateRunning:
-			return 0
-		case policy == v1.RestartPolicyNever:
-			return 0 // the pod has failed
-		default:
-			return w.restart(ctx, pod, c, true, st, latest)
+// act carries out the decision: stops first, then starts, each start held
+// back by its crash backoff. It returns when to look again.
+func (w *podWorker) act(ctx context.Context, pod *v1.Pod, acts podActions, latest map[string]*ContainerStatus) time.Duration {
+	if len(acts.kill) > 0 {
+		w.killAll(ctx, pod, acts.kill)
+		if fresh, ok := w.observeAfterKill(ctx, pod); ok {
+			maps.Copy(latest, fresh)
 		}
 	}
 	var requeue time.Duration
-	for i := range pod.Spec.Containers {
-		c := &pod.Spec.Containers[i]
-		st := latest[c.Name]
-		var d time.Duration
-		switch {
-		case st == nil:
-			d = w.start(ctx, pod, c, false, 0, nil, latest)
-		case st.State == StateRunning && st.SpecHash != specHash(c):
-			// Same UID but a new container spec: replace it.
-			w.stop(ctx, pod, st.ID)
-			st.State, st.FinishedAt = StateExited, w.e.clock.Now()
-			d = w.start(ctx, pod, c, false, st.RestartCount+1, terminatedState(st), latest)
-		case st.State == StateRunning:
-		case shouldRestart(policy, st):
-			d = w.restart(ctx, pod, c, false, st, latest)
+	for _, s := range acts.start {
+		if run := latest[s.c.Name]; run != nil && run.State == StateRunning {
+			continue // a kill above did not take; the next sync sees it
 		}
-		if d > 0 && (requeue == 0 || d < requeue) {
-			requeue = d
+		if cur := latest[s.c.Name]; cur != nil {
+			s.prev = cur // as it is after the kills
+		}
+		d := w.startOrWait(ctx, pod, s, latest)
+		requeue = minPositive(requeue, d)
+		if d > 0 && s.init && !isSidecar(s.c) {
+			break
 		}
 	}
 	return requeue
 }
 
-func shouldRestart(policy v1.RestartPolicy, st *ContainerStatus) bool {
-	switch policy {
-	case v1.RestartPolicyNever:
-		return false
-	case v1.RestartPolicyOnFailure:
-		return st.State != StateExited || st.ExitCode != 0
+// killAll stops the given containers: app containers together, then init
+// containers one by one in the order given (sidecars last-declared first).
+func (w *podWorker) killAll(ctx context.Context, pod *v1.Pod, kills []killAction) {
+	var wg sync.WaitGroup
+	for _, k := range kills {
+		if !k.init {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				w.killContainer(ctx, pod, k)
+			}()
+		}
 	}
-	return true
+	wg.Wait()
+	for _, k := range kills {
+		if k.init {
+			w.killContainer(ctx, pod, k)
+		}
+	}
 }
 
-// restart replaces an exited container once its crash backoff has passed.
-func (w *podWorker) restart(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, st *ContainerStatus, latest map[string]*ContainerStatus) time.Duration {
-	b := w.st.backoff[c.Name]
-	if b == nil {
-		b = &backoff{}
-		w.st.backoff[c.Name] = b
+func (w *podWorker) observeAfterKill(ctx context.Context, pod *v1.Pod) (map[string]*ContainerStatus, bool) {
+	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
+	if err != nil {
+		return nil, false
 	}
-	finished := st.FinishedAt
-	if finished.IsZero() {
-		finished = st.CreatedAt
+	out := map[string]*ContainerStatus{}
+	for i := range cs {
+		if old := out[cs[i].Name]; old == nil || cs[i].RestartCount > old.RestartCount {
+			out[cs[i].Name] = &cs[i]
+		}
 	}
-	wait := b.waitFor(st.ID, st.CreatedAt, finished)
-	if left := wait - w.e.clock.Since(finished); left > 0 {
-		w.st.waiting[c.Name] = waitReason{"CrashLoopBackOff", fmt.Sprintf(
-			"back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, c.Name, pod.Name, pod.Namespace, pod.UID)}
-		return left
-	}
-	return w.start(ctx, pod, c, init, st.RestartCount+1, terminatedState(st), latest)
+	return out, true
 }
 
-// start pulls the image if needed, creates and starts the container, and
-// removes the one it replaces.
-func (w *podWorker) start(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool, restart int, last *v1.ContainerStateTerminated, latest map[string]*ContainerStatus) time.Duration {
-	e := w.e
+// startOrWait starts a container unless its crash backoff since prev's exit
+// has not passed; it returns how long until it may.
+func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction, latest map[string]*ContainerStatus) time.Duration {
+	prev := s.prev
+	if prev == nil {
+		return w.start(ctx, pod, s, 0, nil, latest)
+	}
+	if prev.State == StateExited || prev.State == StateUnknown || prev.State == StateCreated {
+		b := w.st.backoff[s.c.Name]
+		if b == nil {
+			b = &backoff{}
+			w.st.backoff[s.c.Name] = b
+		}
+		finished := prev.FinishedAt
+		if finished.IsZero() {
+			finished = prev.CreatedAt
+		}
+		wait := b.waitFor(prev.ID, prev.CreatedAt, finished)
+		if left := wait - w.env.clock.Since(finished); left > 0 {
+			w.st.waiting[s.c.Name] = waitReason{"CrashLoopBackOff", fmt.Sprintf(
+				"back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, s.c.Name, pod.Name, pod.Namespace, pod.UID)}
+			w.event(pod, s.c.Name, s.init, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+s.c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
+			return left
+		}
+	}
+	return w.start(ctx, pod, s, prev.RestartCount+1, w.terminated(pod, s.c, prev), latest)
+}
+
+// start pulls the image if needed, creates and starts the container, runs
+// its postStart hook, and removes the run it replaces.
+func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, restart int, last *v1.ContainerStateTerminated, latest map[string]*ContainerStatus) time.Duration {
+	e, c := w.env, s.c
 	img, err := e.rt.EnsureImage(ctx, c.Image, c.ImagePullPolicy)
 	if err != nil {
 		return w.startFailed(pod, c, "ErrImagePull", err)
 	}
-	cfg, err := w.containerConfig(pod, c, init, img, restart, last)
+	cfg, err := w.containerConfig(pod, c, s.init, img, restart, last)
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
 	user, err := e.rt.StartContainer(ctx, cfg)
 	if err != nil {
-		return w.startFailed(pod, c, startReason(err), err)
+		reason := startReason(err)
+		if reason == "RunContainerError" && ctx.Err() == nil {
+			// The runtime could not run it (no such binary...): that run
+			// ended, as under CRI, with StartError and exit code 128.
+			now := e.clock.Now()
+			w.st.startErr[c.Name] = &ContainerStatus{ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init,
+				SpecHash: cfg.SpecHash, RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateExited,
+				ExitCode: 128, Reason: "StartError", Message: err.Error(), CreatedAt: now, FinishedAt: now,
+				LastState: last, Sandbox: w.st.epoch}
+			latest[c.Name] = w.st.startErr[c.Name]
+		}
+		return w.startFailed(pod, c, reason, err)
 	}
 	delete(w.st.waiting, c.Name)
+	delete(w.st.startErr, c.Name)
 	delete(w.st.backoff, "start:"+c.Name)
 	old := latest[c.Name]
-	latest[c.Name] = &ContainerStatus{
-		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: init, SpecHash: cfg.SpecHash,
+	run := &ContainerStatus{
+		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init, SpecHash: cfg.SpecHash,
 		RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateRunning, CreatedAt: e.clock.Now(), LastState: last,
-		User: user,
+		User: user, Sandbox: w.st.epoch,
 	}
+	latest[c.Name] = run
 	if old != nil && old.ID != cfg.ID {
 		w.remove(ctx, old.ID)
 	}
+	w.forgetOldRuns(c.Name, restart)
 	e.log.Info("started container", "pod", podRef(pod), "container", c.Name, "restarts", restart)
+	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Created", "Created container "+c.Name)
+	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Started", "Started container "+c.Name)
+	if h := postStart(c); h != nil {
+		if err := w.runHook(ctx, pod, c, run.ID, h); err != nil {
+			msg := fmt.Sprintf("PostStartHook failed: %v", err)
+			w.event(pod, c.Name, s.init, v1.EventTypeWarning, "FailedPostStartHook", msg)
+			w.st.waiting[c.Name] = waitReason{"PostStartHookError", msg}
+			w.killContainer(ctx, pod, killAction{c: c, init: s.init, run: run, message: msg, grace: podGrace(pod)})
+			run.State, run.FinishedAt = StateExited, e.clock.Now()
+			if fresh, ok := w.observeAfterKill(ctx, pod); ok && fresh[c.Name] != nil {
+				latest[c.Name] = fresh[c.Name]
+			}
+			return w.failDelay("start:" + c.Name)
+		}
+	}
+	// Probes begin once the container counts as running: after postStart.
+	e.probes.SetContainer(pod.UID, c.Name, run.ID, run.CreatedAt)
+	if isSidecar(c) {
+		w.poke() // the next init container may start once this one runs
+	}
 	return 0
 }
 
@@ -194,8 +279,9 @@ func startReason(err error) string {
 }
 
 func (w *podWorker) startFailed(pod *v1.Pod, c *v1.Container, reason string, err error) time.Duration {
-	w.e.log.Warn("container start failed", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
+	w.env.log.Warn("container start failed", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
 	w.st.waiting[c.Name] = waitReason{reason, err.Error()}
+	w.event(pod, c.Name, isInit(pod, c.Name), v1.EventTypeWarning, "Failed", "Error: "+err.Error())
 	return w.failDelay("start:" + c.Name)
 }
 
@@ -211,43 +297,20 @@ func (w *podWorker) failDelay(step string) time.Duration {
 	return max(b.waitFor(step, time.Time{}, time.Time{}), time.Second)
 }
 
-func terminatedState(st *ContainerStatus) *v1.ContainerStateTerminated {
-	return &v1.ContainerStateTerminated{
-		ExitCode:    int32(st.ExitCode),
-		Reason:      exitReason(st.ExitCode),
-		StartedAt:   metav1.NewTime(st.CreatedAt),
-		FinishedAt:  metav1.NewTime(st.FinishedAt),
-		ContainerID: "containerd://" + st.ID,
+func minPositive(a, b time.Duration) time.Duration {
+	if a <= 0 || (b > 0 && b < a) {
+		return b
 	}
-}
-
-func exitReason(code int) string {
-	if code == 0 {
-		return "Completed"
-	}
-	return "Error"
-}
-
-// stop stops one container with the pod's grace period.
-func (w *podWorker) stop(ctx context.Context, pod *v1.Pod, id string) {
-	if err := w.e.rt.StopContainer(ctx, id, gracePeriod(pod)); err != nil {
-		w.e.log.Warn("stop container", "container", id, "err", err)
-	}
-}
-
-func gracePeriod(pod *v1.Pod) time.Duration {
-	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
-		return time.Duration(*g) * time.Second
-	}
-	return 30 * time.Second
+	return a
 }
 
 // terminate stops every container of the pod in parallel, then removes them,
 // the network, volumes and the pod's directories. Each step is idempotent so
 // a crash half-way is repaired by running it again.
 func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
-	e := w.e
+	e := w.env
 	cs := w.stopAll(ctx, pod)
+	w.env.probes.RemovePod(w.uid)
 	var errs []error
 	for _, c := range cs {
 		errs = append(errs, e.rt.RemoveContainer(ctx, c.ID))
@@ -273,19 +336,19 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 }
 
 func (w *podWorker) podStateDir() string {
-	return filepath.Join(w.e.cfg.StateDir, "pods", string(w.uid))
+	return filepath.Join(w.env.cfg.StateDir, "pods", string(w.uid))
 }
 
 func (w *podWorker) podRunDir() string {
-	return filepath.Join(w.e.cfg.RunDir, "pods", SandboxID(string(w.uid)))
+	return filepath.Join(w.env.cfg.RunDir, "pods", SandboxID(string(w.uid)))
 }
 
 func (w *podWorker) podLogDir(pod *v1.Pod) string {
-	return filepath.Join(w.e.cfg.PodLogDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, w.uid))
+	return filepath.Join(w.env.cfg.PodLogDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, w.uid))
 }
 
 func (w *podWorker) cgroupParent() string {
-	return w.e.cfg.CgroupRoot + "/pod" + SandboxID(string(w.uid))
+	return w.env.cfg.CgroupRoot + "/pod" + SandboxID(string(w.uid))
 }
 
 func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
@@ -300,6 +363,7 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		HostIPC:          pod.Spec.HostIPC,
 		SharePID:         pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace,
 		Dir:              w.podRunDir(),
+		Epoch:            w.st.epoch,
 		Ports:            hostPorts(pod),
 		IngressBandwidth: pod.Annotations["kubernetes.io/ingress-bandwidth"],
 		EgressBandwidth:  pod.Annotations["kubernetes.io/egress-bandwidth"],
@@ -327,23 +391,23 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if _, err := kernelHostname(pod); err != nil && !pod.Spec.HostNetwork {
 		return err
 	}
-	resolv, err := resolvConfig(pod, w.e.cfg.ResolvConf)
+	resolv, err := resolvConfig(pod, w.env.cfg.ResolvConf)
 	if err != nil {
 		return err
 	}
 	sb := w.sandbox(pod)
 	sb.DNS = resolv
-	ips, fresh, err := w.e.net.Setup(ctx, sb)
+	ips, fresh, err := w.env.net.Setup(ctx, sb)
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
 	if !fresh && !pod.Spec.HostNetwork {
-		if err := w.e.net.Check(ctx, sb, true); errors.Is(err, ErrSandboxBroken) {
-			w.e.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
-			if err := w.e.net.Teardown(ctx, sb); err != nil {
+		if err := w.env.net.Check(ctx, sb, true); errors.Is(err, ErrSandboxBroken) {
+			w.env.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
+			if err := w.env.net.Teardown(ctx, sb); err != nil {
 				return fmt.Errorf("network teardown: %w", err)
 			}
-			if ips, fresh, err = w.e.net.Setup(ctx, sb); err != nil {
+			if ips, fresh, err = w.env.net.Setup(ctx, sb); err != nil {
 				return fmt.Errorf("network: %w", err)
 			}
 		}
@@ -351,7 +415,10 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if fresh {
 		w.stopAll(ctx, pod)
 	}
-	w.st.checked = w.e.clock.Now()
+	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh); err != nil {
+		return err
+	}
+	w.st.checked = w.env.clock.Now()
 	w.st.ips = ips
 	if err := w.writePodFiles(pod, resolv); err != nil {
 		return err
@@ -370,39 +437,59 @@ func (w *podWorker) checkSandbox(ctx context.Context, pod *v1.Pod) {
 	if pod.Spec.HostNetwork {
 		return
 	}
-	every := w.e.cfg.NetworkCheck
-	deep := every > 0 && w.e.clock.Since(w.st.checked) >= every
+	every := w.env.cfg.NetworkCheck
+	deep := every > 0 && w.env.clock.Since(w.st.checked) >= every
 	if deep {
-		w.st.checked = w.e.clock.Now()
+		w.st.checked = w.env.clock.Now()
 	}
-	if err := w.e.net.Check(ctx, w.sandbox(pod), deep); errors.Is(err, ErrSandboxBroken) {
-		w.e.log.Warn("pod network broke; recreating the sandbox", "pod", podRef(pod), "err", err)
-		if err := w.e.net.Teardown(ctx, w.sandbox(pod)); err != nil {
-			w.e.log.Error("network teardown", "pod", podRef(pod), "err", err)
+	if err := w.env.net.Check(ctx, w.sandbox(pod), deep); errors.Is(err, ErrSandboxBroken) {
+		w.env.log.Warn("pod network broke; recreating the sandbox", "pod", podRef(pod), "err", err)
+		if err := w.env.net.Teardown(ctx, w.sandbox(pod)); err != nil {
+			w.env.log.Error("network teardown", "pod", podRef(pod), "err", err)
 		}
 		w.st.sandboxOK = false
 	}
 }
 
-// stopAll stops the pod's running containers in parallel with its grace
-// period; their exits then go through the normal restart logic.
+// stopAll stops the pod's running containers as the kubelet does at
+// termination: app containers (and a running init container) together,
+// then sidecars one by one, last declared first, within what is left of the
+// grace period. Their exits then go through the normal restart logic.
 func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus {
-	cs, err := w.e.rt.ListContainers(ctx, string(w.uid))
+	cs, err := w.env.rt.ListContainers(ctx, string(w.uid))
 	if err != nil {
-		w.e.log.Warn("list containers", "pod", podRef(pod), "err", err)
+		w.env.log.Warn("list containers", "pod", podRef(pod), "err", err)
 		return nil
 	}
-	var wg sync.WaitGroup
-	for _, c := range cs {
-		if c.State == StateRunning {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				w.stop(ctx, pod, c.ID)
-			}()
+	grace := podGrace(pod)
+	deadline := w.env.clock.Now().Add(grace)
+	var kills []killAction
+	sidecars := map[string]killAction{}
+	for i := range cs {
+		run := &cs[i]
+		if run.State != StateRunning {
+			continue
+		}
+		c := specOf(pod, run.Name)
+		if c == nil {
+			c = &v1.Container{Name: run.Name} // an orphan known by labels only
+		}
+		k := killAction{c: c, init: run.Init, run: run, message: "Stopping container " + run.Name, grace: grace}
+		if isSidecar(c) {
+			sidecars[c.Name] = k
+			continue
+		}
+		k.init = false // stopped together with the app containers
+		kills = append(kills, k)
+	}
+	w.killAll(ctx, pod, kills)
+	inits := pod.Spec.InitContainers
+	for i := len(inits) - 1; i >= 0; i-- {
+		if k, ok := sidecars[inits[i].Name]; ok {
+			k.grace = max(deadline.Sub(w.env.clock.Now()), minKillGrace)
+			w.killContainer(ctx, pod, k)
 		}
 	}
-	wg.Wait()
 	return cs
 }
 
@@ -414,10 +501,10 @@ func (w *podWorker) persist(pod *v1.Pod) error {
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
 	}
-	if prev, err := w.e.loadPod(pod.UID); err == nil && prev.Status.StartTime != nil {
+	if prev, err := loadPod(w.env.cfg.StateDir, pod.UID); err == nil && prev.Status.StartTime != nil {
 		w.st.started = prev.Status.StartTime.Time
 	} else {
-		w.st.started = w.e.clock.Now()
+		w.st.started = w.env.clock.Now()
 	}
 	rec := pod.DeepCopy()
 	rec.Status = v1.PodStatus{StartTime: &metav1.Time{Time: w.st.started}}
@@ -432,8 +519,9 @@ func (w *podWorker) persist(pod *v1.Pod) error {
 	return nil
 }
 
-func (e *Engine) loadPod(uid types.UID) (*v1.Pod, error) {
-	b, err := os.ReadFile(filepath.Join(e.cfg.StateDir, "pods", string(uid), "pod.json"))
+// loadPod reads the spec a pod was last run with.
+func loadPod(stateDir string, uid types.UID) (*v1.Pod, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, "pods", string(uid), "pod.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -455,4 +543,24 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// sandboxEpoch names the pod's current sandbox: a new name when it was just
+// made, else the one recorded beside its namespaces (which a reboot clears).
+// Containers carry it, so runs from a sandbox that is gone are told apart.
+func sandboxEpoch(dir string, fresh bool) (string, error) {
+	path := filepath.Join(dir, "epoch")
+	if !fresh {
+		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+			return string(b), nil
+		}
+	}
+	epoch := rand.Text()[:12] // 60 random bits: never the old one
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("sandbox epoch: %w", err)
+	}
+	if err := writeFileAtomic(path, []byte(epoch), 0o600); err != nil {
+		return "", fmt.Errorf("sandbox epoch: %w", err)
+	}
+	return epoch, nil
 }

@@ -132,7 +132,7 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 		var err error
 		switch {
 		case item.FieldRef != nil:
-			val, err = downwardFieldFile(pod, item.FieldRef.FieldPath, w.st.ips, w.e.cfg.HostIP)
+			val, err = downwardFieldFile(pod, item.FieldRef.FieldPath, w.st.ips, w.env.cfg.HostIP)
 		case item.ResourceFieldRef != nil:
 			val, err = resourceFieldValue(pod, nil, item.ResourceFieldRef)
 		}

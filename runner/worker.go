@@ -2,26 +2,30 @@ package runner
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderun/noderun/runner/prober"
 )
 
 // podWorker owns one pod: all of that pod's operations run on its goroutine,
 // one at a time. Its mailbox holds only the latest spec, and a pending kill
 // is never overwritten by an older update.
 type podWorker struct {
-	e    *Engine
-	uid  types.UID
-	wake chan struct{}
+	env   *podEnv
+	board board
+	uid   types.UID
+	wake  chan struct{}
 
 	mu      sync.Mutex
 	desired *v1.Pod // latest spec from the sources
 	killing bool
-	last    *v1.Pod // the spec the worker last acted on
+	last    *v1.Pod            // the spec the worker last acted on
+	cancel  context.CancelFunc // ends the sync in progress (a hook may hang)
 
 	// Owned by the worker goroutine.
 	st podState
@@ -39,14 +43,46 @@ type podState struct {
 	persisted bool
 	conds     map[v1.PodConditionType]condState
 	timer     Timer
+	epoch     string                      // the current sandbox's, see sandboxEpoch
+	startErr  map[string]*ContainerStatus // runs the runtime could not start
+	messages  map[string]string           // termination messages by name/restart
+}
+
+func newPodState(timer Timer) podState {
+	return podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{},
+		startErr: map[string]*ContainerStatus{}, timer: timer}
 }
 
 type waitReason struct{ reason, message string }
 
-func newPodWorker(e *Engine, uid types.UID) *podWorker {
+// podEnv is what every pod worker needs from the node; the engine builds
+// it once and shares it.
+type podEnv struct {
+	cfg    *Config // read-only after New
+	rt     Runtime
+	net    Network
+	probes *prober.Manager
+	execer prober.Execer
+	events *eventLog
+	clock  Clock
+	log    *slog.Logger
+}
+
+// board is the engine's shared state as a worker may touch it; the engine
+// owns the maps and the lock behind it.
+type board interface {
+	setStatus(*v1.Pod)
+	// markTerminating lists the pod as Terminating (a deletionTimestamp)
+	// while it is torn down.
+	markTerminating(uid types.UID, pod *v1.Pod, now time.Time)
+	terminatingSibling(*v1.Pod) bool
+	workerDone(*podWorker)
+}
+
+func newPodWorker(env *podEnv, b board, uid types.UID) *podWorker {
 	return &podWorker{
-		e: e, uid: uid, wake: make(chan struct{}, 1),
-		st: podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{}},
+		env: env, board: b, uid: uid, wake: make(chan struct{}, 1),
+		st: newPodState(nil),
 	}
 }
 
@@ -62,9 +98,14 @@ func (w *podWorker) update(pod *v1.Pod) {
 	}
 }
 
+// kill asks the worker to tear its pod down, ending a sync in progress
+// (a postStart hook that hangs must not keep the pod forever).
 func (w *podWorker) kill() {
 	w.mu.Lock()
 	w.desired, w.killing = nil, true
+	if w.cancel != nil {
+		w.cancel()
+	}
 	w.mu.Unlock()
 	w.poke()
 }
@@ -94,7 +135,7 @@ func (w *podWorker) isKilling() bool {
 // run is the worker's loop: wait for a poke or a backoff timer, then act on
 // the latest state. It ends once its pod is killed and not wanted again.
 func (w *podWorker) run(ctx context.Context) {
-	w.st.timer = w.e.clock.NewTimer(time.Hour)
+	w.st.timer = w.env.clock.NewTimer(time.Hour)
 	w.st.timer.Stop()
 	defer w.st.timer.Stop()
 	for {
@@ -114,12 +155,14 @@ func (w *podWorker) run(ctx context.Context) {
 		w.mu.Unlock()
 
 		if killing {
-			w.markTerminating(last)
+			if last != nil && last.Name != "" { // an orphan known only by its UID shows nothing
+				w.board.markTerminating(w.uid, last, w.env.clock.Now())
+			}
 			var err error
 			onFreshStack(func() { err = w.terminate(ctx, last) })
 			w.activity()
 			if err != nil {
-				w.e.log.Error("pod teardown failed; will retry", "pod", podRef(last), "err", err)
+				w.env.log.Error("pod teardown failed; will retry", "pod", podRef(last), "err", err)
 				w.st.timer.Reset(5 * time.Second)
 				continue
 			}
@@ -132,7 +175,18 @@ func (w *podWorker) run(ctx context.Context) {
 			continue
 		}
 		var after time.Duration
-		onFreshStack(func() { after = w.sync(ctx, pod) })
+		sctx, cancel := context.WithCancel(ctx)
+		w.mu.Lock()
+		if w.killing {
+			cancel()
+		}
+		w.cancel = cancel
+		w.mu.Unlock()
+		onFreshStack(func() { after = w.sync(sctx, pod) })
+		w.mu.Lock()
+		w.cancel = nil
+		w.mu.Unlock()
+		cancel()
 		w.activity()
 		if after > 0 {
 			w.st.timer.Reset(after)
@@ -142,7 +196,7 @@ func (w *podWorker) run(ctx context.Context) {
 
 // activity tells the engine's observer that this worker acts now.
 func (w *podWorker) activity() {
-	if on := w.e.cfg.OnActivity; on != nil {
+	if on := w.env.cfg.OnActivity; on != nil {
 		on()
 	}
 }
@@ -160,28 +214,6 @@ func onFreshStack(fn func()) {
 	<-done
 }
 
-// markTerminating keeps the pod listed while it is torn down, with a
-// deletionTimestamp as the API server sets it (kubectl shows Terminating).
-func (w *podWorker) markTerminating(pod *v1.Pod) {
-	if pod == nil || pod.Name == "" {
-		return // an orphan known only by its UID: nothing to show
-	}
-	w.e.mu.Lock()
-	defer w.e.mu.Unlock()
-	cur := w.e.statuses[w.uid]
-	if cur != nil && cur.DeletionTimestamp != nil {
-		return
-	}
-	out := pod.DeepCopy()
-	if cur != nil {
-		out = cur.DeepCopy()
-	}
-	now := metav1.NewTime(w.e.clock.Now())
-	out.DeletionTimestamp = &now
-	out.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
-	w.e.statuses[w.uid] = out
-}
-
 // finished ends the worker unless its pod was wanted again while dying.
 func (w *podWorker) finished() bool {
 	w.mu.Lock()
@@ -189,11 +221,11 @@ func (w *podWorker) finished() bool {
 	w.killing = false
 	w.mu.Unlock()
 	if again {
-		w.st = podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{}, timer: w.st.timer}
+		w.st = newPodState(w.st.timer)
 		w.poke()
 		return false
 	}
-	w.e.workerDone(w)
+	w.board.workerDone(w)
 	return true
 }
 

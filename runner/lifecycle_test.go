@@ -1,0 +1,259 @@
+package runner
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+func sidecarPod(uid string, policy v1.RestartPolicy) *v1.Pod {
+	pod := testPod(uid, "sc", policy)
+	always := v1.ContainerRestartPolicyAlways
+	pod.Spec.InitContainers = []v1.Container{{Name: "side", Image: "busybox:1.36", RestartPolicy: &always}}
+	return pod
+}
+
+func (f *engineFixture) startedNames() []string {
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	var out []string
+	for _, c := range f.rt.started {
+		out = append(out, c.Container.Name)
+	}
+	return out
+}
+
+func (f *engineFixture) startedConfig(name string, restart int) *ContainerConfig {
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	for _, c := range f.rt.started {
+		if c.Container.Name == name && c.RestartCount == restart {
+			return c
+		}
+	}
+	return nil
+}
+
+func (f *engineFixture) hasEvent(reason, substr string) bool {
+	for _, ev := range f.e.events.list() {
+		if ev.Reason == reason && strings.Contains(ev.Message, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestEngineSidecarStartsFirstAndStopsLast(t *testing.T) {
+	f := startEngine(t)
+	f.send(sidecarPod("u1", v1.RestartPolicyAlways))
+	waitFor(t, "both started", func() bool { return f.rt.startedCount() == 2 })
+	if got := f.startedNames(); !slices.Equal(got, []string{"side", "main"}) {
+		t.Fatalf("start order %v, want the sidecar first", got)
+	}
+	waitFor(t, "Ready with the sidecar counted", func() bool {
+		p := f.status("u1")
+		return p != nil && p.Status.Phase == v1.PodRunning && len(p.Status.InitContainerStatuses) == 1 &&
+			p.Status.InitContainerStatuses[0].Ready && conditionTrue(p, v1.PodReady) && conditionTrue(p, v1.PodInitialized)
+	})
+	side, main := f.startedConfig("side", 0).ID, f.startedConfig("main", 0).ID
+	f.send()
+	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })
+	var stops []string
+	for _, c := range f.rt.callLog() {
+		if id, ok := strings.CutPrefix(c, "stop "); ok {
+			stops = append(stops, strings.Fields(id)[0])
+		}
+	}
+	if !slices.Equal(stops, []string{main, side}) {
+		t.Fatalf("stop order %v, want the app container %s before the sidecar %s", stops, main, side)
+	}
+}
+
+func TestEngineSidecarRestartsAndCompletedPodStopsIt(t *testing.T) {
+	f := startEngine(t)
+	f.send(sidecarPod("u1", v1.RestartPolicyNever))
+	waitFor(t, "both started", func() bool { return f.rt.startedCount() == 2 })
+	// A sidecar is restarted whatever the pod's policy.
+	f.rt.exit(f.startedConfig("side", 0).ID, 1)
+	waitFor(t, "sidecar restarted", func() bool { return f.startedConfig("side", 1) != nil })
+	// The app container completes: the pod is done and the sidecar stops.
+	f.rt.exit(f.startedConfig("main", 0).ID, 0)
+	waitFor(t, "Succeeded", func() bool { p := f.status("u1"); return p != nil && p.Status.Phase == v1.PodSucceeded })
+	waitFor(t, "sidecar stopped", func() bool {
+		f.rt.mu.Lock()
+		defer f.rt.mu.Unlock()
+		return slices.Contains(f.rt.stopped, f.startedConfigLocked("side", 1).ID)
+	})
+	time.Sleep(20 * time.Millisecond)
+	if f.startedConfig("side", 2) != nil {
+		t.Fatal("the sidecar of a completed pod was started again")
+	}
+}
+
+func (f *engineFixture) startedConfigLocked(name string, restart int) *ContainerConfig {
+	for _, c := range f.rt.started {
+		if c.Container.Name == name && c.RestartCount == restart {
+			return c
+		}
+	}
+	return &ContainerConfig{}
+}
+
+func TestEnginePreStopRunsBeforeTheStopWithinTheGrace(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	id := f.rt.started[0].ID
+	f.send()
+	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })
+	calls := f.rt.callLog()
+	if len(calls) != 2 || calls[0] != "exec "+id+" drain" || !strings.HasPrefix(calls[1], "stop "+id+" ") {
+		t.Fatalf("calls %q; want the preStop exec, then the stop", calls)
+	}
+	// The fake clock stands still, so the whole 30 s grace is left.
+	if !strings.HasSuffix(calls[1], " 30s") {
+		t.Errorf("stop %q, want the remaining grace 30s", calls[1])
+	}
+	if !f.hasEvent("Killing", "Stopping container main") {
+		t.Errorf("no Killing event: %+v", f.e.events.list())
+	}
+}
+
+func TestEngineFailedPostStartKillsTheContainer(t *testing.T) {
+	f := startEngine(t)
+	f.rt.execResult = ExecResult{ExitCode: 1, Output: []byte("nope")}
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PostStart: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"setup"}}}}
+	f.send(pod)
+	waitFor(t, "FailedPostStartHook", func() bool { return f.hasEvent("FailedPostStartHook", "") })
+	waitFor(t, "killed", func() bool {
+		f.rt.mu.Lock()
+		defer f.rt.mu.Unlock()
+		return len(f.rt.started) > 0 && slices.Contains(f.rt.stopped, f.rt.started[0].ID)
+	})
+	waitFor(t, "not reported running", func() bool {
+		p := f.status("u1")
+		return p != nil && p.Status.ContainerStatuses[0].State.Running == nil
+	})
+}
+
+func TestEngineStartErrorIsATerminatedRun(t *testing.T) {
+	f := startEngine(t)
+	f.rt.startErr = errors.New(`exec: "nosuch": executable file not found in $PATH`)
+	f.send(testPod("u1", "job", v1.RestartPolicyNever))
+	waitFor(t, "Failed with StartError", func() bool {
+		p := f.status("u1")
+		if p == nil || p.Status.Phase != v1.PodFailed {
+			return false
+		}
+		term := p.Status.ContainerStatuses[0].State.Terminated
+		return term != nil && term.Reason == "StartError" && term.ExitCode == 128 && strings.Contains(term.Message, "nosuch")
+	})
+}
+
+func TestEngineActiveDeadlineFailsThePod(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "job", v1.RestartPolicyAlways)
+	d := int64(60)
+	pod.Spec.ActiveDeadlineSeconds = &d
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.clock.Advance(59 * time.Second)
+	time.Sleep(20 * time.Millisecond)
+	if p := f.status("u1"); p.Status.Phase != v1.PodRunning {
+		t.Fatalf("phase %s before the deadline", p.Status.Phase)
+	}
+	f.clock.Advance(time.Second)
+	waitFor(t, "DeadlineExceeded", func() bool {
+		p := f.status("u1")
+		return p.Status.Phase == v1.PodFailed && p.Status.Reason == "DeadlineExceeded" && !conditionTrue(p, v1.PodReady)
+	})
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if !slices.Contains(f.rt.stopped, f.rt.started[0].ID) || len(f.rt.started) != 1 {
+		t.Fatalf("stopped %v, started %d; want the container stopped and not restarted", f.rt.stopped, len(f.rt.started))
+	}
+}
+
+func TestEngineTerminationMessage(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "job", v1.RestartPolicyAlways)
+	pod.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	pod.Spec.Containers[0].TerminationMessagePolicy = v1.TerminationMessageFallbackToLogsOnError
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	first := f.rt.started[0]
+	src := mountSource(t, first, "/dev/termination-log")
+	if err := os.WriteFile(src, []byte("bye: disk full"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.exit(first.ID, 2)
+	waitFor(t, "restart", func() bool { return f.rt.startedCount() == 2 })
+	second := f.rt.started[1]
+	if mountSource(t, second, "/dev/termination-log") == src {
+		t.Fatal("the second run shares the first run's message file")
+	}
+	// The second run leaves an empty file and a log: the log's end is the message.
+	if err := os.MkdirAll(filepath.Dir(second.LogPath), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	log := "2026-01-01T00:00:00Z stdout F line one\n2026-01-01T00:00:00Z stderr P broken \n2026-01-01T00:00:00Z stderr F line\n"
+	if err := os.WriteFile(second.LogPath, []byte(log), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.exit(second.ID, 1)
+	waitFor(t, "messages in status", func() bool {
+		cs := f.status("u1").Status.ContainerStatuses[0]
+		last, cur := cs.LastTerminationState.Terminated, cs.State.Terminated
+		if cur == nil && cs.State.Waiting != nil {
+			cur, last = last, nil // waiting for the restart: what just ended is lastState
+		}
+		return cur != nil && cur.Message == "line one\nbroken line\n" && (last == nil || last.Message == "bye: disk full")
+	})
+}
+
+func mountSource(t *testing.T, cfg *ContainerConfig, dest string) string {
+	t.Helper()
+	for _, m := range cfg.Mounts {
+		if m.Destination == dest {
+			return m.Source
+		}
+	}
+	t.Fatalf("no mount at %s in %+v", dest, cfg.Mounts)
+	return ""
+}
+
+func TestEngineNewSandboxRerunsInitContainers(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.InitContainers = []v1.Container{{Name: "setup", Image: "busybox:1.36"}}
+	f.send(pod)
+	waitFor(t, "init started", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.exit(f.rt.started[0].ID, 0)
+	waitFor(t, "app started", func() bool { return f.rt.startedCount() == 2 })
+	f.net.breakSandbox("u1")
+	f.e.NetworkChanged(SandboxID("u1"))
+	waitFor(t, "init container run again", func() bool { return f.startedConfig("setup", 1) != nil })
+	if f.startedConfig("main", 1) != nil {
+		t.Fatal("the app container restarted before the init container ran again")
+	}
+	f.rt.exit(f.startedConfig("setup", 1).ID, 0)
+	waitFor(t, "app restarted after it", func() bool { return f.startedConfig("main", 1) != nil })
+}
+
+func conditionTrue(p *v1.Pod, t v1.PodConditionType) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == t {
+			return c.Status == v1.ConditionTrue
+		}
+	}
+	return false
+}
