@@ -56,6 +56,7 @@ var imageNames = []string{"docker.io/library/busybox:1.36", "registry.k8s.io/bus
 var (
 	noderunBin string
 	imageTar   string
+	workDir    string // the suite's temporary dir, removed at the end
 	ctrdSocket string
 	client     *containerd.Client
 	missing    string // a missing prerequisite; tests skip (or fail under CI=true)
@@ -113,6 +114,7 @@ func missingPrerequisite() string {
 }
 
 func setup(dir string) (stop func(), err error) {
+	workDir = dir
 	noderunBin = filepath.Join(dir, "noderun")
 	// The test runs in e2e/, so ".." is the main package.
 	// Built as the Makefile builds it.

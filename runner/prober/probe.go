@@ -61,6 +61,10 @@ type Target struct {
 // see the same.
 const userAgent = "kube-probe/1.31"
 
+// execGrace is how long past its timeout an exec probe may take to be
+// killed and reaped before the attempt is given up.
+const execGrace = 10 * time.Second
+
 // maxBody is how much of a probe's HTTP response body is read, the kubelet's
 // limit.
 const maxBody = 10 * 1024
@@ -69,11 +73,16 @@ const maxBody = 10 * 1024
 // the kubelet's words, for the Unhealthy event. An error means the attempt
 // could not be made at all (the kubelet throws such results away).
 func Do(ctx context.Context, h *v1.ProbeHandler, timeout time.Duration, t Target, exec Execer) (Result, string, error) {
+	if h.Exec != nil {
+		// The runtime kills the process at the timeout and says so; the
+		// context only bounds a runtime that does not answer.
+		ctx, cancel := context.WithTimeout(ctx, timeout+execGrace)
+		defer cancel()
+		return doExec(ctx, h.Exec.Command, timeout, t, exec)
+	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	switch {
-	case h.Exec != nil:
-		return doExec(ctx, h.Exec.Command, timeout, t, exec)
 	case h.HTTPGet != nil:
 		return doHTTP(ctx, h.HTTPGet, t)
 	case h.TCPSocket != nil:
