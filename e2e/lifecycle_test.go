@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -603,5 +604,49 @@ spec:
 	term := containerStatus(p, "main").State.Terminated
 	if term == nil || term.Reason != "StartError" || term.ExitCode != 128 || !strings.Contains(term.Message, "/no/such/binary") {
 		t.Fatalf("terminated %+v, want StartError/128 naming the binary", term)
+	}
+}
+
+// TestLifecycleInitRerunsInNewSandbox: when the pod's network has to be
+// recreated (its veth deleted), the kubelet starts the pod over in the new
+// sandbox from its first init container.
+func TestLifecycleInitRerunsInNewSandbox(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	dir := t.TempDir()
+	n.writeManifest("setup.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: setup
+spec:
+  terminationGracePeriodSeconds: 1
+  initContainers:
+  - name: init
+    image: busybox:1.36
+    command: ["sh", "-c", "echo init >> /out/runs"]
+    volumeMounts: [{name: out, mountPath: /out}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sleep", "3600"]
+  volumes:
+  - {name: out, hostPath: {path: %s}}
+`, dir))
+	n.waitPod("setup", "Running", running)
+	veths := n.hostVeths()
+	if len(veths) != 1 {
+		t.Fatalf("veths on the bridge: %v, want one", veths)
+	}
+	if out, err := exec.Command("ip", "link", "del", veths[0]).CombinedOutput(); err != nil {
+		t.Fatalf("ip link del: %v: %s", err, out)
+	}
+	p := n.waitPod("setup", "running again in a new sandbox", func(p *v1.Pod) bool {
+		return running(p) && containerStatus(p, "main").RestartCount == 1
+	})
+	if cs := containerStatus(p, "init"); cs.RestartCount != 1 || cs.State.Terminated == nil || cs.State.Terminated.ExitCode != 0 {
+		t.Errorf("init container: restarts %d, state %+v; want it run again to completion", cs.RestartCount, cs.State)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "runs")); string(b) != "init\ninit\n" {
+		t.Fatalf("init runs %q, want two", b)
 	}
 }
