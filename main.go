@@ -80,6 +80,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "run-dir", Value: "/run/noderun", EnvVars: env("RUN_DIR")},
 		&cli.StringFlag{Name: "pod-log-dir", Value: "/var/log/pods", EnvVars: env("POD_LOG_DIR")},
 		&cli.StringFlag{Name: "images-dir", Usage: "image tarballs imported at start and when added (default <state-dir>/images)", EnvVars: env("IMAGES_DIR")},
+		&cli.StringFlag{Name: "image-pull-fallback", Value: "local", Usage: "local: imagePullPolicy Always runs the local copy when the registry cannot be reached (a warning event); never: fail as the kubelet does", EnvVars: env("IMAGE_PULL_FALLBACK")},
 		&cli.StringFlag{Name: "cni-conf-dir", Value: "/etc/cni/net.d", EnvVars: env("CNI_CONF_DIR")},
 		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", EnvVars: env("CNI_BIN_DIR")},
 		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},

@@ -84,8 +84,13 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("find own binary for the log driver: %w", err)
 	}
+	fallback, err := pullFallback(c.String("image-pull-fallback"))
+	if err != nil {
+		return err
+	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
-		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")))
+		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
+		ctrdrt.WithPullFallback(fallback))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -197,4 +202,15 @@ func defaultHostIP() string {
 		}
 	}
 	return ""
+}
+
+// pullFallback reads --image-pull-fallback.
+func pullFallback(v string) (bool, error) {
+	switch v {
+	case "local":
+		return true, nil
+	case "never":
+		return false, nil
+	}
+	return false, fmt.Errorf("--image-pull-fallback: %q is neither local nor never", v)
 }

@@ -358,6 +358,10 @@ func (n *node) start() {
 		"--log-level", "debug",
 	}
 	cmd := exec.Command(noderunBin, append(args, n.extraArgs...)...)
+	// Tests reach nothing off this machine: a pull from a public registry
+	// (imagePullPolicy Always) meets a proxy nothing listens on instead
+	// (loopback registries are never proxied).
+	cmd.Env = append(os.Environ(), "HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9")
 	cmd.Stdout, cmd.Stderr = f, f
 	// Should the test binary die without cleanup, noderun goes with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

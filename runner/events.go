@@ -23,8 +23,8 @@ type eventLog struct {
 }
 
 // record adds an event about a pod, or about one of its containers when
-// container is set.
-func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason, msg string, now time.Time) {
+// container is set; it reports whether the event is new (not a repeat).
+func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason, msg string, now time.Time) bool {
 	ref := v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	if container != "" {
 		field := "spec.containers"
@@ -43,7 +43,7 @@ func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason,
 	if ev := l.byKey[key]; ev != nil {
 		ev.Count++
 		ev.LastTimestamp = ts
-		return
+		return false
 	}
 	l.seq++
 	ev := &v1.Event{
@@ -70,6 +70,7 @@ func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason,
 			}
 		}
 	}
+	return true
 }
 
 // list returns a copy of the kept events, oldest first.
@@ -83,11 +84,13 @@ func (l *eventLog) list() []v1.Event {
 	return out
 }
 
-// event records an event for the worker's pod and logs it.
+// event records an event for the worker's pod and logs it; a repeat of a
+// warning is logged at debug level only, so a flapping probe or an
+// offline registry does not flood the log.
 func (w *podWorker) event(pod *v1.Pod, container string, init bool, typ, reason, msg string) {
-	w.env.events.record(pod, container, init, typ, reason, msg, w.env.clock.Now())
+	fresh := w.env.events.record(pod, container, init, typ, reason, msg, w.env.clock.Now())
 	log := w.env.log.Debug
-	if typ == v1.EventTypeWarning || reason == "Killing" {
+	if fresh && (typ == v1.EventTypeWarning || reason == "Killing") {
 		log = w.env.log.Info
 	}
 	log("event", "pod", podRef(pod), "container", container, "reason", reason, "message", msg)

@@ -94,6 +94,9 @@ type ImageConfig struct {
 	WorkingDir string
 	User       string
 	StopSignal string
+	// PullFallback is set when a pull the policy asked for could not
+	// reach the registry and the local copy is used instead: why.
+	PullFallback string
 }
 
 // Sandbox describes a pod's shared namespaces, all pinned under Dir.

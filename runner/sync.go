@@ -213,6 +213,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.startFailed(pod, c, "ErrImagePull", err)
 	}
+	if img.PullFallback != "" {
+		w.event(pod, c.Name, s.init, v1.EventTypeWarning, "PullFallbackLocal",
+			fmt.Sprintf("registry unreachable, running the local copy of %s (--image-pull-fallback=never refuses): %s", img.Ref, img.PullFallback))
+	}
 	cfg, err := w.containerConfig(pod, c, s.init, img, restart, last)
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)

@@ -44,8 +44,24 @@ func Busybox(name string) (Image, error) {
 			files["/bin/"+a] = Symlink("busybox")
 		}
 	}
+	if _, ok := files["/bin/printenv"]; !ok {
+		// Debian's busybox-static has no printenv applet; the busybox
+		// images real manifests name do.
+		files["/bin/printenv"] = Regular([]byte(printenvScript), 0o755)
+	}
 	return Image{Name: name, Files: files, Cmd: []string{"sh"}, Env: []string{defaultPath}}, nil
 }
+
+// printenvScript does what printenv does: the named variables' values, a
+// line each (exit 1 if one is unset), or the whole environment.
+const printenvScript = `#!/bin/sh
+[ $# -eq 0 ] && exec env
+rc=0
+for v; do
+	if eval "[ -n \"\${$v+x}\" ]"; then eval "printf '%s\n' \"\$$v\""; else rc=1; fi
+done
+exit $rc
+`
 
 // readStatic returns the binary at path, refusing one that needs a dynamic
 // loader: the image carries no libraries.

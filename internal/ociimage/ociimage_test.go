@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	digest "github.com/opencontainers/go-digest"
@@ -220,6 +221,9 @@ func TestBusybox(t *testing.T) {
 		if f, ok := img.Files[p]; !ok || f.Link != "busybox" {
 			t.Errorf("%s = %+v, want symlink to busybox", p, f)
 		}
+	}
+	if f, ok := img.Files["/bin/printenv"]; !ok || (f.Link != "busybox" && !strings.HasPrefix(string(f.Content), "#!/bin/sh")) {
+		t.Errorf("/bin/printenv = %+v, want the applet or the stand-in script", f)
 	}
 	if f := img.Files["/tmp"]; f.Mode != fs.ModeDir|fs.ModeSticky|0o777 {
 		t.Errorf("/tmp mode = %v", f.Mode)

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	ctrd "github.com/containerd/containerd"
@@ -167,11 +169,10 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path strin
 // snapshotter.
 //
 // Always means pull, and a failed pull fails even when the image is
-// present, as in Kubernetes: falling back would silently run a stale image.
-// Offline machines should use IfNotPresent or Never with preloaded images;
-// the error says so when a local copy exists.
+// present, as in Kubernetes; the Runtime may fall back to the local copy
+// when the registry cannot be reached at all (WithPullFallback).
 func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (ctrd.Image, error) {
-	img, pulled, err := resolveImage(ctx, c, ref, policy, snapshotter)
+	img, pulled, _, err := resolveImage(ctx, c, ref, policy, snapshotter, false)
 	if err != nil || pulled {
 		return img, err
 	}
@@ -179,32 +180,53 @@ func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.Pull
 }
 
 // resolveImage finds or pulls the image per policy; pulled images are
-// unpacked already, found ones may not be.
-func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (img ctrd.Image, pulled bool, err error) {
+// unpacked already, found ones may not be. With fallback, an Always pull
+// that could not reach the registry (not one the registry refused) uses
+// the local copy if there is one, and says why in fellBack.
+func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string, fallback bool) (img ctrd.Image, pulled bool, fellBack error, err error) {
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
-		return nil, false, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
+		return nil, false, nil, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
 	}
 	name := named.String()
 	switch policy {
 	case v1.PullAlways:
 		img, err := pull(ctx, c, name, snapshotter)
-		return img, true, err
+		if err != nil && fallback && unreachable(err) && ctx.Err() == nil {
+			if local, gerr := c.GetImage(ctx, name); gerr == nil {
+				return local, false, err, nil
+			}
+		}
+		return img, true, nil, err
 	case v1.PullNever, v1.PullIfNotPresent, "":
 	default:
-		return nil, false, fmt.Errorf("image %s: unknown pull policy %q", name, policy)
+		return nil, false, nil, fmt.Errorf("image %s: unknown pull policy %q", name, policy)
 	}
 	img, err = c.GetImage(ctx, name)
 	switch {
 	case err == nil:
-		return img, false, nil
+		return img, false, nil, nil
 	case !errdefs.IsNotFound(err):
-		return nil, false, fmt.Errorf("image %s: %w", name, err)
+		return nil, false, nil, fmt.Errorf("image %s: %w", name, err)
 	case policy == v1.PullNever:
-		return nil, false, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
+		return nil, false, nil, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
 	}
 	img, err = pull(ctx, c, name, snapshotter)
-	return img, true, err
+	return img, true, nil, err
+}
+
+// unreachable tells a registry that could not be reached (no DNS answer,
+// connection refused or unroutable, a timeout) from one that answered and
+// refused (401, 403, 404): only the first may fall back to a local copy.
+func unreachable(err error) bool {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	var netErr net.Error
+	return errors.As(err, &dnsErr) ||
+		(errors.As(err, &opErr) && opErr.Op == "dial") ||
+		(errors.As(err, &netErr) && netErr.Timeout()) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT)
 }
 
 func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string) (ctrd.Image, error) {

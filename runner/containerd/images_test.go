@@ -324,3 +324,30 @@ func TestEnsureImagePulls(t *testing.T) {
 		t.Fatalf("Always with a reachable registry: %v", err)
 	}
 }
+
+// Always falls back to the local copy only when the registry cannot be
+// reached; a registry that answers "not found" is believed.
+func TestPullFallbackOnlyWhenUnreachable(t *testing.T) {
+	c := testClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	unreach := "127.0.0.1:1/busybox:1"            // nothing listens there
+	answers := startRegistry(t) + "/not-pushed:1" // the registry says 404
+	for _, name := range []string{unreach, answers} {
+		path := filepath.Join(t.TempDir(), "img.tar")
+		busyboxTar(t, path, name)
+		if _, err := ImportArchive(ctx, c, path, testSnapshotter); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img, pulled, fellBack, err := resolveImage(ctx, c, unreach, v1.PullAlways, testSnapshotter, true)
+	if err != nil || pulled || fellBack == nil || img.Name() != unreach {
+		t.Fatalf("unreachable registry with fallback: img %v pulled %t fellBack %v err %v; want the local copy", img, pulled, fellBack, err)
+	}
+	if _, _, _, err := resolveImage(ctx, c, unreach, v1.PullAlways, testSnapshotter, false); !errors.Is(err, ErrImagePull) {
+		t.Fatalf("unreachable registry without fallback: %v, want ErrImagePull", err)
+	}
+	if _, _, fb, err := resolveImage(ctx, c, answers, v1.PullAlways, testSnapshotter, true); !errors.Is(err, ErrImagePull) || fb != nil {
+		t.Fatalf("registry answering 404: fellBack %v err %v; want ErrImagePull, no fallback", fb, err)
+	}
+}

@@ -37,15 +37,16 @@ import (
 
 // Runtime drives containerd for the sync engine.
 type Runtime struct {
-	client      *ctrd.Client
-	namespace   string
-	snapshotter string
-	runcRoot    string // private runc state root, so several containerds never share one
-	fifoDir     string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
-	logDriver   string // absolute path of the binary containerd runs as log driver
-	ownOOM      int
-	security    hostSecurity
-	log         *slog.Logger
+	client       *ctrd.Client
+	namespace    string
+	snapshotter  string
+	runcRoot     string // private runc state root, so several containerds never share one
+	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
+	logDriver    string // absolute path of the binary containerd runs as log driver
+	ownOOM       int
+	pullFallback bool // Always may run the local copy when the registry is unreachable
+	security     hostSecurity
+	log          *slog.Logger
 
 	// What an image digest always yields, so starting the next container
 	// of an image costs no content reads and no rootfs mount.
@@ -72,6 +73,10 @@ func WithSnapshotter(s string) Option { return func(r *Runtime) { r.snapshotter 
 // WithSeccompDir sets the directory of Localhost seccomp profiles, the
 // kubelet's <root-dir>/seccomp; noderun passes <state-dir>/seccomp.
 func WithSeccompDir(dir string) Option { return func(r *Runtime) { r.security.seccompDir = dir } }
+
+// WithPullFallback lets imagePullPolicy Always run the local copy of an
+// image when its registry cannot be reached (not when it refuses).
+func WithPullFallback(on bool) Option { return func(r *Runtime) { r.pullFallback = on } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
@@ -113,13 +118,13 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // image digest seen before costs one lookup.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (runner.ImageConfig, error) {
 	ctx = r.ctx(ctx)
-	img, pulled, err := resolveImage(ctx, r.client, ref, policy, r.snapshotter)
+	img, pulled, fellBack, err := resolveImage(ctx, r.client, ref, policy, r.snapshotter, r.pullFallback)
 	if err != nil {
 		return runner.ImageConfig{}, err
 	}
 	digest := img.Target().Digest.String()
 	if f, ok := r.imageFacts(digest); ok {
-		return f.cfg, nil
+		return withFallback(f.cfg, fellBack), nil
 	}
 	if !pulled {
 		if err := ensureUnpacked(ctx, img, r.snapshotter); err != nil {
@@ -138,7 +143,14 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	r.mu.Lock()
 	r.images[digest] = imageFacts{cfg: cfg, chainID: identity.ChainID(diffIDs).String()}
 	r.mu.Unlock()
-	return cfg, nil
+	return withFallback(cfg, fellBack), nil
+}
+
+func withFallback(cfg runner.ImageConfig, fellBack error) runner.ImageConfig {
+	if fellBack != nil {
+		cfg.PullFallback = fellBack.Error()
+	}
+	return cfg
 }
 
 func (r *Runtime) imageFacts(digest string) (imageFacts, bool) {
