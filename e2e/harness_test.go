@@ -65,6 +65,13 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	// The tests mostly wait (probe periods, grace periods); with the
+	// default of GOMAXPROCS at a time, the long ones would queue.
+	explicit := false
+	flag.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "test.parallel" })
+	if !explicit {
+		_ = flag.Set("test.parallel", "6")
+	}
 	os.Exit(runTests(m))
 }
 

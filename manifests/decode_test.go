@@ -8,9 +8,9 @@ import (
 	"testing"
 )
 
-// conformanceDir holds real-world manifests shared with the e2e tests; it sits
-// beside the repository.
-const conformanceDir = "../../shared/conformance/manifests"
+// conformanceDir holds the real-world manifests the e2e tests run, in the
+// repository so a fresh clone has them.
+const conformanceDir = "../e2e/testdata/conformance"
 
 func TestConformanceManifests(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join(conformanceDir, "*.yaml"))
