@@ -114,6 +114,7 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 		// threshold 2), then 2 s of grace: ~6-7 s. Killing at the first
 		// failure would end before 5 s.
 		ran := last.FinishedAt.Sub(last.StartedAt.Time)
+		t.Logf("%s: first run lasted %s (kubelet: unhealthy at 3 s, failures at the next 2 ticks, 2 s grace: ~6-7 s)", kind, ran)
 		if ran < 4500*time.Millisecond || ran > 12*time.Second {
 			t.Errorf("%s: the first run lasted %s, want about 6-7 s (unhealthy at 3 s + 2 failures + 2 s grace)", kind, ran)
 		}
@@ -419,6 +420,7 @@ spec:
 	}
 	// 3 s of preStop sleep, then the remaining 2 s of the 5 s grace: the
 	// kubelet does not restart the grace period after the hook.
+	t.Logf("preStop began %.2f s before SIGTERM; the stubborn pod went %s after removal (kubelet: 3 s, 5 s)", term-pre, goneStubborn.Sub(removed))
 	if took := goneStubborn.Sub(removed); took < 4500*time.Millisecond || took > 7500*time.Millisecond {
 		t.Errorf("the stubborn pod took %s to go, want about 5 s (its whole grace period)", took)
 	}
