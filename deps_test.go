@@ -18,8 +18,9 @@ func TestPackageDependencies(t *testing.T) {
 		"systemd":                       nil,
 		"internal/ociimage":             nil,
 		"internal/testenv":              nil,
-		"runner":                        {"manifests", "crilog", "runner/prober"},
-		"runner/prober":                 nil,
+		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion"},
+		"runner/prober":                 {"internal/expansion"},
+		"internal/expansion":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},

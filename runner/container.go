@@ -10,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/noderun/noderun/internal/expansion"
 )
 
 // containerConfig resolves a container's Kubernetes semantics (env, args,
@@ -81,7 +83,7 @@ func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) 
 		var val string
 		switch {
 		case ev.ValueFrom == nil:
-			val = expand(ev.Value, func(n string) (string, bool) { v, ok := defined[n]; return v, ok })
+			val = expansion.Expand(ev.Value, func(n string) (string, bool) { v, ok := defined[n]; return v, ok })
 		case ev.ValueFrom.FieldRef != nil:
 			v, err := fieldRefValue(pod, ev.ValueFrom.FieldRef.FieldPath, podIPs, hostIP)
 			if err != nil {
@@ -147,46 +149,10 @@ func containerArgs(c *v1.Container, img ImageConfig, env []envVar) []string {
 	for i := range args {
 		// Only what the user wrote is expanded, not the image's defaults.
 		if len(c.Command) > 0 || (len(c.Args) > 0 && i >= len(img.Entrypoint)) {
-			args[i] = expand(args[i], lookup)
+			args[i] = expansion.Expand(args[i], lookup)
 		}
 	}
 	return args
-}
-
-// expand implements Kubernetes' $(VAR) syntax: known variables are replaced,
-// unknown references stay as written, and $$ escapes a dollar.
-func expand(s string, lookup func(string) (string, bool)) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			name := s[i+2 : i+2+end]
-			if v, ok := lookup(name); ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // fieldRefValue answers the downward API's fieldRef paths.

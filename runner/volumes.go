@@ -14,6 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/expansion"
 )
 
 func emptyDirPath(podDir, name string) string {
@@ -216,7 +218,7 @@ func subPathExpr(expr string, env []envVar) string {
 	for _, e := range env {
 		vars[e.name] = e.value
 	}
-	return expand(expr, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
+	return expansion.Expand(expr, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
 }
 
 func propagation(m v1.VolumeMount) v1.MountPropagationMode {

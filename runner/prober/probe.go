@@ -25,6 +25,8 @@ import (
 	"google.golang.org/grpc/status"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/noderun/noderun/internal/expansion"
 )
 
 // Result is what one probe attempt concluded.
@@ -121,43 +123,9 @@ func expandStatic(cmd []string, c *v1.Container) []string {
 	}
 	out := make([]string, len(cmd))
 	for i, s := range cmd {
-		out[i] = expand(s, vars)
+		out[i] = expansion.Expand(s, func(n string) (string, bool) { v, ok := vars[n]; return v, ok })
 	}
 	return out
-}
-
-// expand is Kubernetes' $(VAR) syntax: unknown references stay, $$ is $.
-func expand(s string, vars map[string]string) string {
-	if !strings.Contains(s, "$") {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '$' || i+1 >= len(s) {
-			b.WriteByte(s[i])
-			continue
-		}
-		switch s[i+1] {
-		case '$':
-			b.WriteByte('$')
-			i++
-		case '(':
-			end := strings.IndexByte(s[i+2:], ')')
-			if end < 0 {
-				b.WriteString(s[i:])
-				return b.String()
-			}
-			if v, ok := vars[s[i+2:i+2+end]]; ok {
-				b.WriteString(v)
-			} else {
-				b.WriteString(s[i : i+3+end])
-			}
-			i += 2 + end
-		default:
-			b.WriteByte('$')
-		}
-	}
-	return b.String()
 }
 
 // hostPort is where a probe connects: the handler's host or the pod IP,
