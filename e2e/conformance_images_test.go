@@ -11,15 +11,22 @@ import (
 )
 
 // nginxScript stands in for nginx: it serves /usr/share/nginx/html on :80
-// with busybox httpd, and `nginx -s quit` makes the running one exit
-// gracefully, as nginx's master does. It says which signal ended it.
+// with busybox httpd; SIGQUIT (the image's stop signal, as nginx's) makes it
+// exit gracefully, and `nginx -s quit` sends that to the running one. It
+// says which of the two ended it.
 const nginxScript = `#!/bin/sh
 if [ "$1" = "-s" ]; then
+	touch /run/nginx.quit
 	kill -QUIT "$(cat /run/nginx.pid)"
 	exit
 fi
 echo $$ > /run/nginx.pid
-trap 'echo "nginx: SIGQUIT, graceful shutdown"; kill $httpd; exit 0' QUIT
+quit() {
+	if [ -e /run/nginx.quit ]; then echo "nginx: quit by nginx -s quit"; else echo "nginx: SIGQUIT from the runtime"; fi
+	kill $httpd
+	exit 0
+}
+trap quit QUIT
 trap 'echo "nginx: SIGTERM"; kill $httpd; exit 0' TERM
 httpd -f -p 80 -h /usr/share/nginx/html &
 httpd=$!
@@ -45,6 +52,7 @@ func conformanceTar(t *testing.T) string {
 			img.Files["/run"] = ociimage.Dir(0o755)
 			img.Env = append(img.Env, "NGINX_VERSION=stand-in")
 			img.Cmd = []string{"nginx", "-g", "daemon off;"}
+			img.StopSignal = "SIGQUIT" // as the nginx image has it
 			imgs = append(imgs, img)
 		}
 		proxy, err := ociimage.Busybox("registry.k8s.io/goproxy:0.1")
