@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"slices"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
@@ -54,6 +58,11 @@ func (b *bench) probeCPU(ctx context.Context) error {
 			return err
 		}
 		*phase.cpu, *phase.host = cpu, host
+		if phase.prefix == "hp" {
+			if b.m.probeFloorCPU, err = b.probeFloor(ctx, names); err != nil {
+				return err
+			}
+		}
 		// Probes that failed would have shown as restarts or unready pods.
 		if err := b.node.waitReady(ctx, names, 0); err != nil {
 			return fmt.Errorf("after the CPU window: %w", err)
@@ -137,4 +146,87 @@ func podReady(p *v1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// probeFloor is the least CPU the same httpGet probes can cost: each a
+// fresh TCP connection and one GET, made with blocking system calls on one
+// locked thread (no runtime, no HTTP library), to the same pods. It returns
+// what 100 of them a second cost, in percent of a core, scaled to the
+// number of pods.
+func (b *bench) probeFloor(ctx context.Context, names []string) (float64, error) {
+	pods, _, err := b.node.pods(ctx)
+	if err != nil {
+		return 0, err
+	}
+	var ips [][4]byte
+	for _, p := range pods {
+		if ip := net.ParseIP(p.Status.PodIP).To4(); ip != nil && slices.Contains(names, strings.TrimSuffix(p.Name, "-"+nodeName)) {
+			ips = append(ips, [4]byte(ip))
+		}
+	}
+	if len(ips) == 0 {
+		return 0, errors.New("probe floor: no pod IPs")
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	const n = 2000
+	t0, err := threadCPU()
+	if err != nil {
+		return 0, err
+	}
+	for i := range n {
+		if err := rawGet(ips[i%len(ips)], 8080); err != nil {
+			return 0, fmt.Errorf("probe floor: %w", err)
+		}
+	}
+	t1, err := threadCPU()
+	if err != nil {
+		return 0, err
+	}
+	perProbe := (t1 - t0) / n
+	return 100 * float64(perProbe) * float64(len(names)) / float64(time.Second), nil
+}
+
+func threadCPU() (time.Duration, error) {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return 0, err
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
+}
+
+var rawRequest = []byte("GET / HTTP/1.1\r\nHost: pod\r\nUser-Agent: kube-probe/1.31\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+
+// rawGet connects, sends rawRequest and reads the status line.
+func rawGet(ip [4]byte, port int) error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	tv := unix.Timeval{Sec: 2}
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: ip})
+	for err == unix.EINTR {
+		err = unix.Connect(fd, &unix.SockaddrInet4{Port: port, Addr: ip})
+	}
+	if err != nil && err != unix.EISCONN {
+		return err
+	}
+	if _, err := unix.Write(fd, rawRequest); err != nil {
+		return err
+	}
+	var buf [512]byte
+	n, err := unix.Read(fd, buf[:])
+	for err == unix.EINTR {
+		n, err = unix.Read(fd, buf[:])
+	}
+	if err != nil {
+		return err
+	}
+	if !bytes.HasPrefix(buf[:n], []byte("HTTP/1.")) {
+		return fmt.Errorf("not an HTTP answer: %q", buf[:n])
+	}
+	return nil
 }

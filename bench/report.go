@@ -162,6 +162,8 @@ func (m *measurements) rows(cfg Config) []Row {
 	if m.probePods > 0 {
 		add(Row{Key: "probe_http_cpu", Measure: fmt.Sprintf("CPU, %d pods with an httpGet readinessProbe every 1 s", m.probePods), Unit: "% of a core",
 			Noderun: statsOf([]float64{m.probeHTTPCPU}), target: onlyAt(m.probePods, 100, atMost(0.5, "% of a core"))})
+		add(Row{Key: "probe_http_floor_cpu", Measure: fmt.Sprintf("least CPU for the same %d probes a second: fresh TCP connection + GET in raw system calls, one thread", m.probePods), Unit: "% of a core",
+			Noderun: statsOf([]float64{m.probeFloorCPU})})
 		add(Row{Key: "probe_http_host_cpu", Measure: fmt.Sprintf("host CPU busy, same %d httpGet-probed pods", m.probePods), Unit: "% of a core",
 			Noderun: statsOf([]float64{m.probeHTTPHost})})
 		add(Row{Key: "probe_exec_cpu", Measure: fmt.Sprintf("CPU, %d pods with an exec livenessProbe every 10 s", m.probePods), Unit: "% of a core",

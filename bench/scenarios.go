@@ -34,6 +34,7 @@ type measurements struct {
 	// Probes: noderun's CPU and the host's busy share, % of a core.
 	probePods                   int
 	probeHTTPCPU, probeHTTPHost float64
+	probeFloorCPU               float64 // the same probes in raw system calls
 	probeExecCPU, probeExecHost float64
 	apiGetPods                  int
 	binaryMiB                   float64

@@ -43,6 +43,8 @@ const (
 	snapshotter = "overlayfs" // what noderun uses
 	pollEvery   = 100 * time.Millisecond
 	waitTimeout = 30 * time.Second
+	// cleanupTimeout bounds a node's teardown of its pods at a test's end.
+	cleanupTimeout = 50 * time.Second
 	// podUIDFilter selects one pod's containers; the label is noderun's.
 	podUIDFilter = `labels."` + ctrdrt.LabelPodUID + `"==%q`
 )
@@ -680,7 +682,9 @@ func (n *node) cleanup() {
 	}
 	clean := false
 	if n.running() {
-		deadline := time.Now().Add(waitTimeout)
+		// Real-world manifests keep the default 30 s grace period, often
+		// with a PID 1 that ignores SIGTERM: give teardown that and more.
+		deadline := time.Now().Add(cleanupTimeout)
 		for !clean && time.Now().Before(deadline) {
 			var list v1.PodList
 			clean = n.get("/pods", &list) == nil && len(list.Items) == 0 && n.countContainers() == 0
@@ -689,7 +693,7 @@ func (n *node) cleanup() {
 			}
 		}
 		if !clean {
-			t.Logf("cleanup: noderun did not tear the pods down within %s; removing them directly", waitTimeout)
+			t.Logf("cleanup: noderun did not tear the pods down within %s; removing them directly", cleanupTimeout)
 		}
 		n.stop()
 	}
