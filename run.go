@@ -90,7 +90,7 @@ func runNode(c *cli.Context) error {
 	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -213,4 +213,19 @@ func pullFallback(v string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("--image-pull-fallback: %q is neither local nor never", v)
+}
+
+// registryConfig reads the registry flags; credentials are looked for as the
+// kubelet looks (its root dir, then the user's docker config), in noderun's
+// state dir first.
+func registryConfig(c *cli.Context, stateDir string) ctrdrt.RegistryConfig {
+	auth := c.StringSlice("registry-auth-file")
+	if len(auth) == 0 {
+		auth = []string{filepath.Join(stateDir, "config.json"), "/root/.docker/config.json"}
+	}
+	return ctrdrt.RegistryConfig{
+		ConfigDir:       c.String("registry-config-dir"),
+		AuthFiles:       auth,
+		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
+	}
 }

@@ -363,6 +363,9 @@ func (n *node) start() {
 		"--cni-bin-dir", cniBinDir,
 		"--pod-cidr", n.subnet,
 		"--status-socket", n.socket,
+		// Nothing from the host's registry setup leaks into a test.
+		"--registry-config-dir", filepath.Join(n.root, "certs.d"),
+		"--registry-auth-file", filepath.Join(n.state, "config.json"),
 		"--file-check-interval", "2s",
 		"--log-level", "debug",
 	}

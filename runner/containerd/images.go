@@ -172,7 +172,8 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path strin
 // present, as in Kubernetes; the Runtime may fall back to the local copy
 // when the registry cannot be reached at all (WithPullFallback).
 func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string) (ctrd.Image, error) {
-	img, pulled, _, err := resolveImage(ctx, c, ref, policy, snapshotter, false)
+	pullFn := func(ctx context.Context, name string) (ctrd.Image, error) { return pull(ctx, c, name, snapshotter) }
+	img, pulled, _, err := resolveImage(ctx, c, ref, policy, fallbackNever, pullFn)
 	if err != nil || pulled {
 		return img, err
 	}
@@ -183,7 +184,7 @@ func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.Pull
 // unpacked already, found ones may not be. With fallback, an Always pull
 // that could not reach the registry (not one the registry refused) uses
 // the local copy if there is one, and says why in fellBack.
-func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, snapshotter string, fallback bool) (img ctrd.Image, pulled bool, fellBack error, err error) {
+func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.PullPolicy, fallback bool, pull puller) (img ctrd.Image, pulled bool, fellBack error, err error) {
 	named, err := reference.ParseDockerRef(ref)
 	if err != nil {
 		return nil, false, nil, fmt.Errorf("%w: %q: %w", ErrInvalidImageName, ref, err)
@@ -191,7 +192,7 @@ func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.Pul
 	name := named.String()
 	switch policy {
 	case v1.PullAlways:
-		img, err := pull(ctx, c, name, snapshotter)
+		img, err := pull(ctx, name)
 		if err != nil && fallback && unreachable(err) && ctx.Err() == nil {
 			if local, gerr := c.GetImage(ctx, name); gerr == nil {
 				return local, false, err, nil
@@ -211,9 +212,14 @@ func resolveImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.Pul
 	case policy == v1.PullNever:
 		return nil, false, nil, fmt.Errorf("%w: image %s is not present and the pull policy is Never", ErrImageNeverPull, name)
 	}
-	img, err = pull(ctx, c, name, snapshotter)
+	img, err = pull(ctx, name)
 	return img, true, nil, err
 }
+
+// puller pulls and unpacks one image.
+type puller func(ctx context.Context, name string) (ctrd.Image, error)
+
+const fallbackNever = false
 
 // unreachable tells a registry that could not be reached (no DNS answer,
 // connection refused or unroutable, a timeout) from one that answered and
@@ -229,8 +235,8 @@ func unreachable(err error) bool {
 		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT)
 }
 
-func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string) (ctrd.Image, error) {
-	img, err := c.Pull(ctx, name, ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(snapshotter))
+func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string, opts ...ctrd.RemoteOpt) (ctrd.Image, error) {
+	img, err := c.Pull(ctx, name, append([]ctrd.RemoteOpt{ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(snapshotter)}, opts...)...)
 	if err == nil {
 		return img, nil
 	}

@@ -340,14 +340,15 @@ func TestPullFallbackOnlyWhenUnreachable(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	img, pulled, fellBack, err := resolveImage(ctx, c, unreach, v1.PullAlways, testSnapshotter, true)
+	plain := func(ctx context.Context, name string) (ctrd.Image, error) { return pull(ctx, c, name, testSnapshotter) }
+	img, pulled, fellBack, err := resolveImage(ctx, c, unreach, v1.PullAlways, true, plain)
 	if err != nil || pulled || fellBack == nil || img.Name() != unreach {
 		t.Fatalf("unreachable registry with fallback: img %v pulled %t fellBack %v err %v; want the local copy", img, pulled, fellBack, err)
 	}
-	if _, _, _, err := resolveImage(ctx, c, unreach, v1.PullAlways, testSnapshotter, false); !errors.Is(err, ErrImagePull) {
+	if _, _, _, err := resolveImage(ctx, c, unreach, v1.PullAlways, false, plain); !errors.Is(err, ErrImagePull) {
 		t.Fatalf("unreachable registry without fallback: %v, want ErrImagePull", err)
 	}
-	if _, _, fb, err := resolveImage(ctx, c, answers, v1.PullAlways, testSnapshotter, true); !errors.Is(err, ErrImagePull) || fb != nil {
+	if _, _, fb, err := resolveImage(ctx, c, answers, v1.PullAlways, true, plain); !errors.Is(err, ErrImagePull) || fb != nil {
 		t.Fatalf("registry answering 404: fellBack %v err %v; want ErrImagePull, no fallback", fb, err)
 	}
 }

@@ -45,6 +45,8 @@ type Runtime struct {
 	logDriver    string // absolute path of the binary containerd runs as log driver
 	ownOOM       int
 	pullFallback bool // Always may run the local copy when the registry is unreachable
+	registry     RegistryConfig
+	pulls        pullGroup
 	security     hostSecurity
 	log          *slog.Logger
 
@@ -118,7 +120,7 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // image digest seen before costs one lookup.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (runner.ImageConfig, error) {
 	ctx = r.ctx(ctx)
-	img, pulled, fellBack, err := resolveImage(ctx, r.client, ref, policy, r.snapshotter, r.pullFallback)
+	img, pulled, fellBack, err := resolveImage(ctx, r.client, ref, policy, r.pullFallback, r.pull)
 	if err != nil {
 		return runner.ImageConfig{}, err
 	}
