@@ -108,6 +108,9 @@ type fakeRuntime struct {
 	execResult  ExecResult // what every ExecSync returns
 	execErr     error
 	calls       []string // "exec <id> <cmd>", "stop <id> <grace>", in order
+	imagePulls  bool     // EnsureImage pulls (tells the PullTrace)
+	imageErr    error    // what EnsureImage fails with
+	ensures     int      // EnsureImage calls
 }
 
 // execCall is one ExecSync the fake received.
@@ -121,8 +124,18 @@ func newFakeRuntime(clock Clock) *fakeRuntime {
 	return &fakeRuntime{clock: clock, containers: map[string]*ContainerStatus{}, exits: make(chan ExitEvent, 16)}
 }
 
-func (r *fakeRuntime) EnsureImage(_ context.Context, ref string, _ v1.PullPolicy) (ImageConfig, error) {
-	return ImageConfig{Ref: "docker.io/library/" + ref, Entrypoint: []string{"/entry"}, Cmd: []string{"default"}}, nil
+func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, _ v1.PullPolicy) (ImageConfig, error) {
+	r.mu.Lock()
+	r.ensures++
+	pull, err := r.imagePulls, r.imageErr
+	r.mu.Unlock()
+	if pull {
+		PullStarted(ctx, ref)
+	}
+	if err != nil {
+		return ImageConfig{}, err
+	}
+	return ImageConfig{Ref: "docker.io/library/" + ref, Entrypoint: []string{"/entry"}, Cmd: []string{"default"}, Size: 1234}, nil
 }
 
 func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]ContainerStatus, error) {

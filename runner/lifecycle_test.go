@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -256,4 +257,35 @@ func conditionTrue(p *v1.Pod, t v1.PodConditionType) bool {
 		}
 	}
 	return false
+}
+
+func TestEngineImagePullBackOffAndPullEvents(t *testing.T) {
+	f := startEngine(t)
+	f.rt.mu.Lock()
+	f.rt.imagePulls, f.rt.imageErr = true, fmt.Errorf("%w: registry.example: connection refused", ErrImagePull)
+	f.rt.mu.Unlock()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waiting := func(reason string) func() bool {
+		return func() bool {
+			p := f.status("u1")
+			return p != nil && p.Status.ContainerStatuses[0].State.Waiting != nil && p.Status.ContainerStatuses[0].State.Waiting.Reason == reason
+		}
+	}
+	waitFor(t, "ErrImagePull", waiting("ErrImagePull"))
+	time.Sleep(20 * time.Millisecond) // the worker sets its timer after publishing
+	f.clock.Advance(time.Second)
+	waitFor(t, "ImagePullBackOff", waiting("ImagePullBackOff"))
+	ensures := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.ensures }
+	if n := ensures(); n != 1 {
+		t.Fatalf("%d pull attempts within the 10 s backoff, want 1", n)
+	}
+	f.rt.mu.Lock()
+	f.rt.imageErr = nil
+	f.rt.mu.Unlock()
+	time.Sleep(20 * time.Millisecond)
+	f.clock.Advance(9 * time.Second)
+	waitFor(t, "started after the backoff", func() bool { return f.rt.startedCount() == 1 })
+	if !f.hasEvent("Pulling", `Pulling image "busybox:1.36"`) || !f.hasEvent("Pulled", "Image size: 1234 bytes") || !f.hasEvent("Failed", "Failed to pull image") {
+		t.Fatalf("events: %+v", f.e.events.list())
+	}
 }

@@ -77,6 +77,35 @@ var (
 	ErrSandboxBroken   = errors.New("pod sandbox network broken")
 )
 
+// Image errors a Runtime's EnsureImage wraps; their text is the kubelet's
+// waiting reason.
+var (
+	ErrImagePull        = errors.New("ErrImagePull")
+	ErrImageNeverPull   = errors.New("ErrImageNeverPull")
+	ErrInvalidImageName = errors.New("InvalidImageName")
+)
+
+// PullTrace is told when the runtime starts pulling an image, so the
+// engine can record it (as httptrace does for requests: carried in the
+// context, since most EnsureImage calls pull nothing).
+type PullTrace struct {
+	Start func(ref string)
+}
+
+type pullTraceKey struct{}
+
+// WithPullTrace returns ctx carrying t.
+func WithPullTrace(ctx context.Context, t *PullTrace) context.Context {
+	return context.WithValue(ctx, pullTraceKey{}, t)
+}
+
+// PullStarted tells ctx's PullTrace, if any, that ref is being pulled.
+func PullStarted(ctx context.Context, ref string) {
+	if t, _ := ctx.Value(pullTraceKey{}).(*PullTrace); t != nil && t.Start != nil {
+		t.Start(ref)
+	}
+}
+
 // ErrContainerConfig is wrapped by a Runtime's StartContainer when the
 // manifest asks for something the node cannot give (a missing seccomp
 // profile, AppArmor on a host without it): the kubelet reports these as
@@ -97,6 +126,8 @@ type ImageConfig struct {
 	// PullFallback is set when a pull the policy asked for could not
 	// reach the registry and the local copy is used instead: why.
 	PullFallback string
+	// Size is the image's size in the content store (its layers).
+	Size int64
 }
 
 // Sandbox describes a pod's shared namespaces, all pinned under Dir.

@@ -209,9 +209,16 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 // its postStart hook, and removes the run it replaces.
 func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, restart int, last *v1.ContainerStateTerminated, latest map[string]*ContainerStatus) time.Duration {
 	e, c := w.env, s.c
-	img, err := e.rt.EnsureImage(ctx, c.Image, c.ImagePullPolicy)
+	if left := w.st.pullUntil[c.Name].Sub(e.clock.Now()); left > 0 {
+		// Between pull attempts, as the kubelet says it.
+		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
+		w.st.waiting[c.Name] = waitReason{"ImagePullBackOff", msg}
+		w.event(pod, c.Name, s.init, v1.EventTypeNormal, "BackOff", msg)
+		return left
+	}
+	img, err := w.ensureImage(ctx, pod, c, s.init)
 	if err != nil {
-		return w.startFailed(pod, c, "ErrImagePull", err)
+		return w.pullFailed(pod, c, s.init, err)
 	}
 	if img.PullFallback != "" {
 		w.event(pod, c.Name, s.init, v1.EventTypeWarning, "PullFallbackLocal",
@@ -239,6 +246,8 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	delete(w.st.waiting, c.Name)
 	delete(w.st.startErr, c.Name)
 	delete(w.st.backoff, "start:"+c.Name)
+	delete(w.st.backoff, "pull:"+c.Name)
+	delete(w.st.pullUntil, c.Name)
 	old := latest[c.Name]
 	run := &ContainerStatus{
 		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init, SpecHash: cfg.SpecHash,
@@ -272,6 +281,54 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		w.poke() // the next init container may start once this one runs
 	}
 	return 0
+}
+
+// ensureImage gets the container's image per its pull policy, recording
+// Pulling and Pulled (with size and time) when the runtime pulls.
+func (w *podWorker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool) (ImageConfig, error) {
+	var began time.Time
+	trace := &PullTrace{Start: func(ref string) {
+		began = w.env.clock.Now()
+		w.event(pod, c.Name, init, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+	}}
+	img, err := w.env.rt.EnsureImage(WithPullTrace(ctx, trace), c.Image, c.ImagePullPolicy)
+	if err == nil && !began.IsZero() && img.PullFallback == "" {
+		took := w.env.clock.Since(began).Round(time.Millisecond)
+		msg := fmt.Sprintf("Successfully pulled image %q in %s", c.Image, took)
+		if img.Size > 0 {
+			msg += fmt.Sprintf(". Image size: %d bytes.", img.Size)
+		}
+		w.event(pod, c.Name, init, v1.EventTypeNormal, "Pulled", msg)
+	}
+	return img, err
+}
+
+// pullFailed reports an image that could not be had and holds the next
+// attempt back by the kubelet's image backoff (10 s doubling to 5 min).
+func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, init bool, err error) time.Duration {
+	reason := "ErrImagePull"
+	switch {
+	case errors.Is(err, ErrImageNeverPull):
+		reason = "ErrImageNeverPull"
+	case errors.Is(err, ErrInvalidImageName):
+		reason = "InvalidImageName"
+	}
+	w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
+	w.st.waiting[c.Name] = waitReason{reason, err.Error()}
+	w.event(pod, c.Name, init, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
+	b := w.st.backoff["pull:"+c.Name]
+	if b == nil {
+		b = &backoff{delay: backoffInitial}
+		w.st.backoff["pull:"+c.Name] = b
+	}
+	b.forID = "" // every failure counts
+	wait := b.waitFor("pull", time.Time{}, time.Time{})
+	if w.st.pullUntil == nil {
+		w.st.pullUntil = map[string]time.Time{}
+	}
+	w.st.pullUntil[c.Name] = w.env.clock.Now().Add(wait)
+	// Look again soon, so the status turns to ImagePullBackOff.
+	return min(wait, time.Second)
 }
 
 // startReason is the waiting reason for a failed StartContainer.

@@ -46,6 +46,7 @@ type podState struct {
 	epoch     string                      // the current sandbox's, see sandboxEpoch
 	startErr  map[string]*ContainerStatus // runs the runtime could not start
 	messages  map[string]string           // termination messages by name/restart
+	pullUntil map[string]time.Time        // no pull before this, by container name
 }
 
 func newPodState(timer Timer) podState {

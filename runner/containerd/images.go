@@ -21,11 +21,11 @@ import (
 	"github.com/noderun/noderun/runner"
 )
 
-// Image errors, named after the kubelet's waiting reasons.
+// Image errors are the runner's, whose waiting reasons they name.
 var (
-	ErrImagePull        = errors.New("ErrImagePull")
-	ErrImageNeverPull   = errors.New("ErrImageNeverPull")
-	ErrInvalidImageName = errors.New("InvalidImageName")
+	ErrImagePull        = runner.ErrImagePull
+	ErrImageNeverPull   = runner.ErrImageNeverPull
+	ErrInvalidImageName = runner.ErrInvalidImageName
 )
 
 // settleDelay is how long a tarball in the images dir must go without

@@ -17,6 +17,8 @@ import (
 	"github.com/containerd/containerd/remotes"
 	"github.com/containerd/containerd/remotes/docker"
 	"github.com/containerd/containerd/remotes/docker/config"
+
+	"github.com/noderun/noderun/runner"
 )
 
 // RegistryConfig says how pulls reach registries, the way containerd's CRI
@@ -220,6 +222,7 @@ func (b progressBody) Read(p []byte) (int, error) {
 // one image are one pull; it is cancelled when every caller has gone (the
 // pods that wanted it were removed) or when it stalls.
 func (r *Runtime) pull(ctx context.Context, name string) (ctrd.Image, error) {
+	runner.PullStarted(ctx, name)
 	return r.pulls.do(ctx, name, func(pctx context.Context) (ctrd.Image, error) {
 		var prog *progress
 		if t := r.registry.ProgressTimeout; t > 0 {

@@ -126,7 +126,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	}
 	digest := img.Target().Digest.String()
 	if f, ok := r.imageFacts(digest); ok {
-		return withFallback(f.cfg, fellBack), nil
+		return withPull(ctx, img, f.cfg, pulled, fellBack), nil
 	}
 	if !pulled {
 		if err := ensureUnpacked(ctx, img, r.snapshotter); err != nil {
@@ -145,12 +145,17 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	r.mu.Lock()
 	r.images[digest] = imageFacts{cfg: cfg, chainID: identity.ChainID(diffIDs).String()}
 	r.mu.Unlock()
-	return withFallback(cfg, fellBack), nil
+	return withPull(ctx, img, cfg, pulled, fellBack), nil
 }
 
-func withFallback(cfg runner.ImageConfig, fellBack error) runner.ImageConfig {
+// withPull adds what a pull left to say: the size of what was pulled, or
+// why the local copy stands in.
+func withPull(ctx context.Context, img ctrd.Image, cfg runner.ImageConfig, pulled bool, fellBack error) runner.ImageConfig {
 	if fellBack != nil {
 		cfg.PullFallback = fellBack.Error()
+	}
+	if pulled {
+		cfg.Size, _ = img.Size(ctx)
 	}
 	return cfg
 }

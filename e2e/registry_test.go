@@ -1,0 +1,158 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/namespaces"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/ociimage"
+	"github.com/noderun/noderun/internal/testenv"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+)
+
+// registry runs Debian's docker-registry on a loopback port; stop ends it.
+type registry struct {
+	addr string
+	cmd  *exec.Cmd
+}
+
+func startRegistry(t *testing.T) *registry {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	testenv.Require(t, err == nil, "docker-registry (apt-get install docker-registry)")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	dir := t.TempDir()
+	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr)
+	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := &registry{addr: addr, cmd: exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.stop)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
+			resp.Body.Close()
+			return r
+		}
+	}
+	t.Fatal("docker-registry did not start")
+	return nil
+}
+
+func (r *registry) stop() {
+	if r.cmd.ProcessState == nil {
+		_ = r.cmd.Process.Kill()
+		_ = r.cmd.Wait()
+	}
+}
+
+// push puts a busybox image named name into the registry, through a
+// containerd namespace of the test's own.
+func (r *registry) push(t *testing.T, name string) {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
+	path := filepath.Join(t.TempDir(), "push.tar")
+	img, err := ociimage.Busybox(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.WriteFile(path, img); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrdrt.ImportArchive(ctx, client, path, snapshotter); err != nil {
+		t.Fatal(err)
+	}
+	ci, err := client.GetImage(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Push(ctx, name, ci.Target()); err != nil {
+		t.Fatalf("push %s: %v", name, err)
+	}
+	_ = client.ImageService().Delete(ctx, name)
+}
+
+func (n *node) writeHostsToml(host, content string) {
+	n.t.Helper()
+	dir := filepath.Join(n.root, "certs.d", host)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		n.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hosts.toml"), []byte(content), 0o644); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+func imagePod(name, image, policy string) string {
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: %s
+    imagePullPolicy: %s
+    command: ["sleep", "3600"]
+`, name, image, policy)
+}
+
+// TestRegistryMirrorThenOfflineFallback: a hosts.toml mirror serves a
+// docker.io image; once the registry is gone, an Always pod runs the local
+// copy with a PullFallbackLocal warning.
+func TestRegistryMirrorThenOfflineFallback(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	reg := startRegistry(t)
+	reg.push(t, reg.addr+"/library/busybox:mirrored")
+	n.writeHostsToml("docker.io", fmt.Sprintf("server = \"https://registry-1.docker.io\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg.addr))
+
+	n.writeManifest("a.yaml", imagePod("a", "busybox:mirrored", "IfNotPresent"))
+	n.waitPod("a", "running (pulled through the mirror)", running)
+	evs := n.events("a")
+	if !hasEvent(evs, "Pulling", `Pulling image "busybox:mirrored"`) || !hasEvent(evs, "Pulled", `Successfully pulled image "busybox:mirrored"`) {
+		t.Errorf("events: %+v", evs)
+	}
+
+	reg.stop()
+	n.writeManifest("b.yaml", imagePod("b", "busybox:mirrored", "Always"))
+	n.waitPod("b", "running on the local copy", running)
+	if !hasEvent(n.events("b"), "PullFallbackLocal", "registry unreachable, running the local copy of docker.io/library/busybox:mirrored") {
+		t.Errorf("no PullFallbackLocal warning: %+v", n.events("b"))
+	}
+}
+
+// TestRegistryFallbackNever: with --image-pull-fallback=never an Always
+// pod whose registry cannot be reached backs off as under the kubelet,
+// though the image is present.
+func TestRegistryFallbackNever(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "--image-pull-fallback", "never")
+	n.writeManifest("strict.yaml", imagePod("strict", "busybox:1.36", "Always"))
+	p := n.waitPod("strict", "ImagePullBackOff", func(p *v1.Pod) bool {
+		w := p.Status.ContainerStatuses[0].State.Waiting
+		return w != nil && w.Reason == "ImagePullBackOff"
+	})
+	if p.Status.ContainerStatuses[0].State.Running != nil {
+		t.Fatal("ran the local copy although fallback is off")
+	}
+	if !hasEvent(n.events("strict"), "Failed", `Failed to pull image "busybox:1.36"`) {
+		t.Errorf("no Failed pull event: %+v", n.events("strict"))
+	}
+}
