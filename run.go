@@ -69,7 +69,8 @@ func runNode(c *cli.Context) error {
 		imagesDir = filepath.Join(stateDir, "images")
 	}
 	// Imported before the first reconcile so offline pods never try a pull.
-	if err := importImages(ctx, client, imagesDir, log); err != nil {
+	ledger := ctrdrt.OpenImportLedger(filepath.Join(stateDir, "image-imports.json"))
+	if err := importImages(ctx, client, imagesDir, ledger, log); err != nil {
 		return err
 	}
 
@@ -150,8 +151,8 @@ func runNode(c *cli.Context) error {
 
 // importImages imports the tarballs present now, then keeps watching the
 // directory for new ones.
-func importImages(ctx context.Context, client *containerd.Client, dir string, log *slog.Logger) error {
-	watch, err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, log)
+func importImages(ctx context.Context, client *containerd.Client, dir string, ledger *ctrdrt.ImportLedger, log *slog.Logger) error {
+	watch, err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, ledger, log)
 	if err != nil {
 		return err
 	}

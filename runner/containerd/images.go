@@ -58,8 +58,9 @@ func ImportArchive(ctx context.Context, c *ctrd.Client, path, snapshotter string
 }
 
 // ImportDir imports every *.tar in dir in name order, skipping dot-files
-// (tarballs still being written). A bad tarball is logged and skipped.
-func ImportDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) ([]string, error) {
+// (tarballs still being written) and, with a ledger, tarballs imported
+// before and unchanged since. A bad tarball is logged and skipped.
+func ImportDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, ledger *ImportLedger, log *slog.Logger) ([]string, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
@@ -70,7 +71,7 @@ func ImportDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log
 			return names, ctx.Err()
 		}
 		if e.Type().IsRegular() && isArchiveName(e.Name()) {
-			names = append(names, importLogged(ctx, c, filepath.Join(dir, e.Name()), snapshotter, log)...)
+			names = append(names, importLogged(ctx, c, filepath.Join(dir, e.Name()), snapshotter, ledger, log)...)
 		}
 	}
 	return names, nil
@@ -80,13 +81,25 @@ func isArchiveName(name string) bool {
 	return strings.HasSuffix(name, ".tar") && !strings.HasPrefix(name, ".")
 }
 
-func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string, log *slog.Logger) []string {
+func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string, ledger *ImportLedger, log *slog.Logger) []string {
+	fi, statErr := os.Stat(path)
+	if statErr == nil {
+		if names, ok := ledger.unchanged(ctx, c, path, fi); ok {
+			log.Debug("image tarball unchanged since its import", "path", path, "images", names)
+			return names
+		}
+	}
 	names, err := ImportArchive(ctx, c, path, snapshotter)
 	if err != nil {
 		log.Warn("image import failed", "path", path, "err", err)
 		return names
 	}
 	log.Info("imported images", "path", path, "images", names)
+	if statErr == nil {
+		if err := ledger.record(path, fi, names); err != nil {
+			log.Warn("image import ledger", "err", err)
+		}
+	}
 	return names
 }
 
@@ -95,7 +108,7 @@ func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string,
 // returned watch then imports each *.tar that is created, written or renamed
 // into dir once it has settled, until ctx ends (it then returns nil).
 // Importing is idempotent, so a tarball imported twice is harmless.
-func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, log *slog.Logger) (watch func() error, err error) {
+func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, ledger *ImportLedger, log *slog.Logger) (watch func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -108,13 +121,13 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 		w.Close()
 		return nil, fmt.Errorf("watch %s: %w", dir, err)
 	}
-	if _, err := ImportDir(ctx, c, dir, snapshotter, log); err != nil {
+	if _, err := ImportDir(ctx, c, dir, snapshotter, ledger, log); err != nil {
 		w.Close()
 		return nil, err
 	}
 	return func() error {
 		defer w.Close()
-		return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, log) }, log)
+		return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, ledger, log) }, log)
 	}, nil
 }
 

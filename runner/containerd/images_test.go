@@ -79,7 +79,7 @@ func TestImportDir(t *testing.T) {
 	busyboxTar(t, filepath.Join(dir, "b-good.tar"), "good:1")
 	busyboxTar(t, filepath.Join(dir, ".in-progress.tar"), "hidden:1")
 	busyboxTar(t, filepath.Join(dir, "c-other.tar.gz"), "other:1")
-	names, err := ImportDir(context.Background(), c, dir, testSnapshotter, testLogger(t))
+	names, err := ImportDir(context.Background(), c, dir, testSnapshotter, nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func TestWatchImagesDir(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	watch, err := WatchImagesDir(ctx, c, dir, testSnapshotter, testLogger(t))
+	watch, err := WatchImagesDir(ctx, c, dir, testSnapshotter, nil, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,5 +350,42 @@ func TestPullFallbackOnlyWhenUnreachable(t *testing.T) {
 	}
 	if _, _, fb, err := resolveImage(ctx, c, answers, v1.PullAlways, true, plain); !errors.Is(err, ErrImagePull) || fb != nil {
 		t.Fatalf("registry answering 404: fellBack %v err %v; want ErrImagePull, no fallback", fb, err)
+	}
+}
+
+// An unchanged tarball is not read again: with the ledger, a tarball whose
+// content went bad but whose size and mtime stayed is skipped, while its
+// images are still there; once they are gone, it is read (and fails).
+func TestImportLedgerSkipsUnchangedTarballs(t *testing.T) {
+	c := testClient(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "busybox.tar")
+	busyboxTar(t, path, "example.com/ledger:1")
+	ledgerPath := filepath.Join(t.TempDir(), "imports.json")
+	ledger := OpenImportLedger(ledgerPath)
+	if names, err := ImportDir(ctx, c, dir, testSnapshotter, ledger, testLogger(t)); err != nil || len(names) != 1 {
+		t.Fatalf("first import: %v %v", names, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same size and mtime, content no tarball: only a read would notice.
+	if err := os.WriteFile(path, make([]byte, fi.Size()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	names, err := ImportDir(ctx, c, dir, testSnapshotter, OpenImportLedger(ledgerPath), testLogger(t))
+	if err != nil || len(names) != 1 || names[0] != "example.com/ledger:1" {
+		t.Fatalf("second start: %v %v; want the remembered image, the tarball unread", names, err)
+	}
+	if err := c.ImageService().Delete(ctx, "example.com/ledger:1"); err != nil {
+		t.Fatal(err)
+	}
+	if names, _ := ImportDir(ctx, c, dir, testSnapshotter, OpenImportLedger(ledgerPath), testLogger(t)); len(names) != 0 {
+		t.Fatalf("image gone from containerd: %v; the tarball must be read again (and here it is broken)", names)
 	}
 }
