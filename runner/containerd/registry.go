@@ -290,3 +290,55 @@ func (g *pullGroup) do(ctx context.Context, name string, fn func(context.Context
 		return nil, ctx.Err()
 	}
 }
+
+// refresher keeps pulling images that were run from their local copy
+// because the registry could not be reached, so the node has the current
+// image once the registry is back (for the next start; running containers
+// keep theirs, as with any Always pull).
+type refresher struct {
+	mu       sync.Mutex
+	pending  map[string]bool
+	min, max time.Duration // backoff between attempts; 0: 10 s to 5 min
+}
+
+// refreshLater starts refreshing name unless that is under way; it keeps
+// trying at the backoff rate until a pull succeeds (a registry that
+// answers "not found" may be in the middle of a push).
+func (r *Runtime) refreshLater(name string) {
+	f := &r.refresh
+	f.mu.Lock()
+	if f.pending == nil {
+		f.pending = map[string]bool{}
+	}
+	if f.pending[name] {
+		f.mu.Unlock()
+		return
+	}
+	f.pending[name] = true
+	wait, most := f.min, f.max
+	f.mu.Unlock()
+	if wait == 0 {
+		wait, most = 10*time.Second, 5*time.Minute
+	}
+	go func() {
+		defer func() {
+			f.mu.Lock()
+			delete(f.pending, name)
+			f.mu.Unlock()
+		}()
+		logged := false
+		for {
+			time.Sleep(wait)
+			_, err := r.pull(context.Background(), name)
+			if err == nil {
+				r.log.Info("registry reachable again; image refreshed", "image", name)
+				return
+			}
+			if !unreachable(err) && !logged {
+				r.log.Warn("image refresh: the registry answered but refused; still trying", "image", name, "err", err)
+				logged = true
+			}
+			wait = min(wait*2, most)
+		}
+	}()
+}

@@ -23,8 +23,11 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
 	"golang.org/x/crypto/bcrypt"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/ociimage"
 )
 
 // secureRegistry runs docker-registry on loopback with TLS from a fresh CA
@@ -310,5 +313,95 @@ func TestLookupAuth(t *testing.T) {
 	}
 	if _, _, _, err := lookupAuth([]byte(`{"auths": {"x": {"auth": "!!"}}}`), "x"); err == nil {
 		t.Error("a bad base64 auth was accepted")
+	}
+}
+
+// serveRegistry runs docker-registry at addr with its storage in dir until
+// the returned stop.
+func serveRegistry(t *testing.T, addr, dir string) (stop func()) {
+	t.Helper()
+	bin, err := exec.LookPath("docker-registry")
+	prerequisite(t, err == nil, "docker-registry (apt-get install docker-registry)")
+	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr)
+	cfg := filepath.Join(dir, "config.yml")
+	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "serve", cfg)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cmd.Process.Kill(); cmd.Wait() }) }
+	t.Cleanup(stop)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return stop
+		}
+	}
+	t.Fatal("docker-registry did not start")
+	return nil
+}
+
+// pushFrom pushes a busybox image (with extra marking its content) as name
+// from a containerd namespace of its own, leaving rt's images alone.
+func pushFrom(t *testing.T, rt *Runtime, name, extra string) string {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), "push-"+extra)
+	img, err := ociimage.Busybox(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img.Files["/version"] = ociimage.Regular([]byte(extra), 0o644)
+	path := filepath.Join(t.TempDir(), "push.tar")
+	if err := ociimage.WriteFile(path, img); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ImportArchive(ctx, rt.client, path, testSnapshotter); err != nil {
+		t.Fatal(err)
+	}
+	ci, err := rt.client.GetImage(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.client.Push(ctx, name, ci.Target()); err != nil {
+		t.Fatal(err)
+	}
+	return ci.Target().Digest.String()
+}
+
+// After a fallback to the local copy, the image is pulled again in the
+// background once the registry is back.
+func TestFallbackRefreshesWhenTheRegistryIsBack(t *testing.T) {
+	rt := testRuntime(t)
+	rt.pullFallback = true
+	rt.refresh.min, rt.refresh.max = 100*time.Millisecond, 200*time.Millisecond
+	addr := freeAddr(t)
+	name := addr + "/app:latest"
+	stop := serveRegistry(t, addr, t.TempDir())
+	old := pushFrom(t, rt, name, "v1")
+	ctx := context.Background()
+	if _, err := rt.EnsureImage(ctx, name, v1.PullAlways); err != nil {
+		t.Fatal(err)
+	}
+	stop()
+	img, err := rt.EnsureImage(ctx, name, v1.PullAlways)
+	if err != nil || img.PullFallback == "" {
+		t.Fatalf("registry down: %+v %v; want the local copy with a fallback reason", img, err)
+	}
+	// The registry comes back with a new image under the same name.
+	serveRegistry(t, addr, t.TempDir())
+	fresh := pushFrom(t, rt, name, "v2")
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		ci, err := rt.client.GetImage(rt.ctx(ctx), name)
+		if err == nil && ci.Target().Digest.String() == fresh {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("local image not refreshed (old %s, want %s): %v", old, fresh, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -47,6 +47,7 @@ type Runtime struct {
 	pullFallback bool // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
 	pulls        pullGroup
+	refresh      refresher
 	security     hostSecurity
 	log          *slog.Logger
 
@@ -123,6 +124,9 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 	img, pulled, fellBack, err := resolveImage(ctx, r.client, ref, policy, r.pullFallback, r.pull)
 	if err != nil {
 		return runner.ImageConfig{}, err
+	}
+	if fellBack != nil {
+		r.refreshLater(img.Name())
 	}
 	digest := img.Target().Digest.String()
 	if f, ok := r.imageFacts(digest); ok {
