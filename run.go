@@ -89,9 +89,13 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	gcPolicy, err := imageGCPolicy(c)
+	if err != nil {
+		return err
+	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -106,6 +110,8 @@ func runNode(c *cli.Context) error {
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
+		ImageGC:              gcPolicy,
+		ImageGCPeriod:        c.Duration("image-gc-period"),
 		OnActivity:           relax.activity,
 		OnReady: func() {
 			log.Info("ready", "node", nodeName, "sources", nSources)
@@ -229,4 +235,18 @@ func registryConfig(c *cli.Context, stateDir string) ctrdrt.RegistryConfig {
 		AuthFiles:       auth,
 		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
 	}
+}
+
+// imageGCPolicy reads the kubelet-style image GC flags.
+func imageGCPolicy(c *cli.Context) (runner.ImageGCPolicy, error) {
+	p := runner.ImageGCPolicy{
+		HighThresholdPercent: c.Int("image-gc-high-threshold"),
+		LowThresholdPercent:  c.Int("image-gc-low-threshold"),
+		MinAge:               c.Duration("image-minimum-gc-age"),
+	}
+	if p.LowThresholdPercent < 0 || p.HighThresholdPercent > 100 || p.LowThresholdPercent > p.HighThresholdPercent {
+		return p, fmt.Errorf("--image-gc-low-threshold %d and --image-gc-high-threshold %d: want 0 <= low <= high <= 100",
+			p.LowThresholdPercent, p.HighThresholdPercent)
+	}
+	return p, nil
 }

@@ -39,6 +39,10 @@ type Config struct {
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.
 	GCInterval time.Duration
+	// ImageGC is when unused images are removed; ImageGCPeriod how often
+	// it is looked at (0: never).
+	ImageGC       ImageGCPolicy
+	ImageGCPeriod time.Duration
 	// NetworkCheck is how often a running pod's network gets a CNI CHECK
 	// (0: only after a noderun restart and when its interfaces vanish).
 	NetworkCheck time.Duration
@@ -72,6 +76,7 @@ type Engine struct {
 	settled, waitLogged bool // orphans removed; the wait for sources logged
 	ready               atomic.Bool
 	lastLoop            atomic.Int64 // unix nanos of the main loop's last turn
+	imageGCBusy         atomic.Bool  // an image GC runs (off the loop)
 }
 
 // New returns an engine; Run starts it.
@@ -169,6 +174,12 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	defer resync.Stop()
 	gc := e.clock.NewTicker(e.cfg.GCInterval)
 	defer gc.Stop()
+	var imageGC <-chan time.Time
+	if e.cfg.ImageGCPeriod > 0 {
+		t := e.clock.NewTicker(e.cfg.ImageGCPeriod)
+		defer t.Stop()
+		imageGC = t.C()
+	}
 	// A broken exit stream is subscribed again after a backoff, without
 	// holding up the loop: a stream that breaks at once (containerd gone)
 	// must not turn into a busy loop.
@@ -211,6 +222,8 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 			} else {
 				e.settle(ctx)
 			}
+		case <-imageGC:
+			e.gcImages(ctx)
 		}
 	}
 }
@@ -228,6 +241,43 @@ func (e *Engine) gc(ctx context.Context) {
 	if err := e.net.GC(ctx, keep); err != nil {
 		e.log.Warn("network garbage collection", "err", err)
 	}
+}
+
+// gcImages removes unused images off the loop (it may take long), never
+// an image a manifest names (running, failing or last good) or a
+// container of noderun's uses; one at a time.
+func (e *Engine) gcImages(ctx context.Context) {
+	if !e.settled || !e.imageGCBusy.CompareAndSwap(false, true) {
+		return
+	}
+	var keep []string
+	e.mu.Lock()
+	for _, s := range e.sources {
+		for _, p := range s.Pods {
+			for _, c := range allContainers(p) {
+				keep = append(keep, c.Image)
+			}
+		}
+	}
+	e.mu.Unlock()
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		defer e.imageGCBusy.Store(false)
+		cs, err := e.rt.ListContainers(ctx, "")
+		if err != nil {
+			e.log.Warn("image garbage collection skipped: cannot tell which images are in use", "err", err)
+			return
+		}
+		for _, c := range cs {
+			if c.ImageRef != "" {
+				keep = append(keep, c.ImageRef)
+			}
+		}
+		if _, err := e.rt.GCImages(ctx, keep, e.cfg.ImageGC); err != nil {
+			e.log.Warn("image garbage collection", "err", err)
+		}
+	}()
 }
 
 // NetworkChanged makes the worker of the pod with this sandbox ID (every

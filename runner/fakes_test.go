@@ -111,6 +111,7 @@ type fakeRuntime struct {
 	imagePulls  bool     // EnsureImage pulls (tells the PullTrace)
 	imageErr    error    // what EnsureImage fails with
 	ensures     int      // EnsureImage calls
+	gcKeep      []string // what the last GCImages had to keep
 }
 
 // execCall is one ExecSync the fake received.
@@ -163,7 +164,7 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 	r.containers[cfg.ID] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
-		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch,
+		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch, ImageRef: cfg.Image.Ref,
 	}
 	return nil, nil
 }
@@ -207,6 +208,13 @@ func (r *fakeRuntime) ExecSync(_ context.Context, id string, cmd []string, timeo
 	r.execs = append(r.execs, execCall{ID: id, Cmd: cmd, Timeout: timeout})
 	r.calls = append(r.calls, fmt.Sprintf("exec %s %s", id, strings.Join(cmd, " ")))
 	return r.execResult, r.execErr
+}
+
+func (r *fakeRuntime) GCImages(_ context.Context, keep []string, _ ImageGCPolicy) ([]string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gcKeep = keep
+	return nil, nil
 }
 
 func (r *fakeRuntime) Ping(context.Context) error {

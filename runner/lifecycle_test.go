@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/manifests"
 )
 
 func sidecarPod(uid string, policy v1.RestartPolicy) *v1.Pod {
@@ -287,5 +290,34 @@ func TestEngineImagePullBackOffAndPullEvents(t *testing.T) {
 	waitFor(t, "started after the backoff", func() bool { return f.rt.startedCount() == 1 })
 	if !f.hasEvent("Pulling", `Pulling image "busybox:1.36"`) || !f.hasEvent("Pulled", "Image size: 1234 bytes") || !f.hasEvent("Failed", "Failed to pull image") {
 		t.Fatalf("events: %+v", f.e.events.list())
+	}
+}
+
+func TestEngineImageGCKeepsWhatManifestsAndContainersUse(t *testing.T) {
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	dir := t.TempDir()
+	f.e = New(Config{
+		NodeName: "n1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"), PodLogDir: filepath.Join(dir, "logs"),
+		ResolvConf: filepath.Join(dir, "none"), Clock: clock, ImageGCPeriod: 5 * time.Minute,
+	}, f.rt, f.net)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.e.Run(ctx, f.snaps, 1) }()
+	defer func() { cancel(); <-done }()
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "example.com/init:2"}}
+	f.send(pod)
+	waitFor(t, "init started", func() bool { return f.rt.startedCount() == 1 })
+	time.Sleep(20 * time.Millisecond)
+	f.clock.Advance(5 * time.Minute)
+	waitFor(t, "image GC", func() bool { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.gcKeep != nil })
+	f.rt.mu.Lock()
+	keep := f.rt.gcKeep
+	f.rt.mu.Unlock()
+	for _, want := range []string{"busybox:1.36", "example.com/init:2", "docker.io/library/example.com/init:2"} {
+		if !slices.Contains(keep, want) {
+			t.Errorf("GC may remove %s; keep = %v", want, keep)
+		}
 	}
 }

@@ -37,6 +37,18 @@ type Runtime interface {
 	ExecSync(ctx context.Context, id string, cmd []string, timeout time.Duration) (ExecResult, error)
 	// Ping reports whether the runtime answers.
 	Ping(ctx context.Context) error
+	// GCImages removes unused images while the image filesystem is above
+	// the policy's high threshold, down to its low one, never one of keep
+	// (image references as manifests write them). It returns what it
+	// removed.
+	GCImages(ctx context.Context, keep []string, p ImageGCPolicy) ([]string, error)
+}
+
+// ImageGCPolicy is the kubelet's image garbage collection policy.
+type ImageGCPolicy struct {
+	HighThresholdPercent int           // collect when the image filesystem is this full
+	LowThresholdPercent  int           // down to this
+	MinAge               time.Duration // an image seen for less time stays
 }
 
 // ExecResult is how a command run by ExecSync ended.

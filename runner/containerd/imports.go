@@ -78,3 +78,20 @@ func (l *ImportLedger) record(path string, fi os.FileInfo, names []string) error
 	}
 	return os.Rename(tmp, l.path)
 }
+
+// present lists the images of tarballs still in place: they are not
+// garbage, since the next start would import them again.
+func (l *ImportLedger) present() []string {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for path, e := range l.seen {
+		if _, err := os.Stat(path); err == nil {
+			out = append(out, e.Names...)
+		}
+	}
+	return out
+}

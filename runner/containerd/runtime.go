@@ -48,6 +48,8 @@ type Runtime struct {
 	registry     RegistryConfig
 	pulls        pullGroup
 	refresh      refresher
+	ledger       *ImportLedger // images from the images dir, kept by image GC
+	use          imageUse
 	security     hostSecurity
 	log          *slog.Logger
 
@@ -80,6 +82,10 @@ func WithSeccompDir(dir string) Option { return func(r *Runtime) { r.security.se
 // WithPullFallback lets imagePullPolicy Always run the local copy of an
 // image when its registry cannot be reached (not when it refuses).
 func WithPullFallback(on bool) Option { return func(r *Runtime) { r.pullFallback = on } }
+
+// WithImportLedger tells image GC which images came from tarballs in the
+// images dir.
+func WithImportLedger(l *ImportLedger) Option { return func(r *Runtime) { r.ledger = l } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
