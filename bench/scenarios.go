@@ -38,6 +38,7 @@ type measurements struct {
 	probeExecCPU, probeExecHost float64
 	// Start (to healthy) with large tarballs in the images dir, seconds.
 	imagesFirstStart, imagesSecondStart float64
+	imagesImported                      float64 // first start to all images in
 	apiGetPods                          int
 	binaryMiB                           float64
 }

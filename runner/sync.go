@@ -217,6 +217,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		return left
 	}
 	img, err := w.ensureImage(ctx, pod, c, s.init)
+	if errors.Is(err, ErrImageImporting) {
+		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
+		return 500 * time.Millisecond
+	}
 	if err != nil {
 		return w.pullFailed(pod, c, s.init, err)
 	}
