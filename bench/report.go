@@ -173,7 +173,7 @@ func (m *measurements) rows(cfg Config) []Row {
 	}
 	if cfg.ImageTarballs > 0 {
 		what := fmt.Sprintf("%d images of %d MiB in the images dir", cfg.ImageTarballs, cfg.ImageTarballMiB)
-		add(Row{Key: "start_images_first", Measure: "start to healthy, " + what + ", first start (imports them)", Unit: "s",
+		add(Row{Key: "start_images_first", Measure: "start to healthy, " + what + ", first start (imports follow)", Unit: "s",
 			Noderun: statsOf([]float64{m.imagesFirstStart})})
 		add(Row{Key: "start_images_imported", Measure: "start to every image imported, " + what + ", first start", Unit: "s",
 			Noderun: statsOf([]float64{m.imagesImported})})
