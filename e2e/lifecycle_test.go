@@ -548,7 +548,7 @@ spec:
   - name: logs
     image: busybox:1.36
     terminationMessagePolicy: FallbackToLogsOnError
-    command: ["sh", "-c", "echo first; echo last >&2; exit 1"]
+    command: ["sh", "-c", "echo first; sleep 0.3; echo last >&2; exit 1"]
 `)
 	p := n.waitPodFor("msg", "Failed", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
 	for name, want := range map[string]string{"file": "disk full", "custom": "done", "logs": "first\nlast\n"} {
