@@ -233,7 +233,7 @@ spec:
 `)
 	n.waitPod("hang", "running", running)
 	deadline := time.Now().Add(20 * time.Second)
-	for !hasEvent(n.events("hang"), "Unhealthy", `Readiness probe failed: command "sleep 30" timed out`) {
+	for !hasEvent(n.events("hang"), "Unhealthy", `Readiness probe failed: command timed out: "sleep 30" timed out after 1s`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no timed-out probe event: %+v", n.events("hang"))
 		}
