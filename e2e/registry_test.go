@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,6 +32,14 @@ type registry struct {
 
 func startRegistry(t *testing.T) *registry {
 	t.Helper()
+	dir := t.TempDir()
+	return runRegistry(t, dir, "storage: {filesystem: {rootdirectory: %[1]s}}\nhttp: {addr: %[2]s}\n")
+}
+
+// runRegistry serves docker-registry with the given config body (%[1]s is
+// its dir, %[2]s its address) on a free loopback port until the test ends.
+func runRegistry(t *testing.T, dir, body string) *registry {
+	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	testenv.Require(t, err == nil, "docker-registry (apt-get install docker-registry)")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -41,8 +48,7 @@ func startRegistry(t *testing.T) *registry {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	dir := t.TempDir()
-	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr)
+	config := "version: 0.1\nlog: {level: warn}\n" + fmt.Sprintf(body, dir, addr)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -52,8 +58,8 @@ func startRegistry(t *testing.T) *registry {
 	}
 	t.Cleanup(r.stop)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
-			resp.Body.Close()
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
 			return r
 		}
 	}
@@ -163,12 +169,10 @@ func TestRegistryFallbackNever(t *testing.T) {
 	}
 }
 
-// secureRegistry runs docker-registry with TLS (a test CA, in dir) and
+// startSecureRegistry runs docker-registry with TLS (a test CA, in dir) and
 // htpasswd auth for user/pass.
 func startSecureRegistry(t *testing.T, user, pass string) (*registry, []byte) {
 	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	testenv.Require(t, err == nil, "docker-registry (apt-get install docker-registry)")
 	dir := t.TempDir()
 	writeEtcdCerts(t, dir) // ca.crt, server.crt, server.key for 127.0.0.1
 	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
@@ -178,34 +182,13 @@ func startSecureRegistry(t *testing.T, user, pass string) (*registry, []byte) {
 	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	r := runRegistry(t, dir, "storage: {filesystem: {rootdirectory: %[1]s/data}}\n"+
+		"auth: {htpasswd: {realm: test, path: %[1]s/htpasswd}}\nhttp: {addr: %[2]s, tls: {certificate: %[1]s/server.crt, key: %[1]s/server.key}}\n")
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %[1]s/data}}\n"+
-		"auth: {htpasswd: {realm: test, path: %[1]s/htpasswd}}\nhttp: {addr: %[2]s, tls: {certificate: %[1]s/server.crt, key: %[1]s/server.key}}\n", dir, addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := &registry{addr: addr, cmd: exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))}
-	if err := r.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.stop)
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r, ca
-		}
-	}
-	t.Fatal("docker-registry did not start")
-	return nil, nil
+	return r, ca
 }
 
 // pushWith pushes a busybox image as name through a resolver that trusts
