@@ -20,8 +20,8 @@ import (
 	"github.com/noderun/noderun/runner/prober"
 )
 
-// minKillGrace is what a container gets after its preStop hook used up the
-// grace period: the kubelet never stops with less than 2 s.
+// minKillGrace is the least a container gets to stop, whatever its grace
+// period or its preStop hook left: the kubelet never stops with less.
 const minKillGrace = 2 * time.Second
 
 // The kubelet's limits on a termination message: the file is read up to
@@ -46,8 +46,10 @@ func (w *podWorker) killContainer(ctx context.Context, pod *v1.Pod, k killAction
 		if err != nil {
 			w.event(pod, k.c.Name, k.init, v1.EventTypeWarning, "FailedPreStopHook", err.Error())
 		}
-		grace = max(grace-w.env.clock.Since(began), minKillGrace)
+		grace -= w.env.clock.Since(began)
 	}
+	// The kubelet never stops with less than 2 s, hook or not.
+	grace = max(grace, minKillGrace)
 	if err := w.env.rt.StopContainer(ctx, k.run.ID, grace); err != nil {
 		w.env.log.Warn("stop container", "pod", podRef(pod), "container", k.c.Name, "err", err)
 	}
@@ -162,7 +164,7 @@ func (w *podWorker) forgetOldRuns(name string, restart int) {
 	}
 }
 
-// readCapped reads at most n bytes of a regular file, never following a
+// readCapped reads the last n bytes at most of a regular file, never following a
 // link a container may have planted in its place.
 func readCapped(path string, n int64) string {
 	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -170,8 +172,15 @@ func readCapped(path string, n int64) string {
 		return ""
 	}
 	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
 		return ""
+	}
+	// The kubelet keeps the end of a long message (tail.ReadAtMost).
+	if fi.Size() > n {
+		if _, err := f.Seek(fi.Size()-n, io.SeekStart); err != nil {
+			return ""
+		}
 	}
 	b, _ := io.ReadAll(io.LimitReader(f, n))
 	return string(b)

@@ -52,6 +52,9 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
+	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
+		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
+	}
 	requeue := w.act(ctx, pod, acts, latest)
 	w.publish(pod, latest, acts)
 	if !acts.deadline.IsZero() && acts.failed == "" {
