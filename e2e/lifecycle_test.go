@@ -12,6 +12,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/crilog"
 )
 
 // events returns the node's events about the static pod from manifest name.
@@ -56,10 +58,71 @@ func podCondition(p *v1.Pod, t v1.PodConditionType) bool {
 	return false
 }
 
-// livenessPod's container turns unhealthy 3 s after it starts; its probe
-// (period 1 s, failureThreshold 2) then fails twice, and sh as PID 1
-// ignores SIGTERM, so the kill waits the 2 s grace period.
-func livenessPod(name, image, script, probe string) string {
+// eventCount sums the counts of the events with reason whose message starts
+// with prefix (repeats are folded into one event's count).
+func eventCount(evs []v1.Event, reason, prefix string) int32 {
+	var n int32
+	for _, ev := range evs {
+		if ev.Reason == reason && strings.HasPrefix(ev.Message, prefix) {
+			n += ev.Count
+		}
+	}
+	return n
+}
+
+// eventsText lists events one a line, for failure messages.
+func eventsText(evs []v1.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "\n\t%s %s %s: %s (x%d)", ev.LastTimestamp.Format(time.TimeOnly), ev.InvolvedObject.FieldPath, ev.Reason, ev.Message, ev.Count)
+	}
+	return b.String()
+}
+
+// lineTimes waits for a stdout line want in a run's log and returns when
+// each such line was written, oldest first. Log times have nanoseconds,
+// where status times have whole seconds.
+func (n *node) lineTimes(p *v1.Pod, container string, run int, want string) []time.Time {
+	n.t.Helper()
+	path := n.logPath(p, container, run)
+	n.waitLogLine(path, want)
+	var out []time.Time
+	for _, l := range n.readLog(path) {
+		if l.stream == crilog.Stdout && l.content == want {
+			out = append(out, l.time)
+		}
+	}
+	return out
+}
+
+// checkTiming logs a measured delay beside the kubelet's and fails it
+// outside [lo, hi].
+func checkTiming(t *testing.T, what string, got, lo, hi time.Duration, kubelet string) {
+	t.Helper()
+	t.Logf("%s: %s (kubelet: %s)", what, got.Round(time.Millisecond), kubelet)
+	if got < lo || got > hi {
+		t.Errorf("%s: %s, want %s to %s (kubelet: %s)", what, got.Round(time.Millisecond), lo, hi, kubelet)
+	}
+}
+
+// probeServer runs testdata/probeserver in the background: gRPC health on
+// 9090, HTTP /healthz on 8080 and a TCP listener on 8081, all healthy while
+// /tmp/healthy exists; it prints "healthy" and "unhealthy" as that changes.
+const probeServer = "/probeserver -grpc :9090 -http :8080 -tcp :8081 -healthy-file /tmp/healthy & "
+
+// probeHandlers are the four kinds of probe, each against probeServer (or
+// its file); the ports go by name where Kubernetes allows it.
+var probeHandlers = map[string]string{
+	"exec": `exec: {command: [cat, /tmp/healthy]}`,
+	"http": `httpGet: {path: /healthz, port: http}`,
+	"tcp":  `tcpSocket: {port: raw}`,
+	"grpc": `grpc: {port: 9090}`,
+}
+
+// probedPod is one container of the probeserver image running script (sh
+// as PID 1, which ignores SIGTERM unless the script traps it) with probe,
+// an indented YAML block of probe fields.
+func probedPod(name, script, probe string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -69,109 +132,152 @@ spec:
   containers:
   - name: main
     image: %s
+    ports: [{name: http, containerPort: 8080}, {name: raw, containerPort: 8081}]
     command: ["sh", "-c", %q]
-    livenessProbe:
-      %s
-      initialDelaySeconds: 1
-      periodSeconds: 1
-      failureThreshold: 2
-`, name, image, script, probe)
+%s`, name, probeServerRef, script, probe)
 }
 
 // TestLifecycleLivenessRestarts: each kind of liveness probe restarts its
-// container once the target turns unhealthy, as the kubelet times it.
+// container once the target has failed failureThreshold probes in a row,
+// with the pod's grace period between SIGTERM and SIGKILL.
 func TestLifecycleLivenessRestarts(t *testing.T) {
 	t.Parallel()
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
-	pods := map[string]string{
-		"exec": livenessPod("live-exec", "busybox:1.36",
-			"touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 3600",
-			`exec: {command: ["cat", "/tmp/healthy"]}`),
-		"http": livenessPod("live-http", "busybox:1.36",
-			"mkdir /tmp/w; echo ok > /tmp/w/healthz; httpd -p 8080 -h /tmp/w; sleep 3; rm /tmp/w/healthz; sleep 3600",
-			`httpGet: {path: /healthz, port: 8080}`),
-		"tcp": livenessPod("live-tcp", "busybox:1.36",
-			"httpd -p 8080 -h /tmp; sleep 3; killall httpd; sleep 3600",
-			`tcpSocket: {port: 8080}`),
-		"grpc": livenessPod("live-grpc", probeServerRef,
-			"/probeserver -grpc :9090 -unhealthy-after 3s & sleep 3600",
-			`grpc: {port: 9090}`),
+	// The trap logs SIGTERM and carries on, so SIGKILL ends the run at the
+	// end of the 2 s grace period: Error, 137. The target stays healthy
+	// for 6 s, longer than a probe that always fails would take to kill
+	// (1 s delay + 3 failures), which would then signal before "unhealthy".
+	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer +
+		"sleep 6; rm /tmp/healthy; while :; do sleep 0.1; done"
+	for kind, handler := range probeHandlers {
+		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    livenessProbe:
+      `+handler+`
+      initialDelaySeconds: 1
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 3
+`))
 	}
-	for kind, m := range pods {
-		n.writeManifest("live-"+kind+".yaml", m)
-	}
-	for kind := range pods {
+	for kind := range probeHandlers {
 		name := "live-" + kind
 		p := n.waitPodFor(name, "restarted by its liveness probe", 40*time.Second, func(p *v1.Pod) bool {
 			cs := containerStatus(p, "main")
 			return cs != nil && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
 		})
-		last := containerStatus(p, "main").LastTerminationState.Terminated
+		cs := containerStatus(p, "main")
+		if cs.RestartCount != 1 {
+			t.Errorf("%s: restartCount %d at the first restart, want 1", kind, cs.RestartCount)
+		}
+		last := cs.LastTerminationState.Terminated
 		if last.Reason != "Error" || last.ExitCode != 137 {
 			t.Errorf("%s: lastState %s/%d, want Error/137", kind, last.Reason, last.ExitCode)
 		}
-		// Unhealthy at 3 s; failures at the ticks after it (period 1 s,
-		// threshold 2), then 2 s of grace: ~6-7 s. Killing at the first
-		// failure would end before 5 s.
-		ran := last.FinishedAt.Sub(last.StartedAt.Time)
-		t.Logf("%s: first run lasted %s (kubelet: unhealthy at 3 s, failures at the next 2 ticks, 2 s grace: ~6-7 s)", kind, ran)
-		if ran < 4500*time.Millisecond || ran > 12*time.Second {
-			t.Errorf("%s: the first run lasted %s, want about 6-7 s (unhealthy at 3 s + 2 failures + 2 s grace)", kind, ran)
-		}
+		unhealthy := n.lineTimes(p, "main", 0, "unhealthy")[0]
+		term := n.lineTimes(p, "main", 0, "term")[0]
+		restarted := n.lineTimes(p, "main", 1, "start")[0]
+		// The failures come at the 1 s ticks after the target turned
+		// unhealthy; the third kills. Killing at the first failure would
+		// signal within 1 s.
+		checkTiming(t, kind+": unhealthy -> SIGTERM", term.Sub(unhealthy), 1500*time.Millisecond, 4500*time.Millisecond,
+			"the 3rd failed probe, 2-3 s")
+		checkTiming(t, kind+": SIGTERM -> next run", restarted.Sub(term), 1800*time.Millisecond, 5*time.Second,
+			"SIGKILL after the 2 s grace period, then the first restart at once")
 		evs := n.events(name)
-		if !hasEvent(evs, "Unhealthy", "Liveness probe failed:") || !hasEvent(evs, "Killing", "Container main failed liveness probe, will be restarted") {
-			t.Errorf("%s: events lack Unhealthy/Killing: %+v", kind, evs)
+		// The kubelet records each failed attempt and holds the probe while
+		// the container is killed.
+		if got := eventCount(evs, "Unhealthy", "Liveness probe failed:"); got != 3 {
+			t.Errorf("%s: %d Unhealthy liveness events, want 3 (one per failure up to the threshold):%s", kind, got, eventsText(evs))
+		}
+		if !hasEvent(evs, "Killing", "Container main failed liveness probe, will be restarted") {
+			t.Errorf("%s: no Killing event:%s", kind, eventsText(evs))
 		}
 	}
 }
 
-// TestLifecycleReadinessFlips: Ready follows the readiness probe both ways,
-// never before its first success, and readiness never restarts anything.
+// readyChange is a change of a pod's Ready condition and when the test saw it.
+type readyChange struct {
+	ready bool
+	at    time.Time
+}
+
+// TestLifecycleReadinessFlips: Ready follows each kind of readiness probe
+// both ways, after successThreshold or failureThreshold probes in a row,
+// never before the first success, and never restarts anything.
 func TestLifecycleReadinessFlips(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("ready.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: ready
-spec:
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", "mkdir /tmp/w; httpd -p 8080 -h /tmp/w; sleep 4; touch /tmp/w/ok; sleep 4; rm /tmp/w/ok; sleep 4; touch /tmp/w/ok; sleep 3600"]
-    readinessProbe:
-      httpGet: {path: /ok, port: 8080}
+	n := newNodeWithImages(t, []string{probeServerTar(t)})
+	// probeserver prints unhealthy (at its start), healthy, unhealthy,
+	// healthy as the script flips the file.
+	script := "trap 'exit 0' TERM; " + probeServer +
+		"sleep 2; touch /tmp/healthy; sleep 5; rm /tmp/healthy; sleep 5; touch /tmp/healthy; while :; do sleep 0.1; done"
+	for kind, handler := range probeHandlers {
+		n.writeManifest("ready-"+kind+".yaml", probedPod("ready-"+kind, script, `    readinessProbe:
+      `+handler+`
       periodSeconds: 1
-      failureThreshold: 1
-`)
-	var seen []bool
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && len(seen) < 4 {
-		if p := n.pod("ready"); p != nil && running(p) {
-			cs := containerStatus(p, "main")
-			ready := podCondition(p, v1.PodReady)
-			if ready != cs.Ready || ready != podCondition(p, v1.ContainersReady) {
-				t.Fatalf("container ready %t, Ready %t, ContainersReady %t disagree", cs.Ready, ready, podCondition(p, v1.ContainersReady))
-			}
-			if cs.RestartCount != 0 {
-				t.Fatalf("readiness restarted the container")
-			}
-			if len(seen) == 0 || seen[len(seen)-1] != ready {
-				seen = append(seen, ready)
+      timeoutSeconds: 1
+      successThreshold: 3
+      failureThreshold: 3
+`))
+	}
+	changes := map[string][]readyChange{}
+	pods := map[string]*v1.Pod{}
+	done := func() bool {
+		for kind := range probeHandlers {
+			if len(changes[kind]) < 4 {
+				return false
 			}
 		}
-		time.Sleep(pollEvery / 2)
+		return true
 	}
-	if want := []bool{false, true, false, true}; !slices.Equal(seen, want) {
-		t.Fatalf("Ready went %v, want %v", seen, want)
+	for deadline := time.Now().Add(40 * time.Second); !done() && time.Now().Before(deadline); time.Sleep(pollEvery / 2) {
+		for _, p := range n.pods() {
+			kind := strings.TrimSuffix(strings.TrimPrefix(p.Name, "ready-"), "-"+nodeName)
+			if _, ok := probeHandlers[kind]; !ok || !running(&p) {
+				continue
+			}
+			cs := containerStatus(&p, "main")
+			ready := podCondition(&p, v1.PodReady)
+			if ready != cs.Ready || ready != podCondition(&p, v1.ContainersReady) {
+				t.Fatalf("%s: container ready %t, Ready %t, ContainersReady %t disagree", kind, cs.Ready, ready, podCondition(&p, v1.ContainersReady))
+			}
+			if cs.RestartCount != 0 {
+				t.Fatalf("%s: readiness restarted the container", kind)
+			}
+			if c := changes[kind]; len(c) == 0 || c[len(c)-1].ready != ready {
+				changes[kind] = append(c, readyChange{ready, time.Now()})
+			}
+			pods[kind] = &p
+		}
 	}
-	if !hasEvent(n.events("ready"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 404") {
-		t.Errorf("no Unhealthy readiness event: %+v", n.events("ready"))
+	for kind := range probeHandlers {
+		var seen []bool
+		for _, c := range changes[kind] {
+			seen = append(seen, c.ready)
+		}
+		if want := []bool{false, true, false, true}; !slices.Equal(seen, want) {
+			t.Errorf("%s: Ready went %v, want %v; events: %+v", kind, seen, want, eventsText(n.events("ready-"+kind)))
+			continue
+		}
+		healthy := n.lineTimes(pods[kind], "main", 0, "healthy")
+		unhealthy := n.lineTimes(pods[kind], "main", 0, "unhealthy")
+		if len(healthy) != 2 || len(unhealthy) != 2 {
+			t.Fatalf("%s: probeserver logged %d healthy and %d unhealthy, want 2 and 2", kind, len(healthy), len(unhealthy))
+		}
+		// Three probes in a row at 1 s ticks: 2-3 s after the change.
+		// Flipping at the first probe would take at most 1 s.
+		const lo, hi, kubelet = 1500 * time.Millisecond, 4500 * time.Millisecond, "the 3rd probe in a row, 2-3 s"
+		checkTiming(t, kind+": healthy -> Ready", changes[kind][1].at.Sub(healthy[0]), lo, hi, kubelet)
+		checkTiming(t, kind+": unhealthy -> not Ready", changes[kind][2].at.Sub(unhealthy[1]), lo, hi, kubelet)
+		checkTiming(t, kind+": healthy again -> Ready", changes[kind][3].at.Sub(healthy[1]), lo, hi, kubelet)
+	}
+	if !hasEvent(n.events("ready-http"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503") {
+		t.Errorf("no Unhealthy readiness event for the HTTP probe:%s", eventsText(n.events("ready-http")))
 	}
 }
 
 // TestLifecycleStartupProbeHoldsLiveness: a liveness probe that would fail
-// at once waits until the startup probe succeeded.
+// at once waits until the startup probe succeeded; started and ready stay
+// false until then.
 func TestLifecycleStartupProbeHoldsLiveness(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -180,10 +286,11 @@ kind: Pod
 metadata:
   name: slow
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "sleep 4; touch /tmp/up; sleep 3600"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 4; touch /tmp/up; echo up; while :; do sleep 0.1; done"]
     startupProbe:
       exec: {command: ["cat", "/tmp/up"]}
       periodSeconds: 1
@@ -193,21 +300,39 @@ spec:
       periodSeconds: 1
       failureThreshold: 1
 `)
-	p := n.waitPod("slow", "running", running)
-	if cs := containerStatus(p, "main"); *cs.Started || cs.Ready {
-		t.Fatalf("started %t ready %t right after start", *cs.Started, cs.Ready)
-	}
-	p = n.waitPodFor("slow", "started", 15*time.Second, func(p *v1.Pod) bool {
+	sawNotStarted := false
+	p := n.waitPodFor("slow", "started", 20*time.Second, func(p *v1.Pod) bool {
 		cs := containerStatus(p, "main")
-		return cs.Started != nil && *cs.Started && cs.Ready
+		if cs == nil || cs.State.Running == nil {
+			return false
+		}
+		started := cs.Started != nil && *cs.Started
+		if !started {
+			sawNotStarted = true
+			if cs.Ready || podCondition(p, v1.PodReady) {
+				t.Fatalf("ready before the startup probe succeeded: %s", statusJSON(p))
+			}
+		}
+		return started
 	})
-	cs := containerStatus(p, "main")
-	if since := time.Since(cs.State.Running.StartedAt.Time); since < 3*time.Second {
-		t.Errorf("started %s after the container began; it creates /tmp/up at 4 s", since)
+	startedSeen := time.Now()
+	if !sawNotStarted {
+		t.Errorf("never saw started false while the startup probe was failing")
 	}
+	if cs := containerStatus(p, "main"); !cs.Ready {
+		t.Errorf("started but not ready; with no readiness probe it is ready once started")
+	}
+	up := n.lineTimes(p, "main", 0, "up")[0]
+	// The first probe after /tmp/up exists succeeds: within a period.
+	checkTiming(t, "file created -> started seen", startedSeen.Sub(up), -200*time.Millisecond, 2500*time.Millisecond,
+		"the next startup probe, within 1 s")
 	time.Sleep(3 * time.Second)
 	if cs := containerStatus(n.pod("slow"), "main"); cs.RestartCount != 0 {
 		t.Fatalf("restarted %d times: liveness ran before the startup probe passed", cs.RestartCount)
+	}
+	evs := n.events("slow")
+	if !hasEvent(evs, "Unhealthy", "Startup probe failed:") || hasEvent(evs, "Unhealthy", "Liveness probe failed:") {
+		t.Errorf("want Unhealthy events of the startup probe and none of liveness:%s", eventsText(evs))
 	}
 }
 
