@@ -622,9 +622,11 @@ spec:
 		2800*time.Millisecond, 5*time.Second, "when the 3 s hook has returned")
 }
 
-// TestLifecycleSidecar: a restartable init container starts before the app
-// container, keeps running, and stops after it; the pod completes when its
-// app container does.
+// TestLifecycleSidecar: a restartable init container starts first, and the
+// app container only once its startup probe passed; its readiness counts
+// for the pod's; it is restarted with the crash backoff when it exits, and
+// stopped after the app; a pod whose app containers completed ends
+// Succeeded although its sidecar was running.
 func TestLifecycleSidecar(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -639,35 +641,39 @@ spec:
   - name: proxy
     image: busybox:1.36
     restartPolicy: Always
-    command: ["sh", "-c", "trap 'echo proxy-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; sleep 0.5; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo proxy-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; sleep 0.5; exit 0' TERM; echo proxy-start; sleep 2; touch /tmp/up; echo proxy-up; sleep 3; touch /tmp/ready; echo proxy-ready; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
+    startupProbe:
+      exec: {command: ["cat", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 30
     readinessProbe:
-      exec: {command: ["true"]}
+      exec: {command: ["cat", "/tmp/ready"]}
       periodSeconds: 1
   containers:
   - name: app
     image: busybox:1.36
-    command: ["sh", "-c", "trap 'echo app-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo app-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; echo app-start; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
   volumes:
   - {name: out, hostPath: {path: %s}}
 `, dir))
-	p := n.waitPod("side", "Ready", func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
-	proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
-	if proxy.State.Running == nil || !proxy.Ready || app.State.Running == nil || !podCondition(p, v1.PodInitialized) {
-		t.Fatalf("sidecar %+v app %+v: both must run, the sidecar ready, the pod initialized", proxy.State, app.State)
-	}
-	if !proxy.State.Running.StartedAt.Before(&app.State.Running.StartedAt) && !proxy.State.Running.StartedAt.Equal(&app.State.Running.StartedAt) {
-		t.Errorf("sidecar started %s, app %s: the sidecar must start first", proxy.State.Running.StartedAt, app.State.Running.StartedAt)
-	}
-	n.removeManifest("side.yaml")
-	n.waitGone("side", 30*time.Second)
-	log := uptimeLog(t, filepath.Join(dir, "log"))
-	if log["app-term"] == 0 || log["proxy-term"] == 0 || log["proxy-term"] < log["app-term"] {
-		t.Errorf("app TERM at %.2f, sidecar TERM at %.2f: the sidecar must be stopped after the app", log["app-term"], log["proxy-term"])
-	}
-
-	// A job with a sidecar: the pod ends Succeeded although the sidecar ran.
+	n.writeManifest("flaky.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: flaky
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: proxy
+    image: busybox:1.36
+    restartPolicy: Always
+    command: ["sh", "-c", "echo proxy-start; sleep 1; exit 1"]
+  containers:
+  - name: app
+    image: busybox:1.36
+    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"]
+`)
 	n.writeManifest("job.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -685,6 +691,41 @@ spec:
     image: busybox:1.36
     command: ["sh", "-c", "sleep 2"]
 `)
+
+	sawAppWithUnreadyProxy := false
+	p := n.waitPod("side", "Ready", func(p *v1.Pod) bool {
+		proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+		if proxy != nil && app != nil && app.State.Running != nil && !proxy.Ready {
+			sawAppWithUnreadyProxy = true
+			if podCondition(p, v1.PodReady) {
+				t.Fatalf("pod Ready while its sidecar is not: %s", statusJSON(p))
+			}
+		}
+		return podCondition(p, v1.PodReady)
+	})
+	readyAt := time.Now()
+	proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+	if proxy.State.Running == nil || !proxy.Ready || proxy.Started == nil || !*proxy.Started || app.State.Running == nil || !podCondition(p, v1.PodInitialized) {
+		t.Fatalf("sidecar %+v app %+v: both must run, the sidecar started and ready, the pod initialized", proxy, app.State)
+	}
+	if !sawAppWithUnreadyProxy {
+		t.Errorf("never saw the app running beside a sidecar that was not ready yet")
+	}
+	proxyUp := n.lineTimes(p, "proxy", 0, "proxy-up")[0]
+	proxyReady := n.lineTimes(p, "proxy", 0, "proxy-ready")[0]
+	appStart := n.lineTimes(p, "app", 0, "app-start")[0]
+	checkTiming(t, "sidecar's startup probe can pass -> app starts", appStart.Sub(proxyUp), 0, 3*time.Second,
+		"the next startup probe within 1 s, then the app container")
+	checkTiming(t, "sidecar's readiness file -> pod Ready seen", readyAt.Sub(proxyReady), -200*time.Millisecond, 3500*time.Millisecond,
+		"the next readiness probe within 1 s")
+
+	n.removeManifest("side.yaml")
+	n.waitGone("side", 30*time.Second)
+	log := uptimeLog(t, filepath.Join(dir, "log"))
+	if log["app-term"] == 0 || log["proxy-term"] == 0 || log["proxy-term"] < log["app-term"] {
+		t.Errorf("app TERM at %.2f, sidecar TERM at %.2f: the sidecar must be stopped after the app", log["app-term"], log["proxy-term"])
+	}
+
 	p = n.waitPodFor("job", "Succeeded", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
 	if cs := containerStatus(p, "work"); cs.State.Terminated == nil || cs.State.Terminated.Reason != "Completed" {
 		t.Errorf("work: %+v", cs.State)
@@ -692,6 +733,30 @@ spec:
 	n.waitPodFor("job", "sidecar stopped", 10*time.Second, func(p *v1.Pod) bool {
 		return containerStatus(p, "proxy").State.Running == nil
 	})
+
+	sawBackOff := false
+	p = n.waitPodFor("flaky", "its sidecar restarted twice", 40*time.Second, func(p *v1.Pod) bool {
+		proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+		if proxy == nil {
+			return false
+		}
+		if w := proxy.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+			sawBackOff = true
+		}
+		if app != nil && app.RestartCount != 0 {
+			t.Fatalf("the app container restarted with its sidecar: %s", statusJSON(p))
+		}
+		return proxy.RestartCount >= 2
+	})
+	if !sawBackOff {
+		t.Errorf("never saw the sidecar waiting in CrashLoopBackOff")
+	}
+	if app := containerStatus(p, "app"); app.State.Running == nil || p.Status.Phase != v1.PodRunning {
+		t.Errorf("app %+v, phase %s: the app keeps running while its sidecar crashes", app.State, p.Status.Phase)
+	}
+	runs := []time.Time{n.lineTimes(p, "proxy", 1, "proxy-start")[0], n.lineTimes(p, "proxy", 2, "proxy-start")[0]}
+	checkTiming(t, "sidecar's second restart after the first", runs[1].Sub(runs[0]), 10*time.Second, 20*time.Second,
+		"its 1 s run, then the 10 s crash backoff")
 }
 
 // TestLifecycleOOMKilled: a container over its memory limit ends OOMKilled
