@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
+	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/errdefs"
 	v1 "k8s.io/api/core/v1"
 
@@ -787,7 +788,9 @@ spec:
 }
 
 // TestLifecycleTerminationMessage: the file, a custom path, and the log
-// fallback fill state.terminated.message.
+// fallback fill state.terminated.message within the kubelet's limits (the
+// file's last 4 KiB; the log's last 80 lines and 2 KiB); each run gets an
+// empty file, and the last run's message stays in lastState.
 func TestLifecycleTerminationMessage(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -806,25 +809,82 @@ spec:
     securityContext: {runAsUser: 65534}
     terminationMessagePath: /tmp/why
     command: ["sh", "-c", "printf done > /tmp/why"]
+  - name: big
+    image: busybox:1.36
+    command: ["sh", "-c", "head -c 1000 /dev/zero | tr '\\0' a > /dev/termination-log; head -c 4096 /dev/zero | tr '\\0' b >> /dev/termination-log"]
   - name: logs
     image: busybox:1.36
     terminationMessagePolicy: FallbackToLogsOnError
     command: ["sh", "-c", "echo first; echo last >&2; exit 1"]
+  - name: many
+    image: busybox:1.36
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "for i in $(seq 1 100); do echo line $i; done; exit 1"]
+  - name: wide
+    image: busybox:1.36
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "x=$(head -c 98 /dev/zero | tr '\\0' x); for i in $(seq 10 49); do echo $i$x; done; exit 1"]
 `)
+	n.writeManifest("again.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: again
+spec:
+  restartPolicy: OnFailure
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "echo \"prev=[$(cat /dev/termination-log)]\"; printf gone > /dev/termination-log; exit 2"]
+`)
+	var many, wide strings.Builder
+	for i := 21; i <= 100; i++ {
+		fmt.Fprintf(&many, "line %d\n", i)
+	}
+	for i := 10; i <= 49; i++ {
+		fmt.Fprintf(&wide, "%d%s\n", i, strings.Repeat("x", 98))
+	}
+	want := map[string]string{
+		"file":   "disk full",
+		"custom": "done",
+		"big":    strings.Repeat("b", 4096),
+		"logs":   "first\nlast\n",
+		"many":   many.String(),
+		"wide":   wide.String()[wide.Len()-2048:],
+	}
 	p := n.waitPodFor("msg", "Failed", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	for name, want := range map[string]string{"file": "disk full", "custom": "done", "logs": "first\nlast\n"} {
+	for name, want := range want {
 		term := containerStatus(p, name).State.Terminated
-		if term == nil || term.Message != want {
-			t.Errorf("%s: terminated %+v, want message %q", name, term, want)
+		if term == nil {
+			t.Errorf("%s: not terminated: %+v", name, containerStatus(p, name).State)
+		} else if term.Message != want {
+			t.Errorf("%s: message %s, want %s", name, abbrev(term.Message), abbrev(want))
 		}
 	}
+
+	p = n.waitPodFor("again", "restarted", 30*time.Second, func(p *v1.Pod) bool {
+		cs := containerStatus(p, "main")
+		return cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+	})
+	if last := containerStatus(p, "main").LastTerminationState.Terminated; last.Message != "gone" || last.ExitCode != 2 {
+		t.Errorf("lastState.terminated: message %q exit %d, want %q and 2", last.Message, last.ExitCode, "gone")
+	}
+	n.waitLogLine(n.logPath(p, "main", 1), "prev=[]")
 }
 
-// TestLifecycleActiveDeadline: the pod fails with DeadlineExceeded and its
-// containers are stopped.
+// abbrev quotes s, with only its ends when it is long.
+func abbrev(s string) string {
+	if len(s) <= 100 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q...%q (%d bytes)", s[:40], s[len(s)-40:], len(s))
+}
+
+// TestLifecycleActiveDeadline: the pod fails with DeadlineExceeded soon
+// after its deadline, and its containers are stopped.
 func TestLifecycleActiveDeadline(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
+	written := time.Now()
 	n.writeManifest("late.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -838,35 +898,61 @@ spec:
     command: ["sleep", "3600"]
 `)
 	p := n.waitPodFor("late", "Failed", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	if p.Status.Reason != "DeadlineExceeded" {
-		t.Errorf("reason %q, want DeadlineExceeded", p.Status.Reason)
+	// The deadline counts from startTime, after the manifest was written;
+	// the kubelet checks it every second.
+	checkTiming(t, "manifest written -> Failed seen", time.Since(written), 3*time.Second, 7*time.Second,
+		"at the 3 s deadline or within its next sync, ~1 s")
+	if p.Status.Reason != "DeadlineExceeded" || p.Status.Message != "Pod was active on the node longer than the specified deadline" {
+		t.Errorf("reason %q message %q, want the kubelet's DeadlineExceeded", p.Status.Reason, p.Status.Message)
 	}
-	if took := time.Since(p.Status.StartTime.Time); took < 3*time.Second {
-		t.Errorf("failed %s after its start, before the 3 s deadline", took)
+	if evs := n.events("late"); !hasEvent(evs, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") {
+		t.Errorf("no DeadlineExceeded event:%s", eventsText(evs))
 	}
-	n.waitPodFor("late", "stopped", 10*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Running == nil })
+	p = n.waitPodFor("late", "stopped", 10*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Terminated != nil })
+	if cs := containerStatus(p, "main"); cs.RestartCount != 0 || p.Status.Phase != v1.PodFailed {
+		t.Errorf("after the deadline: restarts %d, phase %s; want nothing started again", cs.RestartCount, p.Status.Phase)
+	}
+	for _, task := range n.tasks() {
+		if task.Status == tasktypes.Status_RUNNING {
+			t.Errorf("task %s still runs after the deadline", task.ID)
+		}
+	}
 }
 
 // TestLifecycleStartError: a command that does not exist ends the run with
-// StartError and exit code 128, as under containerd's CRI.
+// StartError and exit code 128, as under containerd's CRI, and with
+// restartPolicy Always goes into the crash backoff.
 func TestLifecycleStartError(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	n.writeManifest("nocmd.yaml", `apiVersion: v1
+	pod := func(name, policy string) string {
+		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: nocmd
+  name: %s
 spec:
-  restartPolicy: Never
+  restartPolicy: %s
   containers:
   - name: main
     image: busybox:1.36
     command: ["/no/such/binary"]
-`)
+`, name, policy)
+	}
+	n.writeManifest("nocmd.yaml", pod("nocmd", "Never"))
+	n.writeManifest("nocmd-always.yaml", pod("nocmd-always", "Always"))
+	startError := func(term *v1.ContainerStateTerminated) bool {
+		return term != nil && term.Reason == "StartError" && term.ExitCode == 128 && strings.Contains(term.Message, "/no/such/binary")
+	}
 	p := n.waitPodFor("nocmd", "Failed", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	term := containerStatus(p, "main").State.Terminated
-	if term == nil || term.Reason != "StartError" || term.ExitCode != 128 || !strings.Contains(term.Message, "/no/such/binary") {
-		t.Fatalf("terminated %+v, want StartError/128 naming the binary", term)
+	if term := containerStatus(p, "main").State.Terminated; !startError(term) {
+		t.Errorf("terminated %+v, want StartError/128 naming the binary", term)
+	}
+	p = n.waitPodFor("nocmd-always", "in CrashLoopBackOff", 20*time.Second, func(p *v1.Pod) bool {
+		cs := containerStatus(p, "main")
+		return cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	if cs := containerStatus(p, "main"); cs.RestartCount < 1 || !startError(cs.LastTerminationState.Terminated) {
+		t.Errorf("restarts %d, lastState %+v; want StartError/128 naming the binary", cs.RestartCount, cs.LastTerminationState.Terminated)
 	}
 }
 
