@@ -98,6 +98,18 @@ func (n *node) lineTimes(p *v1.Pod, container string, run int, want string) []ti
 	return out
 }
 
+// firstLine returns when a run's log got its first stdout line want, if
+// it has one (it does not wait).
+func (n *node) firstLine(p *v1.Pod, container string, run int, want string) (time.Time, bool) {
+	n.t.Helper()
+	for _, l := range n.readLog(n.logPath(p, container, run)) {
+		if l.stream == crilog.Stdout && l.content == want {
+			return l.time, true
+		}
+	}
+	return time.Time{}, false
+}
+
 // checkTiming logs a measured delay beside the kubelet's and fails it
 // outside [lo, hi].
 func checkTiming(t *testing.T, what string, got, lo, hi time.Duration, kubelet string) {
@@ -150,8 +162,10 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 	// end of the 2 s grace period: Error, 137. The target stays healthy
 	// for 6 s, longer than a probe that always fails would take to kill
 	// (1 s delay + 3 failures), which would then signal before "unhealthy".
+	// A trapped signal interrupts wait at once, where sh would finish a
+	// foreground sleep first.
 	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer +
-		"sleep 6; rm /tmp/healthy; while :; do sleep 0.1; done"
+		"sleep 6 & wait $!; rm /tmp/healthy; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
 		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    livenessProbe:
       `+handler+`
@@ -175,8 +189,18 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 		if last.Reason != "Error" || last.ExitCode != 137 {
 			t.Errorf("%s: lastState %s/%d, want Error/137", kind, last.Reason, last.ExitCode)
 		}
-		unhealthy := n.lineTimes(p, "main", 0, "unhealthy")[0]
-		term := n.lineTimes(p, "main", 0, "term")[0]
+		// The first run has ended: its log is complete.
+		unhealthy, okU := n.firstLine(p, "main", 0, "unhealthy")
+		term, okT := n.firstLine(p, "main", 0, "term")
+		if !okU || !okT {
+			t.Errorf("%s: the first run logged unhealthy %t, SIGTERM %t; want both", kind, okU, okT)
+			continue
+		}
+		if term.Before(unhealthy) {
+			t.Errorf("%s: SIGTERM came %s before the target turned unhealthy: its probe failed against a healthy target:%s",
+				kind, unhealthy.Sub(term).Round(time.Millisecond), eventsText(n.events(name)))
+			continue
+		}
 		restarted := n.lineTimes(p, "main", 1, "start")[0]
 		// The failures come at the 1 s ticks after the target turned
 		// unhealthy; the third kills. Killing at the first failure would
