@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,12 +9,15 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd"
+	apievents "github.com/containerd/containerd/api/events"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
@@ -589,27 +593,24 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/drain; exit 0' TERM; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
     lifecycle:
       preStop:
-        exec: {command: ["sh", "-c", "echo prestop $(cut -d' ' -f1 /proc/uptime) >> /out/log; sleep 3"]}
+        exec: {command: ["sh", "-c", "echo prestop $(cut -d' ' -f1 /proc/uptime) >> /out/drain; sleep 3"]}
   volumes:
   - {name: out, hostPath: {path: %s}}
 `, dir))
-	// sh as PID 1 ignores SIGTERM: only SIGKILL at the end of what is
-	// left of the grace period stops these.
+	// These note SIGTERM and carry on, so SIGKILL at the end of what is
+	// left of the grace period ends them; containerd dates that exit.
 	stubborn := []struct {
 		name, grace, lifecycle string
-		lo, hi                 time.Duration
+		preStop                time.Duration // removal -> SIGTERM
 		kubelet                string
 	}{
-		{"stubborn", "5", "{preStop: {sleep: {seconds: 3}}}", 4500 * time.Millisecond, 7500 * time.Millisecond,
-			"3 s of preStop, then the 2 s left of the 5 s grace"},
-		{"late", "5", "{preStop: {sleep: {seconds: 4}}}", 5700 * time.Millisecond, 8500 * time.Millisecond,
-			"4 s of preStop, then 2 s (1 s left, raised to the 2 s minimum)"},
-		{"brief", "1", "{}", 1800 * time.Millisecond, 4 * time.Second,
-			"the 1 s grace raised to the 2 s minimum"},
+		{"stubborn", "5", "{preStop: {sleep: {seconds: 3}}}", 3 * time.Second, "3 s of preStop, then the 2 s left of the 5 s grace"},
+		{"late", "5", "{preStop: {sleep: {seconds: 4}}}", 4 * time.Second, "4 s of preStop, then 1 s left, raised to the 2 s minimum"},
+		{"brief", "1", "{}", 0, "no preStop, the 1 s grace raised to the 2 s minimum"},
 	}
 	for _, s := range stubborn {
 		n.writeManifest(s.name+".yaml", fmt.Sprintf(`apiVersion: v1
@@ -621,30 +622,102 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/%s' TERM; while :; do sleep 0.1 & wait; done"]
+    volumeMounts: [{name: out, mountPath: /out}]
     lifecycle: %s
-`, s.name, s.grace, s.lifecycle))
+  volumes:
+  - {name: out, hostPath: {path: %s}}
+`, s.name, s.grace, s.name, s.lifecycle, dir))
 	}
 	n.waitPod("drain", "running", running)
+	ids := map[string]string{}
 	for _, s := range stubborn {
-		n.waitPod(s.name, "running", running)
+		ids[s.name] = containerID(n.waitPod(s.name, "running", running).Status.ContainerStatuses[0])
 	}
-	removed := time.Now()
+	exits := n.watchExits()
+	removed, removedUp := time.Now(), hostUptime(t)
 	n.removeManifest("drain.yaml")
 	for _, s := range stubborn {
 		n.removeManifest(s.name + ".yaml")
 	}
-	gone := n.waitAllGone(20*time.Second, "drain", "stubborn", "late", "brief")
+	n.waitAllGone(20*time.Second, "drain", "stubborn", "late", "brief")
 	for _, s := range stubborn {
-		checkTiming(t, s.name+": removal -> gone", gone[s.name].Sub(removed), s.lo, s.hi, s.kubelet)
+		up := uptimeLog(t, filepath.Join(dir, s.name))["term"]
+		exit, ok := exits.at(ids[s.name])
+		if up == 0 || !ok {
+			t.Errorf("%s: SIGTERM noted at uptime %.2f, exit seen %t: want both", s.name, up, ok)
+			continue
+		}
+		term := removed.Add(time.Duration((up - removedUp) * float64(time.Second)))
+		checkTiming(t, s.name+": removal -> SIGTERM", term.Sub(removed), s.preStop-200*time.Millisecond, s.preStop+time.Second, s.kubelet)
+		checkTiming(t, s.name+": SIGTERM -> SIGKILL", exit.Sub(term), 1800*time.Millisecond, 2800*time.Millisecond, s.kubelet)
 	}
-	log := uptimeLog(t, filepath.Join(dir, "log"))
+	log := uptimeLog(t, filepath.Join(dir, "drain"))
 	pre, term := log["prestop"], log["term"]
 	if pre == 0 || term == 0 {
 		t.Fatalf("preStop at %.2f, SIGTERM at %.2f (uptimes): one is missing", pre, term)
 	}
 	checkTiming(t, "drain: preStop began -> SIGTERM", time.Duration((term-pre)*float64(time.Second)),
 		2800*time.Millisecond, 5*time.Second, "when the 3 s hook has returned")
+}
+
+// hostUptime is the host's /proc/uptime, the clock containers can log.
+func hostUptime(t *testing.T) float64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up
+}
+
+// exitWatch holds when containers' main processes exited, as containerd's
+// /tasks/exit events date it.
+type exitWatch struct {
+	mu   sync.Mutex
+	exit map[string]time.Time // container ID -> exit
+}
+
+// watchExits subscribes to the node's task exits until the test ends.
+func (n *node) watchExits() *exitWatch {
+	ctx, cancel := context.WithCancel(n.ctx())
+	n.t.Cleanup(cancel)
+	w := &exitWatch{exit: map[string]time.Time{}}
+	envs, errs := client.Subscribe(ctx, `topic=="/tasks/exit"`)
+	go func() {
+		for {
+			select {
+			case env := <-envs:
+				v, err := typeurl.UnmarshalAny(env.Event)
+				if e, ok := v.(*apievents.TaskExit); err == nil && ok && env.Namespace == n.ns && e.ID == e.ContainerID {
+					w.mu.Lock()
+					w.exit[e.ContainerID] = e.ExitedAt.AsTime()
+					w.mu.Unlock()
+				}
+			case <-errs:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// at returns when the container exited, waiting a little for the event.
+func (w *exitWatch) at(id string) (time.Time, bool) {
+	for range 20 {
+		w.mu.Lock()
+		t, ok := w.exit[id]
+		w.mu.Unlock()
+		if ok {
+			return t, true
+		}
+		time.Sleep(pollEvery)
+	}
+	return time.Time{}, false
 }
 
 // TestLifecycleSidecar: a restartable init container starts first, and the
