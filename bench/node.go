@@ -41,7 +41,13 @@ type node struct {
 }
 
 func startNode(ctx context.Context, e *env) (*node, error) {
-	dir := filepath.Join(e.dir, "node")
+	return startNodeIn(ctx, e, filepath.Join(e.dir, "node"), noderunNS, []string{e.imageTar})
+}
+
+// startNodeIn starts a noderun with its files under dir, in containerd
+// namespace ns, with the given tarballs linked into its images dir, and
+// returns once it is healthy.
+func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*node, error) {
 	n := &node{
 		dir:       dir,
 		manifests: filepath.Join(dir, "manifests"),
@@ -61,8 +67,10 @@ func startNode(ctx context.Context, e *env) (*node, error) {
 			return nil, err
 		}
 	}
-	if err := os.Link(e.imageTar, filepath.Join(images, "busybox.tar")); err != nil {
-		return nil, err
+	for _, tar := range tars {
+		if err := os.Link(tar, filepath.Join(images, filepath.Base(tar))); err != nil && !errors.Is(err, os.ErrExist) {
+			return nil, err
+		}
 	}
 	out, err := os.Create(filepath.Join(dir, "noderun.log"))
 	if err != nil {
@@ -77,7 +85,7 @@ func startNode(ctx context.Context, e *env) (*node, error) {
 		"--pod-log-dir", filepath.Join(dir, "logs"),
 		"--images-dir", images,
 		"--containerd-address", e.daemon.Address(),
-		"--containerd-namespace", noderunNS,
+		"--containerd-namespace", ns,
 		"--cni-conf-dir", filepath.Dir(e.cniConf),
 		"--cni-bin-dir", cniBinDir,
 		"--status-socket", n.socket,

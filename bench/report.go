@@ -171,6 +171,15 @@ func (m *measurements) rows(cfg Config) []Row {
 		add(Row{Key: "probe_exec_host_cpu", Measure: fmt.Sprintf("host CPU busy (containerd, shims, runc exec), same %d exec-probed pods", m.probePods), Unit: "% of a core",
 			Noderun: statsOf([]float64{m.probeExecHost})})
 	}
+	if cfg.ImageTarballs > 0 {
+		what := fmt.Sprintf("%d images of %d MiB in the images dir", cfg.ImageTarballs, cfg.ImageTarballMiB)
+		add(Row{Key: "start_images_first", Measure: "start to healthy, " + what + ", first start (imports follow)", Unit: "s",
+			Noderun: statsOf([]float64{m.imagesFirstStart})})
+		add(Row{Key: "start_images_imported", Measure: "start to every image imported, " + what + ", first start", Unit: "s",
+			Noderun: statsOf([]float64{m.imagesImported})})
+		add(Row{Key: "start_images_second", Measure: "start to healthy, the same, second start (ledger: nothing read)", Unit: "s",
+			Noderun: statsOf([]float64{m.imagesSecondStart})})
+	}
 	add(Row{Key: "api_get_pods", Measure: fmt.Sprintf("GET /pods latency, %d pods", m.apiGetPods), Unit: "ms", Noderun: statsOf(m.apiGetMS)})
 	add(Row{Key: "binary_size", Measure: "binary size, stripped", Unit: "MiB", Noderun: statsOf([]float64{m.binaryMiB})})
 	return rows

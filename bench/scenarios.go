@@ -36,8 +36,11 @@ type measurements struct {
 	probeHTTPCPU, probeHTTPHost float64
 	probeFloorCPU               float64 // the same probes in raw system calls
 	probeExecCPU, probeExecHost float64
-	apiGetPods                  int
-	binaryMiB                   float64
+	// Start (to healthy) with large tarballs in the images dir, seconds.
+	imagesFirstStart, imagesSecondStart float64
+	imagesImported                      float64 // first start to all images in
+	apiGetPods                          int
+	binaryMiB                           float64
 }
 
 type bench struct {
@@ -101,7 +104,12 @@ func (b *bench) measureAll(ctx context.Context) error {
 		}
 	}
 	if b.cfg.ProbePods > 0 {
-		return b.probeCPU(ctx)
+		if err := b.probeCPU(ctx); err != nil {
+			return err
+		}
+	}
+	if b.cfg.ImageTarballs > 0 {
+		return b.imagesDirStart(ctx)
 	}
 	return nil
 }

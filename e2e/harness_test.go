@@ -387,6 +387,31 @@ func (n *node) start() {
 	}()
 	n.proc, n.done = cmd, done
 	n.waitHealthy()
+	if !slices.Contains(n.extraArgs, "--containerd-address") { // a test's own daemon: its business
+		n.waitImages()
+	}
+}
+
+// waitImages waits until the images-dir tarballs are in: noderun imports
+// them after READY, and tests that count what a pod leaves need the
+// images' own snapshots in place first.
+func (n *node) waitImages() {
+	n.t.Helper()
+	deadline := time.Now().Add(waitTimeout)
+	for _, name := range imageNames {
+		for {
+			img, err := client.GetImage(n.ctx(), name)
+			if err == nil {
+				if ok, _ := img.IsUnpacked(n.ctx(), snapshotter); ok {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				n.t.Fatalf("image %s not imported from the images dir after %s: %v", name, waitTimeout, err)
+			}
+			time.Sleep(pollEvery / 4)
+		}
+	}
 }
 
 func (n *node) running() bool {

@@ -395,7 +395,7 @@ spec:
 	n.writeManifest("hang-live.yaml", pod("hang-live", "livenessProbe"))
 	n.waitPod("hang", "running", running)
 	deadline := time.Now().Add(20 * time.Second)
-	for !hasEvent(n.events("hang"), "Unhealthy", `Readiness probe failed: command "sleep 30" timed out`) {
+	for !hasEvent(n.events("hang"), "Unhealthy", `Readiness probe failed: command timed out: "sleep 30" timed out after 1s`) {
 		if time.Now().After(deadline) {
 			t.Fatalf("no timed-out probe event:%s", eventsText(n.events("hang")))
 		}
@@ -408,7 +408,7 @@ spec:
 	if last := containerStatus(p, "main").LastTerminationState.Terminated; last.Reason != "Error" || last.ExitCode != 137 {
 		t.Errorf("liveness: lastState %s/%d, want Error/137 (sleep as PID 1 ignores SIGTERM)", last.Reason, last.ExitCode)
 	}
-	if evs := n.events("hang-live"); !hasEvent(evs, "Unhealthy", `Liveness probe failed: command "sleep 30" timed out`) {
+	if evs := n.events("hang-live"); !hasEvent(evs, "Unhealthy", `Liveness probe failed: command timed out: "sleep 30" timed out after 1s`) {
 		t.Errorf("no timed-out liveness event:%s", eventsText(evs))
 	}
 	// Each probe's sleep is killed at its 1 s timeout: however long the
@@ -912,7 +912,7 @@ spec:
   - name: logs
     image: busybox:1.36
     terminationMessagePolicy: FallbackToLogsOnError
-    command: ["sh", "-c", "echo first; echo last >&2; exit 1"]
+    command: ["sh", "-c", "echo first; sleep 0.3; echo last >&2; exit 1"]
   - name: many
     image: busybox:1.36
     terminationMessagePolicy: FallbackToLogsOnError

@@ -2,16 +2,21 @@ package e2e
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/remotes/docker"
+	"github.com/containerd/containerd/remotes/docker/config"
+	"golang.org/x/crypto/bcrypt"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/internal/ociimage"
@@ -27,6 +32,14 @@ type registry struct {
 
 func startRegistry(t *testing.T) *registry {
 	t.Helper()
+	dir := t.TempDir()
+	return runRegistry(t, dir, "storage: {filesystem: {rootdirectory: %[1]s}}\nhttp: {addr: %[2]s}\n")
+}
+
+// runRegistry serves docker-registry with the given config body (%[1]s is
+// its dir, %[2]s its address) on a free loopback port until the test ends.
+func runRegistry(t *testing.T, dir, body string) *registry {
+	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	testenv.Require(t, err == nil, "docker-registry (apt-get install docker-registry)")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -35,8 +48,7 @@ func startRegistry(t *testing.T) *registry {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	dir := t.TempDir()
-	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr)
+	config := "version: 0.1\nlog: {level: warn}\n" + fmt.Sprintf(body, dir, addr)
 	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +58,8 @@ func startRegistry(t *testing.T) *registry {
 	}
 	t.Cleanup(r.stop)
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
-			resp.Body.Close()
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
 			return r
 		}
 	}
@@ -155,4 +167,126 @@ func TestRegistryFallbackNever(t *testing.T) {
 	if !hasEvent(n.events("strict"), "Failed", `Failed to pull image "busybox:1.36"`) {
 		t.Errorf("no Failed pull event: %+v", n.events("strict"))
 	}
+}
+
+// startSecureRegistry runs docker-registry with TLS (a test CA, in dir) and
+// htpasswd auth for user/pass.
+func startSecureRegistry(t *testing.T, user, pass string) (*registry, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	writeEtcdCerts(t, dir) // ca.crt, server.crt, server.key for 127.0.0.1
+	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "htpasswd"), []byte(user+":"+string(hash)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runRegistry(t, dir, "storage: {filesystem: {rootdirectory: %[1]s/data}}\n"+
+		"auth: {htpasswd: {realm: test, path: %[1]s/htpasswd}}\nhttp: {addr: %[2]s, tls: {certificate: %[1]s/server.crt, key: %[1]s/server.key}}\n")
+	ca, err := os.ReadFile(filepath.Join(dir, "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, ca
+}
+
+// pushWith pushes a busybox image as name through a resolver that trusts
+// the registry's CA and logs in.
+func pushWith(t *testing.T, name, certsDir, user, pass string) {
+	t.Helper()
+	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
+	img, err := ociimage.Busybox(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "push.tar")
+	if err := ociimage.WriteFile(path, img); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ctrdrt.ImportArchive(ctx, client, path, snapshotter); err != nil {
+		t.Fatal(err)
+	}
+	ci, err := client.GetImage(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, config.HostOptions{
+		HostDir:     config.HostDirFromRoot(certsDir),
+		Credentials: func(string) (string, string, error) { return user, pass, nil },
+	})})
+	if err := client.Push(ctx, name, ci.Target(), containerd.WithResolver(resolver)); err != nil {
+		t.Fatalf("push %s: %v", name, err)
+	}
+	_ = client.ImageService().Delete(ctx, name)
+}
+
+func (n *node) writeAuth(host, user, pass string) {
+	n.t.Helper()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+	if err := os.WriteFile(filepath.Join(n.state, "config.json"), []byte(fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, host, auth)), 0o600); err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// TestRegistryTLSAuthAndStall: a registry with TLS from a test CA (named in
+// its hosts.toml) and htpasswd auth is pulled from with the credentials of
+// noderun's config.json; a wrong password is an ErrImagePull saying
+// unauthorized; a registry that accepts and never answers is given up on
+// after --image-pull-progress-timeout, naming it.
+func TestRegistryTLSAuthAndStall(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "--image-pull-progress-timeout", "2s")
+	reg, ca := startSecureRegistry(t, "noderun", "s3cret")
+	certs := filepath.Join(n.root, "certs.d")
+	n.writeHostsToml(reg.addr, fmt.Sprintf("server = \"https://%[1]s\"\n[host.\"https://%[1]s\"]\n  ca = \"ca.crt\"\n", reg.addr))
+	if err := os.WriteFile(filepath.Join(certs, reg.addr, "ca.crt"), ca, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pushWith(t, reg.addr+"/app:1", certs, "noderun", "s3cret")
+
+	n.writeAuth(reg.addr, "noderun", "wrong")
+	n.writeManifest("denied.yaml", imagePod("denied", reg.addr+"/app:1", "IfNotPresent"))
+	p := n.waitPod("denied", "refused by the registry", func(p *v1.Pod) bool {
+		r, _ := waitingReason(p, "main")
+		return r == "ErrImagePull" || r == "ImagePullBackOff"
+	})
+	if !hasEvent(n.events("denied"), "Failed", `Failed to pull image "`+reg.addr+`/app:1"`) {
+		t.Errorf("events: %+v", n.events("denied"))
+	}
+	if _, msg := waitingReason(p, "main"); msg != "" && !strings.Contains(strings.ToLower(msg), "unauthorized") && !strings.Contains(msg, "Back-off") {
+		t.Errorf("wrong password: %q, want it to say unauthorized", msg)
+	}
+	found := false
+	for _, ev := range n.events("denied") {
+		found = found || (ev.Reason == "Failed" && strings.Contains(strings.ToLower(ev.Message), "unauthorized") && strings.Contains(ev.Message, reg.addr))
+	}
+	if !found {
+		t.Errorf("no Failed event naming %s and unauthorized: %+v", reg.addr, n.events("denied"))
+	}
+
+	n.writeAuth(reg.addr, "noderun", "s3cret")
+	n.writeManifest("authed.yaml", imagePod("authed", reg.addr+"/app:1", "IfNotPresent"))
+	n.waitPodFor("authed", "running with the right password", 40*time.Second, running)
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close() // accepted, never answered
+		}
+	}()
+	stalled := l.Addr().String() + "/stuck:1"
+	n.writeManifest("stuck.yaml", imagePod("stuck", stalled, "IfNotPresent"))
+	n.waitPodFor("stuck", "given up on", 30*time.Second, func(p *v1.Pod) bool {
+		r, msg := waitingReason(p, "main")
+		return r == "ErrImagePull" && strings.Contains(msg, "no progress from "+l.Addr().String())
+	})
 }

@@ -107,7 +107,10 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		Exec:           exec,
 		OnChange:       func(uid string) { e.poke(types.UID(uid)) },
 		OnProbeFailure: e.probeFailed,
-		Clock:          proberClock{e.clock},
+		OnProbeError: func(uid, container string, kind prober.Kind, err error) {
+			e.unhealthy(uid, container, kind.String()+" probe errored: "+err.Error())
+		},
+		Clock: proberClock{e.clock},
 	})
 	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log}
 	return e
@@ -135,6 +138,11 @@ func (e *Engine) markTerminating(uid types.UID, pod *v1.Pod, now time.Time) {
 // probeFailed records a failed probe attempt as the kubelet's Unhealthy
 // event (each attempt, also below the failure threshold).
 func (e *Engine) probeFailed(uid, container string, kind prober.Kind, msg string) {
+	e.unhealthy(uid, container, kind.String()+" probe failed: "+msg)
+}
+
+// unhealthy records an Unhealthy event for a container of pod uid.
+func (e *Engine) unhealthy(uid, container, msg string) {
 	e.mu.Lock()
 	w := e.workers[types.UID(uid)]
 	e.mu.Unlock()
@@ -145,7 +153,7 @@ func (e *Engine) probeFailed(uid, container string, kind prober.Kind, msg string
 	if pod == nil {
 		return
 	}
-	e.events.record(pod, container, isInit(pod, container), v1.EventTypeWarning, "Unhealthy", kind.String()+" probe failed: "+msg, e.clock.Now())
+	e.events.record(pod, container, isInit(pod, container), v1.EventTypeWarning, "Unhealthy", msg, e.clock.Now())
 }
 
 // Run consumes snapshots from nSources sources until ctx ends. The first

@@ -44,7 +44,7 @@ func (w *podWorker) killContainer(ctx context.Context, pod *v1.Pod, k killAction
 		err := w.runHook(hctx, pod, k.c, k.run.ID, h)
 		cancel()
 		if err != nil {
-			w.event(pod, k.c.Name, k.init, v1.EventTypeWarning, "FailedPreStopHook", "PreStopHook failed: "+err.Error())
+			w.event(pod, k.c.Name, k.init, v1.EventTypeWarning, "FailedPreStopHook", err.Error())
 		}
 		grace = max(grace-w.env.clock.Since(began), minKillGrace)
 	}

@@ -114,7 +114,10 @@ func TestEnginePreStopRunsBeforeTheStopWithinTheGrace(t *testing.T) {
 	pod := testPod("u1", "web", v1.RestartPolicyAlways)
 	pod.Spec.Containers[0].Lifecycle = &v1.Lifecycle{PreStop: &v1.LifecycleHandler{Exec: &v1.ExecAction{Command: []string{"drain"}}}}
 	f.send(pod)
-	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	waitFor(t, "running", func() bool {
+		p := f.status("u1")
+		return p != nil && p.Status.ContainerStatuses[0].State.Running != nil
+	})
 	id := f.rt.started[0].ID
 	f.send()
 	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })

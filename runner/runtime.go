@@ -95,6 +95,9 @@ var (
 	ErrImagePull        = errors.New("ErrImagePull")
 	ErrImageNeverPull   = errors.New("ErrImageNeverPull")
 	ErrInvalidImageName = errors.New("InvalidImageName")
+	// ErrImageImporting: not present yet while the images dir is being
+	// imported; the container waits (noderun's own waiting reason).
+	ErrImageImporting = errors.New("ImageImporting")
 )
 
 // PullTrace is told when the runtime starts pulling an image, so the

@@ -217,6 +217,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		return left
 	}
 	img, err := w.ensureImage(ctx, pod, c, s.init)
+	if errors.Is(err, ErrImageImporting) {
+		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
+		return 500 * time.Millisecond
+	}
 	if err != nil {
 		return w.pullFailed(pod, c, s.init, err)
 	}
@@ -264,7 +268,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Started", "Started container "+c.Name)
 	if h := postStart(c); h != nil {
 		if err := w.runHook(ctx, pod, c, run.ID, h); err != nil {
-			msg := fmt.Sprintf("PostStartHook failed: %v", err)
+			msg := err.Error() // the kubelet's event carries the hook's message alone
 			w.event(pod, c.Name, s.init, v1.EventTypeWarning, "FailedPostStartHook", msg)
 			w.st.waiting[c.Name] = waitReason{"PostStartHookError", msg}
 			w.killContainer(ctx, pod, killAction{c: c, init: s.init, run: run, message: msg, grace: podGrace(pod)})

@@ -103,11 +103,12 @@ func importLogged(ctx context.Context, c *ctrd.Client, path, snapshotter string,
 	return names
 }
 
-// WatchImagesDir imports the tarballs in dir (creating dir if needed) and
-// returns once they are in, so pods never race an offline image; the
-// returned watch then imports each *.tar that is created, written or renamed
-// into dir once it has settled, until ctx ends (it then returns nil).
-// Importing is idempotent, so a tarball imported twice is harmless.
+// WatchImagesDir returns at once: tarballs the ledger knows unchanged need
+// nothing; the returned watch imports the others first, then each *.tar
+// that is created, written or renamed into dir once it has settled, until
+// ctx ends (it then returns nil). Until the first imports are done the
+// ledger says so (busy), so a missing image waits for them instead of
+// being pulled. Importing is idempotent.
 func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, ledger *ImportLedger, log *slog.Logger) (watch func() error, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -121,12 +122,34 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 		w.Close()
 		return nil, fmt.Errorf("watch %s: %w", dir, err)
 	}
-	if _, err := ImportDir(ctx, c, dir, snapshotter, ledger, log); err != nil {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
 		w.Close()
 		return nil, err
 	}
+	var changed []string
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		if !e.Type().IsRegular() || !isArchiveName(e.Name()) {
+			continue
+		}
+		if fi, err := e.Info(); err == nil {
+			if _, ok := ledger.unchanged(ctx, c, path, fi); ok {
+				continue
+			}
+		}
+		changed = append(changed, path)
+	}
+	done := ledger.startImports()
 	return func() error {
 		defer w.Close()
+		for _, path := range changed {
+			if ctx.Err() != nil {
+				break
+			}
+			importLogged(ctx, c, path, snapshotter, ledger, log)
+		}
+		done()
 		return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, ledger, log) }, log)
 	}, nil
 }

@@ -111,14 +111,30 @@ func TestWatchImagesDir(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	watch, err := WatchImagesDir(ctx, c, dir, testSnapshotter, nil, testLogger(t))
+	ledger := OpenImportLedger(filepath.Join(t.TempDir(), "imports.json"))
+	watch, err := WatchImagesDir(ctx, c, dir, testSnapshotter, ledger, testLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.GetImage(ctx, "docker.io/library/early:1"); err != nil {
-		t.Fatalf("a tarball present at start must be imported before WatchImagesDir returns: %v", err)
+	// Returned at once; the start-up import is under way until watch has
+	// done it, and a runtime asking for an image waits meanwhile.
+	if !ledger.importing() {
+		t.Fatal("start-up imports not marked as under way")
+	}
+	rt := New(c, testNamespace, filepath.Join(t.TempDir(), "runc"), "/bin/true", WithImportLedger(ledger))
+	if _, err := rt.EnsureImage(ctx, "early:1", v1.PullIfNotPresent); !errors.Is(err, runner.ErrImageImporting) {
+		t.Fatalf("image asked for during the import: %v, want ErrImageImporting (no pull)", err)
 	}
 	go func() { done <- watch() }()
+	waitImage(t, c, "docker.io/library/early:1")
+	for deadline := time.Now().Add(10 * time.Second); ledger.importing(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("start-up imports never marked done")
+		}
+	}
+	if _, err := rt.EnsureImage(ctx, "early:1", v1.PullIfNotPresent); err != nil {
+		t.Fatalf("after the import: %v", err)
+	}
 
 	// Renamed in whole, as ociimage.WriteFile does.
 	staging := t.TempDir()

@@ -18,6 +18,7 @@ type ImportLedger struct {
 	path string
 	mu   sync.Mutex
 	seen map[string]ledgerEntry // by tarball path
+	busy int                    // start-up imports under way
 }
 
 type ledgerEntry struct {
@@ -94,4 +95,30 @@ func (l *ImportLedger) present() []string {
 		}
 	}
 	return out
+}
+
+// startImports marks the start-up imports under way; call the returned
+// func when they are done.
+func (l *ImportLedger) startImports() (done func()) {
+	if l == nil {
+		return func() {}
+	}
+	l.mu.Lock()
+	l.busy++
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.busy--
+		l.mu.Unlock()
+	}
+}
+
+// importing reports whether start-up imports are under way.
+func (l *ImportLedger) importing() bool {
+	if l == nil {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.busy > 0
 }

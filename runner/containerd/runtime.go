@@ -26,6 +26,7 @@ import (
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/typeurl/v2"
+	"github.com/distribution/reference"
 	"github.com/moby/sys/signal"
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -127,6 +128,9 @@ func (r *Runtime) Ping(ctx context.Context) error {
 // image digest seen before costs one lookup.
 func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (runner.ImageConfig, error) {
 	ctx = r.ctx(ctx)
+	if err := r.waitForImports(ctx, ref); err != nil {
+		return runner.ImageConfig{}, err
+	}
 	img, pulled, fellBack, err := resolveImage(ctx, r.client, ref, policy, r.pullFallback, r.pull)
 	if err != nil {
 		return runner.ImageConfig{}, err
@@ -160,6 +164,23 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 
 // withPull adds what a pull left to say: the size of what was pulled, or
 // why the local copy stands in.
+// waitForImports says so when ref is not present while the images dir's
+// start-up imports are still under way: it may be among them, and must
+// not be pulled (an offline node would fail) or reported missing.
+func (r *Runtime) waitForImports(ctx context.Context, ref string) error {
+	if !r.ledger.importing() {
+		return nil
+	}
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return nil // resolveImage says why
+	}
+	if _, err := r.client.GetImage(ctx, named.String()); !errdefs.IsNotFound(err) {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is not present yet; the images dir is still being imported", runner.ErrImageImporting, named)
+}
+
 func withPull(ctx context.Context, img ctrd.Image, cfg runner.ImageConfig, pulled bool, fellBack error) runner.ImageConfig {
 	if fellBack != nil {
 		cfg.PullFallback = fellBack.Error()

@@ -25,8 +25,8 @@ func (k Kind) String() string {
 	return [...]string{"Liveness", "Readiness", "Startup"}[k]
 }
 
-// initial is a probe's result before it has concluded anything, as the
-// kubelet sets it: not ready, alive, startup unknown.
+// initial is a probe's result for a new run before it has concluded
+// anything, as the kubelet sets it: alive, not ready, startup unknown.
 func (k Kind) initial() Result {
 	return [...]Result{Success, Failure, Unknown}[k]
 }
@@ -37,35 +37,42 @@ type Clock interface {
 	NewTimer(d time.Duration) Timer
 }
 
-// Timer is the part of *time.Timer the workers use.
+// Timer is the part of *time.Timer the workers use. Reset and Stop must
+// discard a value not yet received, as *time.Timer does since Go 1.23.
 type Timer interface {
 	C() <-chan time.Time
 	Stop() bool
 	Reset(d time.Duration) bool
 }
 
-// Config wires a Manager.
+// Config wires a Manager. Callbacks are called from worker goroutines and
+// must not block.
 type Config struct {
-	Exec Execer
-	// OnChange is called (from a worker; it must not block) when a
-	// container's result changed.
+	Exec Execer // required for exec probes
+	// OnChange is called when a container run's result changed.
 	OnChange func(podUID string)
 	// OnProbeFailure, if set, is called for every failed attempt, also
-	// below the failure threshold (the kubelet's Unhealthy event).
+	// below the failure threshold: the kubelet's Unhealthy event
+	// "<Kind> probe failed: <msg>".
 	OnProbeFailure func(podUID, container string, kind Kind, msg string)
-	Clock          Clock
-	Rand           func() float64 // in [0,1), for the start-up jitter
-	Started        time.Time      // when noderun started
+	// OnProbeError, if set, is called for an attempt that could not be
+	// made (three tries in a row); its result is thrown away. The kubelet
+	// records it as Unhealthy "<Kind> probe errored: <err>".
+	OnProbeError func(podUID, container string, kind Kind, err error)
+	Clock        Clock          // default: the real clock
+	Rand         func() float64 // in [0,1), for the spread of first probes; default math/rand/v2
+	Started      time.Time      // when noderun started; default: now
 }
 
-// Manager runs one worker per probe of every container of every pod.
+// Manager runs one worker per probe of every probed container of every pod
+// and keeps each probe's result per container run.
 type Manager struct {
 	cfg    Config
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu   sync.Mutex
+	mu   sync.Mutex // guards pods and the workers' result fields
 	pods map[types.UID]*podProbes
 }
 
@@ -83,24 +90,6 @@ type containerProbes struct {
 	id        string // the running run, "" when none
 	startedAt time.Time
 	workers   [nKinds]*worker
-}
-
-// worker runs one probe on its period. Its result fields are guarded by
-// the manager's lock.
-type worker struct {
-	m       *Manager
-	c       *containerProbes
-	kind    Kind
-	probe   *v1.Probe
-	ctx     context.Context
-	cancel  context.CancelFunc
-	trigger chan struct{}
-
-	id         string // the run result is for
-	result     Result
-	lastResult Result
-	resultRun  int  // consecutive attempts with lastResult
-	onHold     bool // a liveness or startup failure was reported for this run
 }
 
 // NewManager returns a manager; Stop ends its workers.
@@ -124,7 +113,8 @@ func NewManager(cfg Config) *Manager {
 
 // SetPod declares a pod's probed containers (app containers and sidecars)
 // and the address probes reach it at. Workers start for new probes and
-// stop for removed or changed ones; an unchanged pod costs a map lookup.
+// stop for removed ones; a changed probe restarts its worker, from the
+// initial result. Declaring the same pod object again costs a map lookup.
 func (m *Manager) SetPod(pod *v1.Pod, podIP string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -147,8 +137,7 @@ func (m *Manager) SetPod(pod *v1.Pod, podIP string) {
 		}
 		cp.spec = c
 		for k := range nKinds {
-			p := probeOf(c, k)
-			w := cp.workers[k]
+			p, w := probeOf(c, k), cp.workers[k]
 			if w != nil && p != nil && reflect.DeepEqual(w.probe, p) {
 				continue
 			}
@@ -169,8 +158,8 @@ func (m *Manager) SetPod(pod *v1.Pod, podIP string) {
 	}
 }
 
-// probedContainers are the containers that may have probes: sidecars and
-// app containers.
+// probedContainers are the containers the kubelet probes: app containers
+// and sidecars (init containers with restartPolicy Always).
 func probedContainers(pod *v1.Pod) []*v1.Container {
 	var out []*v1.Container
 	for i := range pod.Spec.InitContainers {
@@ -189,32 +178,6 @@ func probeOf(c *v1.Container, k Kind) *v1.Probe {
 	return [...]*v1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe}[k]
 }
 
-// startWorker starts a probe's worker. Like the kubelet's, it probes at
-// once and then every period from now; only while noderun itself started
-// less than a period ago (adopting all its pods at once) does the first
-// probe wait a random part of the period, so probes spread out.
-func (m *Manager) startWorker(cp *containerProbes, k Kind, p *v1.Probe) *worker {
-	w := &worker{m: m, c: cp, kind: k, probe: p, trigger: make(chan struct{}, 1)}
-	w.ctx, w.cancel = context.WithCancel(m.ctx)
-	w.reset(cp.id)
-	period := seconds(p.PeriodSeconds, 10)
-	var first time.Duration
-	if m.cfg.Clock.Now().Sub(m.cfg.Started) < period {
-		first = time.Duration(m.cfg.Rand() * float64(period))
-	}
-	t := m.cfg.Clock.NewTimer(first) // here, so the phase is the pod's arrival
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		w.run(t, period)
-	}()
-	return w
-}
-
-func (w *worker) reset(id string) {
-	w.id, w.result, w.lastResult, w.resultRun, w.onHold = id, w.kind.initial(), Unknown, 0, false
-}
-
 func (cp *containerProbes) stop() {
 	for k, w := range cp.workers {
 		if w != nil {
@@ -224,10 +187,12 @@ func (cp *containerProbes) stop() {
 	}
 }
 
-// SetContainer tells the workers about the container's current run: id ""
-// when it is not running. A new run starts from the initial results; one
-// without a startup probe is started at once, so readiness probes now
-// rather than at its next tick (as the kubelet's status update triggers it).
+// SetContainer tells the workers about the container's current run, id ""
+// when it is not running. A new run starts from the initial results and
+// un-holds the workers; one without a startup probe counts as started at
+// once, so its readiness probe runs now rather than at its next tick (as
+// the kubelet's status update triggers it). When the container stops, its
+// last run's results stay as they were and nothing is probed.
 func (m *Manager) SetContainer(podUID types.UID, name, id string, startedAt time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -240,26 +205,33 @@ func (m *Manager) SetContainer(podUID types.UID, name, id string, startedAt time
 		return
 	}
 	cp.id, cp.startedAt = id, startedAt
+	if id == "" {
+		return
+	}
 	for _, w := range cp.workers {
 		if w != nil {
-			w.reset(id)
+			w.newRun(id)
 		}
 	}
-	if id != "" && cp.workers[Startup] == nil {
+	if cp.workers[Startup] == nil {
 		cp.triggerReadiness()
 	}
 }
 
 func (cp *containerProbes) triggerReadiness() {
 	if w := cp.workers[Readiness]; w != nil {
-		select {
-		case w.trigger <- struct{}{}:
-		default:
-		}
+		w.trigger()
 	}
 }
 
-// RemovePod stops the pod's workers.
+// started is the kubelet's Started for the run id: no startup probe, or
+// it succeeded for that run.
+func (cp *containerProbes) started(id string) bool {
+	w := cp.workers[Startup]
+	return w == nil || (w.id == id && w.result == Success)
+}
+
+// RemovePod stops the pod's workers and forgets its results.
 func (m *Manager) RemovePod(podUID types.UID) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -282,11 +254,11 @@ func (m *Manager) Stop() {
 func (m *Manager) Result(podUID types.UID, name string, k Kind, id string) (Result, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	w := m.worker(podUID, name, k)
-	if w == nil || w.id != id {
+	cp := m.container(podUID, name)
+	if cp == nil || cp.workers[k] == nil || cp.workers[k].id != id {
 		return Unknown, false
 	}
-	return w.result, true
+	return cp.workers[k].result, true
 }
 
 // Started says whether a running run counts as started: it has no startup
@@ -294,12 +266,8 @@ func (m *Manager) Result(podUID types.UID, name string, k Kind, id string) (Resu
 func (m *Manager) Started(podUID types.UID, name, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.startedLocked(podUID, name, id)
-}
-
-func (m *Manager) startedLocked(podUID types.UID, name, id string) bool {
-	w := m.worker(podUID, name, Startup)
-	return w == nil || (w.id == id && w.result == Success)
+	cp := m.container(podUID, name)
+	return cp == nil || cp.started(id)
 }
 
 // Ready says whether a running run is ready: started, and its readiness
@@ -307,103 +275,36 @@ func (m *Manager) startedLocked(podUID types.UID, name, id string) bool {
 func (m *Manager) Ready(podUID types.UID, name, id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.startedLocked(podUID, name, id) {
-		return false
+	cp := m.container(podUID, name)
+	if cp == nil {
+		return true
 	}
-	w := m.worker(podUID, name, Readiness)
-	return w == nil || (w.id == id && w.result == Success)
+	w := cp.workers[Readiness]
+	return cp.started(id) && (w == nil || (w.id == id && w.result == Success))
 }
 
-func (m *Manager) worker(podUID types.UID, name string, k Kind) *worker {
+func (m *Manager) container(podUID types.UID, name string) *containerProbes {
 	if pp := m.pods[podUID]; pp != nil {
-		if cp := pp.containers[name]; cp != nil {
-			return cp.workers[k]
-		}
+		return pp.containers[name]
 	}
 	return nil
 }
 
-func (w *worker) run(t Timer, period time.Duration) {
-	defer t.Stop()
-	for {
-		select {
-		case <-w.ctx.Done():
-			return
-		case <-t.C():
-			t.Reset(period)
-		case <-w.trigger:
-		}
-		w.probeOnce()
+// firstWait is how long a new worker waits before its first probe. As the
+// kubelet's, a worker started less than a period after noderun itself
+// (adopting every pod at once) waits a random part of the period, so
+// their probes spread out. Any other waits a random part of the smaller
+// of a tenth of the period and a second: pods that arrive together then do
+// not all probe in the same millisecond every period. That keeps every
+// probe within a second of the kubelet's schedule, less than the kubelet's
+// own spread between a worker's start (the pod's admission) and its
+// container running, and a readiness schedule restarts when the container
+// starts anyway.
+func (m *Manager) firstWait(period time.Duration) time.Duration {
+	if m.cfg.Clock.Now().Sub(m.cfg.Started) < period {
+		return time.Duration(m.cfg.Rand() * float64(period))
 	}
-}
-
-// probeOnce is the kubelet worker's doProbe: nothing while the container
-// is not running, held after a reported failure, not started (liveness and
-// readiness) or already started (startup), or within initialDelaySeconds;
-// otherwise one attempt, counted against the thresholds.
-func (w *worker) probeOnce() {
-	m := w.m
-	m.mu.Lock()
-	cp := w.c
-	id, ip, spec := cp.id, cp.pod.ip, cp.spec
-	skip := id == "" || w.id != id || w.onHold || w.ctx.Err() != nil ||
-		(w.kind == Startup && w.result == Success) ||
-		(w.kind != Startup && cp.workers[Startup] != nil && cp.workers[Startup].result != Success) ||
-		m.cfg.Clock.Now().Sub(cp.startedAt) < time.Duration(w.probe.InitialDelaySeconds)*time.Second
-	m.mu.Unlock()
-	if skip {
-		return
-	}
-	res, msg, err := Do(w.ctx, &w.probe.ProbeHandler, seconds(w.probe.TimeoutSeconds, 1), Target{PodIP: ip, ContainerID: id, Container: spec}, m.cfg.Exec)
-	if err != nil || w.ctx.Err() != nil {
-		return // the attempt could not be made: thrown away, as the kubelet does
-	}
-	m.mu.Lock()
-	if w.id != id {
-		m.mu.Unlock()
-		return // a new run began meanwhile
-	}
-	if res == w.lastResult {
-		w.resultRun++
-	} else {
-		w.lastResult, w.resultRun = res, 1
-	}
-	changed := false
-	below := (res == Failure && w.resultRun < threshold(w.probe.FailureThreshold, 3)) ||
-		(res == Success && w.resultRun < threshold(w.probe.SuccessThreshold, 1))
-	if !below {
-		changed = w.result != res
-		w.result = res
-		if w.kind != Readiness && res == Failure {
-			// Reported; the container is killed, so stop until the next run.
-			w.onHold, w.resultRun = true, 0
-		}
-		if w.kind == Startup && res == Success {
-			cp.triggerReadiness()
-		}
-	}
-	uid := string(cp.pod.uid)
-	m.mu.Unlock()
-	if res == Failure && m.cfg.OnProbeFailure != nil {
-		m.cfg.OnProbeFailure(uid, spec.Name, w.kind, msg)
-	}
-	if changed {
-		m.cfg.OnChange(uid)
-	}
-}
-
-func seconds(n, def int32) time.Duration {
-	if n <= 0 {
-		n = def
-	}
-	return time.Duration(n) * time.Second
-}
-
-func threshold(n, def int32) int {
-	if n <= 0 {
-		return int(def)
-	}
-	return int(n)
+	return time.Duration(m.cfg.Rand() * float64(min(period/10, time.Second)))
 }
 
 type realClock struct{}
