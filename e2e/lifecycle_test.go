@@ -413,20 +413,20 @@ spec:
 	}
 	// Each probe's sleep is killed at its 1 s timeout: however long the
 	// probes go on, none may be older than that (and a little).
-	for _, name := range []string{"hang", "hang-live"} {
-		p := n.pod(name)
-		if len(n.podPIDs(p)) == 0 {
-			t.Fatalf("%s: no processes found in the pod", name)
-		}
-		for range 3 {
-			for _, pid := range n.podPIDs(p) {
+	for range 3 {
+		for _, name := range []string{"hang", "hang-live"} {
+			pids := n.podPIDs(n.pod(name))
+			if len(pids) == 0 {
+				t.Fatalf("%s: no processes found in the pod", name)
+			}
+			for _, pid := range pids {
 				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 				if age := procAge(t, pid); string(cmd) == "sleep\x0030\x00" && age > 1500*time.Millisecond {
 					t.Errorf("%s: probe process %d (sleep 30) still runs %s after it started; the timeout is 1 s", name, pid, age)
 				}
 			}
-			time.Sleep(time.Second)
 		}
+		time.Sleep(time.Second)
 	}
 	if p := n.pod("hang"); podCondition(p, v1.PodReady) {
 		t.Error("Ready although every readiness probe timed out")
