@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -8,10 +9,18 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd"
+	apievents "github.com/containerd/containerd/api/events"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/typeurl/v2"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/crilog"
 )
 
 // events returns the node's events about the static pod from manifest name.
@@ -56,10 +65,83 @@ func podCondition(p *v1.Pod, t v1.PodConditionType) bool {
 	return false
 }
 
-// livenessPod's container turns unhealthy 3 s after it starts; its probe
-// (period 1 s, failureThreshold 2) then fails twice, and sh as PID 1
-// ignores SIGTERM, so the kill waits the 2 s grace period.
-func livenessPod(name, image, script, probe string) string {
+// eventCount sums the counts of the events with reason whose message starts
+// with prefix (repeats are folded into one event's count).
+func eventCount(evs []v1.Event, reason, prefix string) int32 {
+	var n int32
+	for _, ev := range evs {
+		if ev.Reason == reason && strings.HasPrefix(ev.Message, prefix) {
+			n += ev.Count
+		}
+	}
+	return n
+}
+
+// eventsText lists events one a line, for failure messages.
+func eventsText(evs []v1.Event) string {
+	var b strings.Builder
+	for _, ev := range evs {
+		fmt.Fprintf(&b, "\n\t%s %s %s: %s (x%d)", ev.LastTimestamp.Format(time.TimeOnly), ev.InvolvedObject.FieldPath, ev.Reason, ev.Message, ev.Count)
+	}
+	return b.String()
+}
+
+// lineTimes waits for a stdout line want in a run's log and returns when
+// each such line was written, oldest first. Log times have nanoseconds,
+// where status times have whole seconds.
+func (n *node) lineTimes(p *v1.Pod, container string, run int, want string) []time.Time {
+	n.t.Helper()
+	path := n.logPath(p, container, run)
+	n.waitLogLine(path, want)
+	var out []time.Time
+	for _, l := range n.readLog(path) {
+		if l.stream == crilog.Stdout && l.content == want {
+			out = append(out, l.time)
+		}
+	}
+	return out
+}
+
+// firstLine returns when a run's log got its first stdout line want, if
+// it has one (it does not wait).
+func (n *node) firstLine(p *v1.Pod, container string, run int, want string) (time.Time, bool) {
+	n.t.Helper()
+	for _, l := range n.readLog(n.logPath(p, container, run)) {
+		if l.stream == crilog.Stdout && l.content == want {
+			return l.time, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// checkTiming logs a measured delay beside the kubelet's and fails it
+// outside [lo, hi].
+func checkTiming(t *testing.T, what string, got, lo, hi time.Duration, kubelet string) {
+	t.Helper()
+	t.Logf("%s: %s (kubelet: %s)", what, got.Round(time.Millisecond), kubelet)
+	if got < lo || got > hi {
+		t.Errorf("%s: %s, want %s to %s (kubelet: %s)", what, got.Round(time.Millisecond), lo, hi, kubelet)
+	}
+}
+
+// probeServer runs testdata/probeserver in the background: gRPC health on
+// 9090, HTTP /healthz on 8080 and a TCP listener on 8081, all healthy while
+// /tmp/healthy exists; it prints "healthy" and "unhealthy" as that changes.
+const probeServer = "/probeserver -grpc :9090 -http :8080 -tcp :8081 -healthy-file /tmp/healthy & "
+
+// probeHandlers are the four kinds of probe, each against probeServer (or
+// its file); the ports go by name where Kubernetes allows it.
+var probeHandlers = map[string]string{
+	"exec": `exec: {command: [cat, /tmp/healthy]}`,
+	"http": `httpGet: {path: /healthz, port: http}`,
+	"tcp":  `tcpSocket: {port: raw}`,
+	"grpc": `grpc: {port: 9090}`,
+}
+
+// probedPod is one container of the probeserver image running script (sh
+// as PID 1, which ignores SIGTERM unless the script traps it) with probe,
+// an indented YAML block of probe fields.
+func probedPod(name, script, probe string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -69,109 +151,164 @@ spec:
   containers:
   - name: main
     image: %s
+    ports: [{name: http, containerPort: 8080}, {name: raw, containerPort: 8081}]
     command: ["sh", "-c", %q]
-    livenessProbe:
-      %s
-      initialDelaySeconds: 1
-      periodSeconds: 1
-      failureThreshold: 2
-`, name, image, script, probe)
+%s`, name, probeServerRef, script, probe)
 }
 
 // TestLifecycleLivenessRestarts: each kind of liveness probe restarts its
-// container once the target turns unhealthy, as the kubelet times it.
+// container once the target has failed failureThreshold probes in a row,
+// with the pod's grace period between SIGTERM and SIGKILL.
 func TestLifecycleLivenessRestarts(t *testing.T) {
 	t.Parallel()
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
-	pods := map[string]string{
-		"exec": livenessPod("live-exec", "busybox:1.36",
-			"touch /tmp/healthy; sleep 3; rm /tmp/healthy; sleep 3600",
-			`exec: {command: ["cat", "/tmp/healthy"]}`),
-		"http": livenessPod("live-http", "busybox:1.36",
-			"mkdir /tmp/w; echo ok > /tmp/w/healthz; httpd -p 8080 -h /tmp/w; sleep 3; rm /tmp/w/healthz; sleep 3600",
-			`httpGet: {path: /healthz, port: 8080}`),
-		"tcp": livenessPod("live-tcp", "busybox:1.36",
-			"httpd -p 8080 -h /tmp; sleep 3; killall httpd; sleep 3600",
-			`tcpSocket: {port: 8080}`),
-		"grpc": livenessPod("live-grpc", probeServerRef,
-			"/probeserver -grpc :9090 -unhealthy-after 3s & sleep 3600",
-			`grpc: {port: 9090}`),
+	// The trap logs SIGTERM and carries on, so SIGKILL ends the run at the
+	// end of the 2 s grace period: Error, 137. The target stays healthy
+	// for 6 s, longer than a probe that always fails would take to kill
+	// (1 s delay + 3 failures), which would then signal before "unhealthy".
+	// A trapped signal interrupts wait at once, where sh would finish a
+	// foreground sleep first.
+	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer +
+		"sleep 6 & wait $!; rm /tmp/healthy; while :; do sleep 0.1; done"
+	for kind, handler := range probeHandlers {
+		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    livenessProbe:
+      `+handler+`
+      initialDelaySeconds: 1
+      periodSeconds: 1
+      timeoutSeconds: 1
+      failureThreshold: 3
+`))
 	}
-	for kind, m := range pods {
-		n.writeManifest("live-"+kind+".yaml", m)
-	}
-	for kind := range pods {
+	for kind := range probeHandlers {
 		name := "live-" + kind
 		p := n.waitPodFor(name, "restarted by its liveness probe", 40*time.Second, func(p *v1.Pod) bool {
 			cs := containerStatus(p, "main")
 			return cs != nil && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
 		})
-		last := containerStatus(p, "main").LastTerminationState.Terminated
+		cs := containerStatus(p, "main")
+		if cs.RestartCount != 1 {
+			t.Errorf("%s: restartCount %d at the first restart, want 1", kind, cs.RestartCount)
+		}
+		last := cs.LastTerminationState.Terminated
 		if last.Reason != "Error" || last.ExitCode != 137 {
 			t.Errorf("%s: lastState %s/%d, want Error/137", kind, last.Reason, last.ExitCode)
 		}
-		// Unhealthy at 3 s; failures at the ticks after it (period 1 s,
-		// threshold 2), then 2 s of grace: ~6-7 s. Killing at the first
-		// failure would end before 5 s.
-		ran := last.FinishedAt.Sub(last.StartedAt.Time)
-		t.Logf("%s: first run lasted %s (kubelet: unhealthy at 3 s, failures at the next 2 ticks, 2 s grace: ~6-7 s)", kind, ran)
-		if ran < 4500*time.Millisecond || ran > 12*time.Second {
-			t.Errorf("%s: the first run lasted %s, want about 6-7 s (unhealthy at 3 s + 2 failures + 2 s grace)", kind, ran)
+		// The first run has ended: its log is complete.
+		unhealthy, okU := n.firstLine(p, "main", 0, "unhealthy")
+		term, okT := n.firstLine(p, "main", 0, "term")
+		if !okU || !okT {
+			t.Errorf("%s: the first run logged unhealthy %t, SIGTERM %t; want both", kind, okU, okT)
+			continue
 		}
+		if term.Before(unhealthy) {
+			t.Errorf("%s: SIGTERM came %s before the target turned unhealthy: its probe failed against a healthy target:%s",
+				kind, unhealthy.Sub(term).Round(time.Millisecond), eventsText(n.events(name)))
+			continue
+		}
+		restarted := n.lineTimes(p, "main", 1, "start")[0]
+		// The failures come at the 1 s ticks after the target turned
+		// unhealthy; the third kills. Killing at the first failure would
+		// signal within 1 s.
+		checkTiming(t, kind+": unhealthy -> SIGTERM", term.Sub(unhealthy), 1500*time.Millisecond, 4500*time.Millisecond,
+			"the 3rd failed probe, 2-3 s")
+		checkTiming(t, kind+": SIGTERM -> next run", restarted.Sub(term), 1800*time.Millisecond, 5*time.Second,
+			"SIGKILL after the 2 s grace period, then the first restart at once")
 		evs := n.events(name)
-		if !hasEvent(evs, "Unhealthy", "Liveness probe failed:") || !hasEvent(evs, "Killing", "Container main failed liveness probe, will be restarted") {
-			t.Errorf("%s: events lack Unhealthy/Killing: %+v", kind, evs)
+		// The kubelet records each failed attempt and holds the probe while
+		// the container is killed.
+		if got := eventCount(evs, "Unhealthy", "Liveness probe failed:"); got != 3 {
+			t.Errorf("%s: %d Unhealthy liveness events, want 3 (one per failure up to the threshold):%s", kind, got, eventsText(evs))
+		}
+		if !hasEvent(evs, "Killing", "Container main failed liveness probe, will be restarted") {
+			t.Errorf("%s: no Killing event:%s", kind, eventsText(evs))
 		}
 	}
 }
 
-// TestLifecycleReadinessFlips: Ready follows the readiness probe both ways,
-// never before its first success, and readiness never restarts anything.
+// readyChange is a change of a pod's Ready condition and when the test saw it.
+type readyChange struct {
+	ready bool
+	at    time.Time
+}
+
+// TestLifecycleReadinessFlips: Ready follows each kind of readiness probe
+// both ways, after successThreshold or failureThreshold probes in a row,
+// never before the first success, and never restarts anything.
 func TestLifecycleReadinessFlips(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("ready.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: ready
-spec:
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", "mkdir /tmp/w; httpd -p 8080 -h /tmp/w; sleep 4; touch /tmp/w/ok; sleep 4; rm /tmp/w/ok; sleep 4; touch /tmp/w/ok; sleep 3600"]
-    readinessProbe:
-      httpGet: {path: /ok, port: 8080}
+	n := newNodeWithImages(t, []string{probeServerTar(t)})
+	// probeserver prints unhealthy (at its start), healthy, unhealthy,
+	// healthy as the script flips the file.
+	script := "trap 'exit 0' TERM; " + probeServer +
+		"sleep 2; touch /tmp/healthy; sleep 5; rm /tmp/healthy; sleep 5; touch /tmp/healthy; while :; do sleep 0.1; done"
+	for kind, handler := range probeHandlers {
+		n.writeManifest("ready-"+kind+".yaml", probedPod("ready-"+kind, script, `    readinessProbe:
+      `+handler+`
       periodSeconds: 1
-      failureThreshold: 1
-`)
-	var seen []bool
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && len(seen) < 4 {
-		if p := n.pod("ready"); p != nil && running(p) {
-			cs := containerStatus(p, "main")
-			ready := podCondition(p, v1.PodReady)
-			if ready != cs.Ready || ready != podCondition(p, v1.ContainersReady) {
-				t.Fatalf("container ready %t, Ready %t, ContainersReady %t disagree", cs.Ready, ready, podCondition(p, v1.ContainersReady))
-			}
-			if cs.RestartCount != 0 {
-				t.Fatalf("readiness restarted the container")
-			}
-			if len(seen) == 0 || seen[len(seen)-1] != ready {
-				seen = append(seen, ready)
+      timeoutSeconds: 1
+      successThreshold: 3
+      failureThreshold: 3
+`))
+	}
+	changes := map[string][]readyChange{}
+	pods := map[string]*v1.Pod{}
+	done := func() bool {
+		for kind := range probeHandlers {
+			if len(changes[kind]) < 4 {
+				return false
 			}
 		}
-		time.Sleep(pollEvery / 2)
+		return true
 	}
-	if want := []bool{false, true, false, true}; !slices.Equal(seen, want) {
-		t.Fatalf("Ready went %v, want %v", seen, want)
+	for deadline := time.Now().Add(40 * time.Second); !done() && time.Now().Before(deadline); time.Sleep(pollEvery / 2) {
+		for _, p := range n.pods() {
+			kind := strings.TrimSuffix(strings.TrimPrefix(p.Name, "ready-"), "-"+nodeName)
+			if _, ok := probeHandlers[kind]; !ok || !running(&p) {
+				continue
+			}
+			cs := containerStatus(&p, "main")
+			ready := podCondition(&p, v1.PodReady)
+			if ready != cs.Ready || ready != podCondition(&p, v1.ContainersReady) {
+				t.Fatalf("%s: container ready %t, Ready %t, ContainersReady %t disagree", kind, cs.Ready, ready, podCondition(&p, v1.ContainersReady))
+			}
+			if cs.RestartCount != 0 {
+				t.Fatalf("%s: readiness restarted the container", kind)
+			}
+			if c := changes[kind]; len(c) == 0 || c[len(c)-1].ready != ready {
+				changes[kind] = append(c, readyChange{ready, time.Now()})
+			}
+			pods[kind] = &p
+		}
 	}
-	if !hasEvent(n.events("ready"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 404") {
-		t.Errorf("no Unhealthy readiness event: %+v", n.events("ready"))
+	for kind := range probeHandlers {
+		var seen []bool
+		for _, c := range changes[kind] {
+			seen = append(seen, c.ready)
+		}
+		if want := []bool{false, true, false, true}; !slices.Equal(seen, want) {
+			t.Errorf("%s: Ready went %v, want %v; events: %+v", kind, seen, want, eventsText(n.events("ready-"+kind)))
+			continue
+		}
+		healthy := n.lineTimes(pods[kind], "main", 0, "healthy")
+		unhealthy := n.lineTimes(pods[kind], "main", 0, "unhealthy")
+		if len(healthy) != 2 || len(unhealthy) != 2 {
+			t.Fatalf("%s: probeserver logged %d healthy and %d unhealthy, want 2 and 2", kind, len(healthy), len(unhealthy))
+		}
+		// Three probes in a row at 1 s ticks: 2-3 s after the change.
+		// Flipping at the first probe would take at most 1 s.
+		const lo, hi, kubelet = 1500 * time.Millisecond, 4500 * time.Millisecond, "the 3rd probe in a row, 2-3 s"
+		checkTiming(t, kind+": healthy -> Ready", changes[kind][1].at.Sub(healthy[0]), lo, hi, kubelet)
+		checkTiming(t, kind+": unhealthy -> not Ready", changes[kind][2].at.Sub(unhealthy[1]), lo, hi, kubelet)
+		checkTiming(t, kind+": healthy again -> Ready", changes[kind][3].at.Sub(healthy[1]), lo, hi, kubelet)
+	}
+	if !hasEvent(n.events("ready-http"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503") {
+		t.Errorf("no Unhealthy readiness event for the HTTP probe:%s", eventsText(n.events("ready-http")))
 	}
 }
 
 // TestLifecycleStartupProbeHoldsLiveness: a liveness probe that would fail
-// at once waits until the startup probe succeeded.
+// at once waits until the startup probe succeeded; started and ready stay
+// false until then.
 func TestLifecycleStartupProbeHoldsLiveness(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -180,10 +317,11 @@ kind: Pod
 metadata:
   name: slow
 spec:
+  terminationGracePeriodSeconds: 2
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "sleep 4; touch /tmp/up; sleep 3600"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; sleep 4; touch /tmp/up; echo up; while :; do sleep 0.1; done"]
     startupProbe:
       exec: {command: ["cat", "/tmp/up"]}
       periodSeconds: 1
@@ -193,83 +331,131 @@ spec:
       periodSeconds: 1
       failureThreshold: 1
 `)
-	p := n.waitPod("slow", "running", running)
-	if cs := containerStatus(p, "main"); *cs.Started || cs.Ready {
-		t.Fatalf("started %t ready %t right after start", *cs.Started, cs.Ready)
-	}
-	p = n.waitPodFor("slow", "started", 15*time.Second, func(p *v1.Pod) bool {
+	sawNotStarted := false
+	p := n.waitPodFor("slow", "started", 20*time.Second, func(p *v1.Pod) bool {
 		cs := containerStatus(p, "main")
-		return cs.Started != nil && *cs.Started && cs.Ready
+		if cs == nil || cs.State.Running == nil {
+			return false
+		}
+		started := cs.Started != nil && *cs.Started
+		if !started {
+			sawNotStarted = true
+			if cs.Ready || podCondition(p, v1.PodReady) {
+				t.Fatalf("ready before the startup probe succeeded: %s", statusJSON(p))
+			}
+		}
+		return started
 	})
-	cs := containerStatus(p, "main")
-	if since := time.Since(cs.State.Running.StartedAt.Time); since < 3*time.Second {
-		t.Errorf("started %s after the container began; it creates /tmp/up at 4 s", since)
+	startedSeen := time.Now()
+	if !sawNotStarted {
+		t.Errorf("never saw started false while the startup probe was failing")
 	}
+	if cs := containerStatus(p, "main"); !cs.Ready {
+		t.Errorf("started but not ready; with no readiness probe it is ready once started")
+	}
+	up := n.lineTimes(p, "main", 0, "up")[0]
+	// The first probe after /tmp/up exists succeeds: within a period.
+	checkTiming(t, "file created -> started seen", startedSeen.Sub(up), -200*time.Millisecond, 2500*time.Millisecond,
+		"the next startup probe, within 1 s")
 	time.Sleep(3 * time.Second)
 	if cs := containerStatus(n.pod("slow"), "main"); cs.RestartCount != 0 {
 		t.Fatalf("restarted %d times: liveness ran before the startup probe passed", cs.RestartCount)
 	}
+	evs := n.events("slow")
+	if !hasEvent(evs, "Unhealthy", "Startup probe failed:") || hasEvent(evs, "Unhealthy", "Liveness probe failed:") {
+		t.Errorf("want Unhealthy events of the startup probe and none of liveness:%s", eventsText(evs))
+	}
 }
 
 // TestLifecycleExecProbeTimeout: an exec probe past timeoutSeconds fails
-// and its process is killed.
+// and its process is killed at the timeout; as a liveness probe it
+// restarts the container.
 func TestLifecycleExecProbeTimeout(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	n.writeManifest("hang.yaml", `apiVersion: v1
+	pod := func(name, probe string) string {
+		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: hang
+  name: %s
 spec:
   terminationGracePeriodSeconds: 1
   containers:
   - name: main
     image: busybox:1.36
     command: ["sleep", "3600"]
-    readinessProbe:
+    %s:
       exec: {command: ["sleep", "30"]}
       timeoutSeconds: 1
       periodSeconds: 3
-`)
+      failureThreshold: 2
+`, name, probe)
+	}
+	n.writeManifest("hang.yaml", pod("hang", "readinessProbe"))
+	n.writeManifest("hang-live.yaml", pod("hang-live", "livenessProbe"))
 	n.waitPod("hang", "running", running)
 	deadline := time.Now().Add(20 * time.Second)
 	for !hasEvent(n.events("hang"), "Unhealthy", `Readiness probe failed: command timed out: "sleep 30" timed out after 1s`) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no timed-out probe event: %+v", n.events("hang"))
+			t.Fatalf("no timed-out probe event:%s", eventsText(n.events("hang")))
 		}
 		time.Sleep(pollEvery)
 	}
-	// The probe's sleep was killed at the timeout: within a period no
-	// "sleep 30" may remain, though probes keep starting new ones.
-	time.Sleep(1200 * time.Millisecond)
-	for _, pid := range n.podPIDs(n.pod("hang")) {
-		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(cmd), "sleep\x0030") {
-			if age := procAge(t, pid); age > 1500*time.Millisecond {
-				t.Errorf("probe process %d (sleep 30) still runs %s after it started; the timeout is 1 s", pid, age)
+	p := n.waitPodFor("hang-live", "restarted by its timed-out liveness probe", 30*time.Second, func(p *v1.Pod) bool {
+		cs := containerStatus(p, "main")
+		return cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+	})
+	if last := containerStatus(p, "main").LastTerminationState.Terminated; last.Reason != "Error" || last.ExitCode != 137 {
+		t.Errorf("liveness: lastState %s/%d, want Error/137 (sleep as PID 1 ignores SIGTERM)", last.Reason, last.ExitCode)
+	}
+	if evs := n.events("hang-live"); !hasEvent(evs, "Unhealthy", `Liveness probe failed: command timed out: "sleep 30" timed out after 1s`) {
+		t.Errorf("no timed-out liveness event:%s", eventsText(evs))
+	}
+	// Each probe's sleep is killed at its 1 s timeout: however long the
+	// probes go on, none may be older than that (and a little).
+	for range 3 {
+		for _, name := range []string{"hang", "hang-live"} {
+			pids := n.podPIDs(n.pod(name))
+			if len(pids) == 0 {
+				t.Fatalf("%s: no processes found in the pod", name)
+			}
+			for _, pid := range pids {
+				cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+				if age := procAge(t, pid); string(cmd) == "sleep\x0030\x00" && age > 1500*time.Millisecond {
+					t.Errorf("%s: probe process %d (sleep 30) still runs %s after it started; the timeout is 1 s", name, pid, age)
+				}
 			}
 		}
+		time.Sleep(time.Second)
 	}
 	if p := n.pod("hang"); podCondition(p, v1.PodReady) {
 		t.Error("Ready although every readiness probe timed out")
 	}
 }
 
-// podPIDs lists the processes in the pod's containers (their cgroups).
+// podPIDs lists the host PIDs of the processes in the pod's running
+// containers, exec'd ones included (containerd lists the cgroup's).
 func (n *node) podPIDs(p *v1.Pod) []int {
 	n.t.Helper()
 	var out []int
 	for _, c := range n.containers(string(p.UID)) {
-		task, err := client.LoadContainer(n.ctx(), c.ID)
+		ctr, err := client.LoadContainer(n.ctx(), c.ID)
 		if err != nil {
-			continue
+			n.t.Fatal(err)
 		}
-		tk, err := task.Task(n.ctx(), nil)
-		if err != nil {
-			continue
+		task, err := ctr.Task(n.ctx(), nil)
+		if errdefs.IsNotFound(err) {
+			continue // between runs
 		}
-		pids, err := tk.Pids(n.ctx())
 		if err != nil {
-			continue
+			n.t.Fatal(err)
+		}
+		if st, err := task.Status(n.ctx()); err != nil || st.Status != containerd.Running {
+			continue // ended
+		}
+		pids, err := task.Pids(n.ctx())
+		if err != nil {
+			n.t.Fatalf("pids of %s: %v", c.ID, err)
 		}
 		for _, pi := range pids {
 			out = append(out, int(pi.Pid))
@@ -303,6 +489,7 @@ kind: Pod
 metadata:
   name: hooked
 spec:
+  terminationGracePeriodSeconds: 1
   containers:
   - name: main
     image: busybox:1.36
@@ -347,8 +534,30 @@ spec:
 		return containerStatus(p, "main").RestartCount >= 1
 	})
 	if !hasEvent(n.events("badhook"), "FailedPostStartHook", "") {
-		t.Errorf("no FailedPostStartHook event: %+v", n.events("badhook"))
+		t.Errorf("no FailedPostStartHook event:%s", eventsText(n.events("badhook")))
 	}
+}
+
+// waitAllGone waits until none of the pods is listed and returns when
+// each went, as seen by polling them all together.
+func (n *node) waitAllGone(timeout time.Duration, names ...string) map[string]time.Time {
+	n.t.Helper()
+	gone := map[string]time.Time{}
+	for deadline := time.Now().Add(timeout); len(gone) < len(names); time.Sleep(pollEvery / 2) {
+		if time.Now().After(deadline) {
+			n.t.Fatalf("pods still listed after %s; gone: %v of %v", timeout, gone, names)
+		}
+		listed := map[string]bool{}
+		for _, p := range n.pods() {
+			listed[p.Name] = true
+		}
+		for _, name := range names {
+			if _, ok := gone[name]; !ok && !listed[name+"-"+nodeName] {
+				gone[name] = time.Now()
+			}
+		}
+	}
+	return gone
 }
 
 // uptimeLog parses "<tag> <uptime>" lines a pod appended to a host file.
@@ -369,7 +578,8 @@ func uptimeLog(t *testing.T, path string) map[string]float64 {
 }
 
 // TestLifecyclePreStop: on removal the hook runs before SIGTERM, inside the
-// grace period; what it uses is gone from the signal's share.
+// grace period; what it uses is gone from the signal's share, but the
+// kubelet always leaves at least 2 s between SIGTERM and SIGKILL.
 func TestLifecyclePreStop(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -383,52 +593,138 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/drain; exit 0' TERM; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
     lifecycle:
       preStop:
-        exec: {command: ["sh", "-c", "echo prestop $(cut -d' ' -f1 /proc/uptime) >> /out/log; sleep 3"]}
+        exec: {command: ["sh", "-c", "echo prestop $(cut -d' ' -f1 /proc/uptime) >> /out/drain; sleep 3"]}
   volumes:
   - {name: out, hostPath: {path: %s}}
 `, dir))
-	// sh as PID 1 ignores SIGTERM: only the grace period's end stops it.
-	n.writeManifest("stubborn.yaml", `apiVersion: v1
+	// These note SIGTERM and carry on, so SIGKILL at the end of what is
+	// left of the grace period ends them; containerd dates that exit.
+	stubborn := []struct {
+		name, grace, lifecycle string
+		preStop                time.Duration // removal -> SIGTERM
+		kubelet                string
+	}{
+		{"stubborn", "5", "{preStop: {sleep: {seconds: 3}}}", 3 * time.Second, "3 s of preStop, then the 2 s left of the 5 s grace"},
+		{"late", "5", "{preStop: {sleep: {seconds: 4}}}", 4 * time.Second, "4 s of preStop, then 1 s left, raised to the 2 s minimum"},
+		{"brief", "1", "{}", 0, "no preStop, the 1 s grace raised to the 2 s minimum"},
+	}
+	for _, s := range stubborn {
+		n.writeManifest(s.name+".yaml", fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: stubborn
+  name: %s
 spec:
-  terminationGracePeriodSeconds: 5
+  terminationGracePeriodSeconds: %s
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "while :; do sleep 0.1; done"]
-    lifecycle:
-      preStop:
-        sleep: {seconds: 3}
-`)
+    command: ["sh", "-c", "trap 'echo term $(cut -d\" \" -f1 /proc/uptime) >> /out/%s' TERM; while :; do sleep 0.1 & wait; done"]
+    volumeMounts: [{name: out, mountPath: /out}]
+    lifecycle: %s
+  volumes:
+  - {name: out, hostPath: {path: %s}}
+`, s.name, s.grace, s.name, s.lifecycle, dir))
+	}
 	n.waitPod("drain", "running", running)
-	n.waitPod("stubborn", "running", running)
-	removed := time.Now()
+	ids := map[string]string{}
+	for _, s := range stubborn {
+		ids[s.name] = containerID(n.waitPod(s.name, "running", running).Status.ContainerStatuses[0])
+	}
+	exits := n.watchExits()
+	removed, removedUp := time.Now(), hostUptime(t)
 	n.removeManifest("drain.yaml")
-	n.removeManifest("stubborn.yaml")
-	goneStubborn := n.waitGone("stubborn", 20*time.Second)
-	n.waitGone("drain", 20*time.Second)
-	log := uptimeLog(t, filepath.Join(dir, "log"))
+	for _, s := range stubborn {
+		n.removeManifest(s.name + ".yaml")
+	}
+	n.waitAllGone(20*time.Second, "drain", "stubborn", "late", "brief")
+	for _, s := range stubborn {
+		up := uptimeLog(t, filepath.Join(dir, s.name))["term"]
+		exit, ok := exits.at(ids[s.name])
+		if up == 0 || !ok {
+			t.Errorf("%s: SIGTERM noted at uptime %.2f, exit seen %t: want both", s.name, up, ok)
+			continue
+		}
+		term := removed.Add(time.Duration((up - removedUp) * float64(time.Second)))
+		checkTiming(t, s.name+": removal -> SIGTERM", term.Sub(removed), s.preStop-200*time.Millisecond, s.preStop+time.Second, s.kubelet)
+		checkTiming(t, s.name+": SIGTERM -> SIGKILL", exit.Sub(term), 1800*time.Millisecond, 2800*time.Millisecond, s.kubelet)
+	}
+	log := uptimeLog(t, filepath.Join(dir, "drain"))
 	pre, term := log["prestop"], log["term"]
-	if pre == 0 || term == 0 || term-pre < 2.8 || term-pre > 5 {
-		t.Errorf("prestop at %.2f, SIGTERM at %.2f: want SIGTERM ~3 s after the hook began", pre, term)
+	if pre == 0 || term == 0 {
+		t.Fatalf("preStop at %.2f, SIGTERM at %.2f (uptimes): one is missing", pre, term)
 	}
-	// 3 s of preStop sleep, then the remaining 2 s of the 5 s grace: the
-	// kubelet does not restart the grace period after the hook.
-	t.Logf("preStop began %.2f s before SIGTERM; the stubborn pod went %s after removal (kubelet: 3 s, 5 s)", term-pre, goneStubborn.Sub(removed))
-	if took := goneStubborn.Sub(removed); took < 4500*time.Millisecond || took > 7500*time.Millisecond {
-		t.Errorf("the stubborn pod took %s to go, want about 5 s (its whole grace period)", took)
-	}
+	checkTiming(t, "drain: preStop began -> SIGTERM", time.Duration((term-pre)*float64(time.Second)),
+		2800*time.Millisecond, 5*time.Second, "when the 3 s hook has returned")
 }
 
-// TestLifecycleSidecar: a restartable init container starts before the app
-// container, keeps running, and stops after it; the pod completes when its
-// app container does.
+// hostUptime is the host's /proc/uptime, the clock containers can log.
+func hostUptime(t *testing.T) float64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	up, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return up
+}
+
+// exitWatch holds when containers' main processes exited, as containerd's
+// /tasks/exit events date it.
+type exitWatch struct {
+	mu   sync.Mutex
+	exit map[string]time.Time // container ID -> exit
+}
+
+// watchExits subscribes to the node's task exits until the test ends.
+func (n *node) watchExits() *exitWatch {
+	ctx, cancel := context.WithCancel(n.ctx())
+	n.t.Cleanup(cancel)
+	w := &exitWatch{exit: map[string]time.Time{}}
+	envs, errs := client.Subscribe(ctx, `topic=="/tasks/exit"`)
+	go func() {
+		for {
+			select {
+			case env := <-envs:
+				v, err := typeurl.UnmarshalAny(env.Event)
+				if e, ok := v.(*apievents.TaskExit); err == nil && ok && env.Namespace == n.ns && e.ID == e.ContainerID {
+					w.mu.Lock()
+					w.exit[e.ContainerID] = e.ExitedAt.AsTime()
+					w.mu.Unlock()
+				}
+			case <-errs:
+				return
+			}
+		}
+	}()
+	return w
+}
+
+// at returns when the container exited, waiting a little for the event.
+func (w *exitWatch) at(id string) (time.Time, bool) {
+	for range 20 {
+		w.mu.Lock()
+		t, ok := w.exit[id]
+		w.mu.Unlock()
+		if ok {
+			return t, true
+		}
+		time.Sleep(pollEvery)
+	}
+	return time.Time{}, false
+}
+
+// TestLifecycleSidecar: a restartable init container starts first, and the
+// app container only once its startup probe passed; its readiness counts
+// for the pod's; it is restarted with the crash backoff when it exits, and
+// stopped after the app; a pod whose app containers completed ends
+// Succeeded although its sidecar was running.
 func TestLifecycleSidecar(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -443,35 +739,39 @@ spec:
   - name: proxy
     image: busybox:1.36
     restartPolicy: Always
-    command: ["sh", "-c", "trap 'echo proxy-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; sleep 0.5; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo proxy-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; sleep 0.5; exit 0' TERM; echo proxy-start; sleep 2; touch /tmp/up; echo proxy-up; sleep 3; touch /tmp/ready; echo proxy-ready; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
+    startupProbe:
+      exec: {command: ["cat", "/tmp/up"]}
+      periodSeconds: 1
+      failureThreshold: 30
     readinessProbe:
-      exec: {command: ["true"]}
+      exec: {command: ["cat", "/tmp/ready"]}
       periodSeconds: 1
   containers:
   - name: app
     image: busybox:1.36
-    command: ["sh", "-c", "trap 'echo app-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; while :; do sleep 0.1; done"]
+    command: ["sh", "-c", "trap 'echo app-term $(cut -d\" \" -f1 /proc/uptime) >> /out/log; exit 0' TERM; echo app-start; while :; do sleep 0.1; done"]
     volumeMounts: [{name: out, mountPath: /out}]
   volumes:
   - {name: out, hostPath: {path: %s}}
 `, dir))
-	p := n.waitPod("side", "Ready", func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
-	proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
-	if proxy.State.Running == nil || !proxy.Ready || app.State.Running == nil || !podCondition(p, v1.PodInitialized) {
-		t.Fatalf("sidecar %+v app %+v: both must run, the sidecar ready, the pod initialized", proxy.State, app.State)
-	}
-	if !proxy.State.Running.StartedAt.Before(&app.State.Running.StartedAt) && !proxy.State.Running.StartedAt.Equal(&app.State.Running.StartedAt) {
-		t.Errorf("sidecar started %s, app %s: the sidecar must start first", proxy.State.Running.StartedAt, app.State.Running.StartedAt)
-	}
-	n.removeManifest("side.yaml")
-	n.waitGone("side", 30*time.Second)
-	log := uptimeLog(t, filepath.Join(dir, "log"))
-	if log["app-term"] == 0 || log["proxy-term"] == 0 || log["proxy-term"] < log["app-term"] {
-		t.Errorf("app TERM at %.2f, sidecar TERM at %.2f: the sidecar must be stopped after the app", log["app-term"], log["proxy-term"])
-	}
-
-	// A job with a sidecar: the pod ends Succeeded although the sidecar ran.
+	n.writeManifest("flaky.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: flaky
+spec:
+  terminationGracePeriodSeconds: 2
+  initContainers:
+  - name: proxy
+    image: busybox:1.36
+    restartPolicy: Always
+    command: ["sh", "-c", "echo proxy-start; sleep 1; exit 1"]
+  containers:
+  - name: app
+    image: busybox:1.36
+    command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"]
+`)
 	n.writeManifest("job.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -489,6 +789,41 @@ spec:
     image: busybox:1.36
     command: ["sh", "-c", "sleep 2"]
 `)
+
+	sawAppWithUnreadyProxy := false
+	p := n.waitPod("side", "Ready", func(p *v1.Pod) bool {
+		proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+		if proxy != nil && app != nil && app.State.Running != nil && !proxy.Ready {
+			sawAppWithUnreadyProxy = true
+			if podCondition(p, v1.PodReady) {
+				t.Fatalf("pod Ready while its sidecar is not: %s", statusJSON(p))
+			}
+		}
+		return podCondition(p, v1.PodReady)
+	})
+	readyAt := time.Now()
+	proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+	if proxy.State.Running == nil || !proxy.Ready || proxy.Started == nil || !*proxy.Started || app.State.Running == nil || !podCondition(p, v1.PodInitialized) {
+		t.Fatalf("sidecar %+v app %+v: both must run, the sidecar started and ready, the pod initialized", proxy, app.State)
+	}
+	if !sawAppWithUnreadyProxy {
+		t.Errorf("never saw the app running beside a sidecar that was not ready yet")
+	}
+	proxyUp := n.lineTimes(p, "proxy", 0, "proxy-up")[0]
+	proxyReady := n.lineTimes(p, "proxy", 0, "proxy-ready")[0]
+	appStart := n.lineTimes(p, "app", 0, "app-start")[0]
+	checkTiming(t, "sidecar's startup probe can pass -> app starts", appStart.Sub(proxyUp), 0, 3*time.Second,
+		"the next startup probe within 1 s, then the app container")
+	checkTiming(t, "sidecar's readiness file -> pod Ready seen", readyAt.Sub(proxyReady), -200*time.Millisecond, 3500*time.Millisecond,
+		"the next readiness probe within 1 s")
+
+	n.removeManifest("side.yaml")
+	n.waitGone("side", 30*time.Second)
+	log := uptimeLog(t, filepath.Join(dir, "log"))
+	if log["app-term"] == 0 || log["proxy-term"] == 0 || log["proxy-term"] < log["app-term"] {
+		t.Errorf("app TERM at %.2f, sidecar TERM at %.2f: the sidecar must be stopped after the app", log["app-term"], log["proxy-term"])
+	}
+
 	p = n.waitPodFor("job", "Succeeded", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
 	if cs := containerStatus(p, "work"); cs.State.Terminated == nil || cs.State.Terminated.Reason != "Completed" {
 		t.Errorf("work: %+v", cs.State)
@@ -496,6 +831,30 @@ spec:
 	n.waitPodFor("job", "sidecar stopped", 10*time.Second, func(p *v1.Pod) bool {
 		return containerStatus(p, "proxy").State.Running == nil
 	})
+
+	sawBackOff := false
+	p = n.waitPodFor("flaky", "its sidecar restarted twice", 40*time.Second, func(p *v1.Pod) bool {
+		proxy, app := containerStatus(p, "proxy"), containerStatus(p, "app")
+		if proxy == nil {
+			return false
+		}
+		if w := proxy.State.Waiting; w != nil && w.Reason == "CrashLoopBackOff" {
+			sawBackOff = true
+		}
+		if app != nil && app.RestartCount != 0 {
+			t.Fatalf("the app container restarted with its sidecar: %s", statusJSON(p))
+		}
+		return proxy.RestartCount >= 2
+	})
+	if !sawBackOff {
+		t.Errorf("never saw the sidecar waiting in CrashLoopBackOff")
+	}
+	if app := containerStatus(p, "app"); app.State.Running == nil || p.Status.Phase != v1.PodRunning {
+		t.Errorf("app %+v, phase %s: the app keeps running while its sidecar crashes", app.State, p.Status.Phase)
+	}
+	runs := []time.Time{n.lineTimes(p, "proxy", 1, "proxy-start")[0], n.lineTimes(p, "proxy", 2, "proxy-start")[0]}
+	checkTiming(t, "sidecar's second restart after the first", runs[1].Sub(runs[0]), 10*time.Second, 20*time.Second,
+		"its 1 s run, then the 10 s crash backoff")
 }
 
 // TestLifecycleOOMKilled: a container over its memory limit ends OOMKilled
@@ -526,7 +885,9 @@ spec:
 }
 
 // TestLifecycleTerminationMessage: the file, a custom path, and the log
-// fallback fill state.terminated.message.
+// fallback fill state.terminated.message within the kubelet's limits (the
+// file's last 4 KiB; the log's last 80 lines and 2 KiB); each run gets an
+// empty file, and the last run's message stays in lastState.
 func TestLifecycleTerminationMessage(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -545,25 +906,82 @@ spec:
     securityContext: {runAsUser: 65534}
     terminationMessagePath: /tmp/why
     command: ["sh", "-c", "printf done > /tmp/why"]
+  - name: big
+    image: busybox:1.36
+    command: ["sh", "-c", "head -c 1000 /dev/zero | tr '\\0' a > /dev/termination-log; head -c 4096 /dev/zero | tr '\\0' b >> /dev/termination-log"]
   - name: logs
     image: busybox:1.36
     terminationMessagePolicy: FallbackToLogsOnError
     command: ["sh", "-c", "echo first; sleep 0.3; echo last >&2; exit 1"]
+  - name: many
+    image: busybox:1.36
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "for i in $(seq 1 100); do echo line $i; done; exit 1"]
+  - name: wide
+    image: busybox:1.36
+    terminationMessagePolicy: FallbackToLogsOnError
+    command: ["sh", "-c", "x=$(head -c 98 /dev/zero | tr '\\0' x); for i in $(seq 10 49); do echo $i$x; done; exit 1"]
 `)
+	n.writeManifest("again.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: again
+spec:
+  restartPolicy: OnFailure
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "echo \"prev=[$(cat /dev/termination-log)]\"; printf gone > /dev/termination-log; exit 2"]
+`)
+	var many, wide strings.Builder
+	for i := 21; i <= 100; i++ {
+		fmt.Fprintf(&many, "line %d\n", i)
+	}
+	for i := 10; i <= 49; i++ {
+		fmt.Fprintf(&wide, "%d%s\n", i, strings.Repeat("x", 98))
+	}
+	want := map[string]string{
+		"file":   "disk full",
+		"custom": "done",
+		"big":    strings.Repeat("b", 4096),
+		"logs":   "first\nlast\n",
+		"many":   many.String(),
+		"wide":   wide.String()[wide.Len()-2048:],
+	}
 	p := n.waitPodFor("msg", "Failed", 30*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	for name, want := range map[string]string{"file": "disk full", "custom": "done", "logs": "first\nlast\n"} {
+	for name, want := range want {
 		term := containerStatus(p, name).State.Terminated
-		if term == nil || term.Message != want {
-			t.Errorf("%s: terminated %+v, want message %q", name, term, want)
+		if term == nil {
+			t.Errorf("%s: not terminated: %+v", name, containerStatus(p, name).State)
+		} else if term.Message != want {
+			t.Errorf("%s: message %s, want %s", name, abbrev(term.Message), abbrev(want))
 		}
 	}
+
+	p = n.waitPodFor("again", "restarted", 30*time.Second, func(p *v1.Pod) bool {
+		cs := containerStatus(p, "main")
+		return cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+	})
+	if last := containerStatus(p, "main").LastTerminationState.Terminated; last.Message != "gone" || last.ExitCode != 2 {
+		t.Errorf("lastState.terminated: message %q exit %d, want %q and 2", last.Message, last.ExitCode, "gone")
+	}
+	n.waitLogLine(n.logPath(p, "main", 1), "prev=[]")
 }
 
-// TestLifecycleActiveDeadline: the pod fails with DeadlineExceeded and its
-// containers are stopped.
+// abbrev quotes s, with only its ends when it is long.
+func abbrev(s string) string {
+	if len(s) <= 100 {
+		return fmt.Sprintf("%q", s)
+	}
+	return fmt.Sprintf("%q...%q (%d bytes)", s[:40], s[len(s)-40:], len(s))
+}
+
+// TestLifecycleActiveDeadline: the pod fails with DeadlineExceeded soon
+// after its deadline, and its containers are stopped.
 func TestLifecycleActiveDeadline(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
+	written := time.Now()
 	n.writeManifest("late.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -577,35 +995,61 @@ spec:
     command: ["sleep", "3600"]
 `)
 	p := n.waitPodFor("late", "Failed", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	if p.Status.Reason != "DeadlineExceeded" {
-		t.Errorf("reason %q, want DeadlineExceeded", p.Status.Reason)
+	// The deadline counts from startTime, after the manifest was written;
+	// the kubelet checks it every second.
+	checkTiming(t, "manifest written -> Failed seen", time.Since(written), 3*time.Second, 7*time.Second,
+		"at the 3 s deadline or within its next sync, ~1 s")
+	if p.Status.Reason != "DeadlineExceeded" || p.Status.Message != "Pod was active on the node longer than the specified deadline" {
+		t.Errorf("reason %q message %q, want the kubelet's DeadlineExceeded", p.Status.Reason, p.Status.Message)
 	}
-	if took := time.Since(p.Status.StartTime.Time); took < 3*time.Second {
-		t.Errorf("failed %s after its start, before the 3 s deadline", took)
+	if evs := n.events("late"); !hasEvent(evs, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") {
+		t.Errorf("no DeadlineExceeded event:%s", eventsText(evs))
 	}
-	n.waitPodFor("late", "stopped", 10*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Running == nil })
+	p = n.waitPodFor("late", "stopped", 10*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Terminated != nil })
+	if cs := containerStatus(p, "main"); cs.RestartCount != 0 || p.Status.Phase != v1.PodFailed {
+		t.Errorf("after the deadline: restarts %d, phase %s; want nothing started again", cs.RestartCount, p.Status.Phase)
+	}
+	for _, task := range n.tasks() {
+		if task.Status == tasktypes.Status_RUNNING {
+			t.Errorf("task %s still runs after the deadline", task.ID)
+		}
+	}
 }
 
 // TestLifecycleStartError: a command that does not exist ends the run with
-// StartError and exit code 128, as under containerd's CRI.
+// StartError and exit code 128, as under containerd's CRI, and with
+// restartPolicy Always goes into the crash backoff.
 func TestLifecycleStartError(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	n.writeManifest("nocmd.yaml", `apiVersion: v1
+	pod := func(name, policy string) string {
+		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
-  name: nocmd
+  name: %s
 spec:
-  restartPolicy: Never
+  restartPolicy: %s
   containers:
   - name: main
     image: busybox:1.36
     command: ["/no/such/binary"]
-`)
+`, name, policy)
+	}
+	n.writeManifest("nocmd.yaml", pod("nocmd", "Never"))
+	n.writeManifest("nocmd-always.yaml", pod("nocmd-always", "Always"))
+	startError := func(term *v1.ContainerStateTerminated) bool {
+		return term != nil && term.Reason == "StartError" && term.ExitCode == 128 && strings.Contains(term.Message, "/no/such/binary")
+	}
 	p := n.waitPodFor("nocmd", "Failed", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	term := containerStatus(p, "main").State.Terminated
-	if term == nil || term.Reason != "StartError" || term.ExitCode != 128 || !strings.Contains(term.Message, "/no/such/binary") {
-		t.Fatalf("terminated %+v, want StartError/128 naming the binary", term)
+	if term := containerStatus(p, "main").State.Terminated; !startError(term) {
+		t.Errorf("terminated %+v, want StartError/128 naming the binary", term)
+	}
+	p = n.waitPodFor("nocmd-always", "in CrashLoopBackOff", 20*time.Second, func(p *v1.Pod) bool {
+		cs := containerStatus(p, "main")
+		return cs.State.Waiting != nil && cs.State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	if cs := containerStatus(p, "main"); cs.RestartCount < 1 || !startError(cs.LastTerminationState.Terminated) {
+		t.Errorf("restarts %d, lastState %+v; want StartError/128 naming the binary", cs.RestartCount, cs.LastTerminationState.Terminated)
 	}
 }
 
