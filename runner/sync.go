@@ -247,6 +247,10 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 				ExitCode: 128, Reason: "StartError", Message: err.Error(), CreatedAt: now, FinishedAt: now,
 				LastState: last, Sandbox: w.st.epoch}
 			latest[c.Name] = w.st.startErr[c.Name]
+			// That run ended; the crash backoff decides the next one
+			// (shown as CrashLoopBackOff), as after any exit.
+			w.startFailed(pod, c, reason, err)
+			return time.Second
 		}
 		return w.startFailed(pod, c, reason, err)
 	}
