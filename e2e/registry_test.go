@@ -78,26 +78,7 @@ func (r *registry) stop() {
 // containerd namespace of the test's own.
 func (r *registry) push(t *testing.T, name string) {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
-	path := filepath.Join(t.TempDir(), "push.tar")
-	img, err := ociimage.Busybox(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ociimage.WriteFile(path, img); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := ctrdrt.ImportArchive(ctx, client, path, snapshotter); err != nil {
-		t.Fatal(err)
-	}
-	ci, err := client.GetImage(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Push(ctx, name, ci.Target()); err != nil {
-		t.Fatalf("push %s: %v", name, err)
-	}
-	_ = client.ImageService().Delete(ctx, name)
+	pushWith(t, name, "", "", "")
 }
 
 func (n *node) writeHostsToml(host, content string) {
@@ -191,8 +172,8 @@ func startSecureRegistry(t *testing.T, user, pass string) (*registry, []byte) {
 	return r, ca
 }
 
-// pushWith pushes a busybox image as name through a resolver that trusts
-// the registry's CA and logs in.
+// pushWith pushes a busybox image as name through a resolver that reads
+// hosts.toml files under certsDir (if any) and logs in as user.
 func pushWith(t *testing.T, name, certsDir, user, pass string) {
 	t.Helper()
 	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
@@ -211,10 +192,11 @@ func pushWith(t *testing.T, name, certsDir, user, pass string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, config.HostOptions{
-		HostDir:     config.HostDirFromRoot(certsDir),
-		Credentials: func(string) (string, string, error) { return user, pass, nil },
-	})})
+	opts := config.HostOptions{Credentials: func(string) (string, string, error) { return user, pass, nil }}
+	if certsDir != "" {
+		opts.HostDir = config.HostDirFromRoot(certsDir)
+	}
+	resolver := docker.NewResolver(docker.ResolverOptions{Hosts: config.ConfigureHosts(ctx, opts)})
 	if err := client.Push(ctx, name, ci.Target(), containerd.WithResolver(resolver)); err != nil {
 		t.Fatalf("push %s: %v", name, err)
 	}

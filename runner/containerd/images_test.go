@@ -3,11 +3,7 @@ package containerd
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -282,32 +278,9 @@ func TestImageConfigOf(t *testing.T) {
 // returns its host:port.
 func startRegistry(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	prerequisite(t, err == nil, "docker-registry (apt-get install docker-registry)")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	dir := t.TempDir()
-	config := fmt.Sprintf("version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: %s\nhttp:\n  addr: %s\n", dir, addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/v2/"); err == nil {
-			resp.Body.Close()
-			return addr
-		}
-	}
-	t.Fatal("docker-registry did not start")
-	return ""
+	addr := freeAddr(t)
+	serveRegistry(t, addr, t.TempDir())
+	return addr
 }
 
 // TestEnsureImagePulls pushes an image to a loopback registry, forgets it,

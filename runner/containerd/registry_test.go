@@ -34,8 +34,6 @@ import (
 // and htpasswd auth for user/pass; it returns host:port and the CA's PEM.
 func secureRegistry(t *testing.T, user, pass string) (string, []byte) {
 	t.Helper()
-	bin, err := exec.LookPath("docker-registry")
-	prerequisite(t, err == nil, "docker-registry (apt-get install docker-registry)")
 	dir := t.TempDir()
 	caPEM, certPEM, keyPEM := testCerts(t)
 	hash, err := bcrypt.GenerateFromPassword([]byte(pass), bcrypt.MinCost)
@@ -48,30 +46,15 @@ func secureRegistry(t *testing.T, user, pass string) (string, []byte) {
 		}
 	}
 	addr := freeAddr(t)
-	config := fmt.Sprintf(`version: 0.1
+	runRegistry(t, dir, fmt.Sprintf(`version: 0.1
 log: {level: warn}
 storage: {filesystem: {rootdirectory: %[1]s/data}}
 auth: {htpasswd: {realm: test, path: %[1]s/htpasswd}}
 http:
   addr: %[2]s
   tls: {certificate: %[1]s/server.crt, key: %[1]s/server.key}
-`, dir, addr)
-	if err := os.WriteFile(filepath.Join(dir, "config.yml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "serve", filepath.Join(dir, "config.yml"))
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr, caPEM
-		}
-	}
-	t.Fatal("docker-registry did not start")
-	return "", nil
+`, dir, addr), addr)
+	return addr, caPEM
 }
 
 func freeAddr(t *testing.T) string {
@@ -316,13 +299,19 @@ func TestLookupAuth(t *testing.T) {
 	}
 }
 
-// serveRegistry runs docker-registry at addr with its storage in dir until
-// the returned stop.
+// serveRegistry runs a plain docker-registry at addr with its storage in
+// dir until the returned stop.
 func serveRegistry(t *testing.T, addr, dir string) (stop func()) {
+	t.Helper()
+	return runRegistry(t, dir, fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr), addr)
+}
+
+// runRegistry runs docker-registry with config (written into dir) until
+// the returned stop or the test's end, once it accepts on addr.
+func runRegistry(t *testing.T, dir, config, addr string) (stop func()) {
 	t.Helper()
 	bin, err := exec.LookPath("docker-registry")
 	prerequisite(t, err == nil, "docker-registry (apt-get install docker-registry)")
-	config := fmt.Sprintf("version: 0.1\nlog: {level: warn}\nstorage: {filesystem: {rootdirectory: %s}}\nhttp: {addr: %s}\n", dir, addr)
 	cfg := filepath.Join(dir, "config.yml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
