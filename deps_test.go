@@ -12,15 +12,16 @@ import (
 func TestPackageDependencies(t *testing.T) {
 	const mod = "github.com/noderun/noderun"
 	allowed := map[string][]string{
-		"manifests":                     nil,
-		"cni":                           nil,
+		"manifests":                     {"internal/atomicfile"},
+		"cni":                           {"internal/atomicfile"},
 		"crilog":                        nil,
 		"systemd":                       nil,
 		"internal/ociimage":             nil,
 		"internal/testenv":              nil,
-		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion"},
+		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile"},
 		"runner/prober":                 {"internal/expansion"},
 		"internal/expansion":            nil,
+		"internal/atomicfile":           nil,
 		"runner/containerd":             {"runner", "manifests", "crilog"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},

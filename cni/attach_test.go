@@ -19,6 +19,8 @@ import (
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/internal/atomicfile"
 )
 
 // testPod creates pinned namespaces for a pod and an Attachment for them,
@@ -395,7 +397,7 @@ func TestReloadNewSubnet(t *testing.T) {
 	}
 	conf := strings.Replace(string(data), cfg.DefaultSubnet, subnet2, 1)
 	conf = strings.Replace(conf, fmt.Sprintf("%q", cfg.DefaultBridge), fmt.Sprintf("%q", bridge2), 1)
-	if err := writeFileAtomic(path, []byte(conf)); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}
 

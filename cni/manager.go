@@ -14,6 +14,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
+
+	"github.com/noderun/noderun/internal/atomicfile"
 )
 
 var (
@@ -322,37 +324,11 @@ func writeDefaultConfig(cfg Config) (string, error) {
 		return "", fmt.Errorf("cni: default config: %w", err)
 	}
 	path := filepath.Join(cfg.ConfDir, defaultConfName)
-	if err := writeFileAtomic(path, append(data, '\n')); err != nil {
+	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
+		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
+	}
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
 	return path, nil
-}
-
-// writeFileAtomic writes via a dot-file and rename, so a reader (or a
-// restart after a crash) never sees half a config.
-func writeFileAtomic(path string, data []byte) (retErr error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if retErr != nil {
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(0o644); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/noderun/noderun/internal/atomicfile"
 )
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -275,7 +277,7 @@ func TestReload(t *testing.T) {
 			writeFiles(t, confDir, map[string]string{"10-net.conflist": fmt.Sprintf(list, "fixed", "bridge")})
 		}, true, "fixed"},
 		{"replaced by rename", func() {
-			if err := writeFileAtomic(filepath.Join(confDir, "10-net.conflist"), fmt.Appendf(nil, list, "renamed", "bridge")); err != nil {
+			if err := atomicfile.WriteFile(filepath.Join(confDir, "10-net.conflist"), fmt.Appendf(nil, list, "renamed", "bridge"), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}, true, "renamed"},

@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"sigs.k8s.io/yaml"
+
+	"github.com/noderun/noderun/internal/atomicfile"
 )
 
 // Why a fetch changed nothing; the last good set keeps running.
@@ -352,22 +354,14 @@ func (r *urlRun) persist() {
 	data, err := json.Marshal(persisted{URL: r.display, Body: string(r.content.data), ETag: r.etag,
 		LastModified: r.lastModified, FetchedAt: r.content.readAt})
 	if err == nil {
-		err = writeFileAtomic(r.statePath(), data)
+		err = os.MkdirAll(filepath.Dir(r.statePath()), 0o700)
+	}
+	if err == nil {
+		err = atomicfile.WriteFile(r.statePath(), data, 0o600)
 	}
 	if err != nil {
 		r.log.Warn("cannot keep the last good manifests", "url", r.display, "err", err)
 	}
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // restore loads the persisted last good response, if any, and reports

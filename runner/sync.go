@@ -15,6 +15,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderun/noderun/internal/atomicfile"
 )
 
 // sync brings one pod to its spec, the way the kubelet's SyncPod does:
@@ -584,7 +586,7 @@ func (w *podWorker) persist(pod *v1.Pod) error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(dir, "pod.json"), b, 0o640); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(dir, "pod.json"), b, 0o640); err != nil {
 		return err
 	}
 	w.st.persisted = true
@@ -609,14 +611,6 @@ func metaOf(c ContainerStatus) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: c.PodName, Namespace: c.PodNamespace, UID: types.UID(c.PodUID)}
 }
 
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
 // sandboxEpoch names the pod's current sandbox: a new name when it was just
 // made, else the one recorded beside its namespaces (which a reboot clears).
 // Containers carry it, so runs from a sandbox that is gone are told apart.
@@ -631,7 +625,7 @@ func sandboxEpoch(dir string, fresh bool) (string, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("sandbox epoch: %w", err)
 	}
-	if err := writeFileAtomic(path, []byte(epoch), 0o600); err != nil {
+	if err := atomicfile.WriteFile(path, []byte(epoch), 0o600); err != nil {
 		return "", fmt.Errorf("sandbox epoch: %w", err)
 	}
 	return epoch, nil
