@@ -45,6 +45,9 @@ type podActions struct {
 	// deadline is when activeDeadlineSeconds runs out (zero: none), so the
 	// worker wakes then even if nothing else happens.
 	deadline time.Time
+	// unknown: the runtime could not tell some container's state; nothing
+	// was decided for it, and the worker looks again soon.
+	unknown bool
 }
 
 // killAction stops one running container.
@@ -93,6 +96,13 @@ func computePodActions(v podView) podActions {
 	for i := range spec.Containers {
 		c := &spec.Containers[i]
 		run := v.runs[c.Name]
+		if run != nil && run.State == StateUnknown {
+			// Cannot tell whether it runs: replacing it could kill a
+			// healthy process, so only positive evidence acts.
+			a.unknown = true
+			keep++
+			continue
+		}
 		if run == nil || run.State != StateRunning {
 			if shouldStart(spec.RestartPolicy, run) {
 				a.start = append(a.start, startAction{c: c, prev: run})
@@ -137,7 +147,10 @@ func computePodActions(v podView) podActions {
 // only sidecars are looked after.
 func (a *podActions) initActions(v podView) bool {
 	spec := &v.pod.Spec
-	initialized := false
+	// A pod whose app containers all ended for good is not initialized
+	// again in a new sandbox (after a reboot): the kubelet makes no sandbox
+	// when nothing is left to start.
+	initialized := v.ended()
 	for i := range spec.Containers {
 		if run := v.runs[spec.Containers[i].Name]; run != nil && (v.current(run) || spec.RestartPolicy == v1.RestartPolicyNever) {
 			// A Never pod is not initialized again: the kubelet does not
@@ -151,6 +164,11 @@ func (a *podActions) initActions(v podView) bool {
 		current := run != nil && v.current(run)
 		if isSidecar(c) {
 			switch {
+			case current && run.State == StateUnknown:
+				a.unknown = true
+				if !initialized {
+					return false
+				}
 			case !current || run.State != StateRunning:
 				a.start = append(a.start, startAction{c: c, init: true, prev: run})
 				if !initialized {
@@ -172,6 +190,9 @@ func (a *podActions) initActions(v podView) bool {
 			a.start = append(a.start, startAction{c: c, init: true, prev: run})
 			return false
 		case run.State == StateRunning:
+			return false
+		case run.State == StateUnknown:
+			a.unknown = true
 			return false
 		case run.State == StateExited && run.ExitCode == 0:
 			continue
@@ -239,12 +260,32 @@ func (v podView) current(run *ContainerStatus) bool {
 	return run.Sandbox == "" || run.Sandbox == v.epoch
 }
 
+// ended reports whether every app container has run and ended for good
+// under the pod's restartPolicy (never under Always).
+func (v podView) ended() bool {
+	spec := &v.pod.Spec
+	if spec.RestartPolicy == v1.RestartPolicyAlways || len(spec.Containers) == 0 {
+		return false
+	}
+	for i := range spec.Containers {
+		run := v.runs[spec.Containers[i].Name]
+		if run == nil || run.State != StateExited || shouldStart(spec.RestartPolicy, run) {
+			return false
+		}
+	}
+	return true
+}
+
 // shouldStart is the kubelet's ShouldContainerBeRestarted for a container
-// that is not running: never run, never started or in an unknown state
-// always; after an exit per restartPolicy.
+// that is not running: never run or never started always; after an exit
+// per restartPolicy. A run in an unknown state is not restarted: it may
+// still be running.
 func shouldStart(policy v1.RestartPolicy, run *ContainerStatus) bool {
-	if run == nil || run.State == StateCreated || run.State == StateUnknown {
+	if run == nil || run.State == StateCreated {
 		return true
+	}
+	if run.State == StateUnknown {
+		return false
 	}
 	switch policy {
 	case v1.RestartPolicyNever:

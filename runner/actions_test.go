@@ -74,6 +74,9 @@ func summary(a podActions) string {
 	if !a.initDone {
 		out += " init-pending"
 	}
+	if a.unknown {
+		out += " unknown"
+	}
 	return out
 }
 
@@ -213,6 +216,34 @@ func TestComputePodActions(t *testing.T) {
 				return runs(exited(p, "side", 137), exited(p, "a", 0), exited(p, "b", 0))
 			},
 			want: "kill: start:"},
+		{name: "a run in an unknown state is left alone, not replaced", pod: p(always),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(run(p, "a", StateUnknown, 0), exited(p, "b", 1))
+			},
+			want: "kill: start:b unknown"},
+		{name: "an unknown run keeps a pod from counting as complete", pod: p(never, "side"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(running(p, "side"), run(p, "a", StateUnknown, 0), exited(p, "b", 0))
+			},
+			want: "kill: start: unknown"},
+		{name: "an init container in an unknown state holds the pod, unreplaced", pod: p(always, "init"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(run(p, "init", StateUnknown, 0)) },
+			want: "kill: start: init-pending unknown"},
+		{name: "a sidecar in an unknown state is not restarted", pod: p(always, "side"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(run(p, "side", StateUnknown, 0), running(p, "a"), running(p, "b"))
+			},
+			want: "kill: start: unknown"},
+		{name: "OnFailure pod that completed is not initialized again in a new sandbox", pod: p(onFailure, "init"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(exited(p, "init", 0), exited(p, "a", 0), exited(p, "b", 0))
+			},
+			epoch: "e2", want: "kill: start:"},
+		{name: "OnFailure pod with a failure reruns init, then only the failed one", pod: p(onFailure, "init"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(exited(p, "init", 0), exited(p, "a", 0), exited(p, "b", 255))
+			},
+			epoch: "e2", want: "kill: start:init init-pending"},
 		{name: "failed init container of a Never pod stops the sidecars", pod: p(never, "side", "init"),
 			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(running(p, "side"), exited(p, "init", 3)) },
 			want: "kill:side start: init-pending"},

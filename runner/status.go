@@ -89,7 +89,19 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 		// A regular init container is ready once it has completed.
 		cs.Ready = (!init || isSidecar(c)) && w.env.probes.Ready(pod.UID, c.Name, st.ID)
 		cs.State.Running = &v1.ContainerStateRunning{StartedAt: metav1.NewTime(st.CreatedAt)}
-	case StateExited, StateCreated, StateUnknown:
+	case StateUnknown:
+		// What the kubelet shows for a state its runtime cannot tell.
+		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: "ContainerStatusUnknown",
+			Message: "the container runtime cannot tell this container's state; it is left alone until it can"}
+	case StateCreated:
+		// Made but never started (noderun stopped between the two): it
+		// is started again, as the kubelet starts a Created container.
+		reason := waitReason{reason: "ContainerCreating"}
+		if r, ok := w.st.waiting[c.Name]; ok {
+			reason = r
+		}
+		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason.reason, Message: reason.message}
+	case StateExited:
 		term := w.terminated(pod, c, st)
 		cs.Ready = init && !isSidecar(c) && st.State == StateExited && st.ExitCode == 0
 		if r, ok := w.st.waiting[c.Name]; ok && (isSidecar(c) || shouldStart(pod.Spec.RestartPolicy, st)) {
