@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,9 +110,16 @@ func (r *Runtime) imageFS(ctx context.Context) (capacity, avail uint64, err erro
 	return 0, 0, fmt.Errorf("containerd reports no content store root")
 }
 
+// forgetImage drops what was cached about a removed image: its facts and
+// the users looked up in it (keys "<repo>@<digest>|…").
 func (r *Runtime) forgetImage(digest string) {
 	r.mu.Lock()
 	delete(r.images, digest)
+	for k := range r.users {
+		if strings.Contains(k, "@"+digest+"|") {
+			delete(r.users, k)
+		}
+	}
 	r.mu.Unlock()
 }
 

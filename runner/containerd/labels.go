@@ -20,6 +20,13 @@ const (
 	// "true" once containerd reported an OOM kill in the container's
 	// cgroup; set after creation, from the event stream.
 	LabelOOMKilled = labelPrefix + "container.oom-killed"
+	// "<boot-id> <pid> <pid start ticks> <time>", written once the task
+	// started: a run whose task is gone ran, and may still run if that
+	// process does (exits.go).
+	LabelStarted = labelPrefix + "run.started"
+	// "<exit code> <time> [reason]", written when the run's end is seen,
+	// so it outlives the task (a reboot, a lost shim).
+	LabelExit = labelPrefix + "run.exit"
 	// The epoch of the pod sandbox the container was started in.
 	LabelSandboxEpoch = labelPrefix + "pod.sandbox-epoch"
 	// The previous run's termination, so lastState survives the container

@@ -279,6 +279,10 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
+	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(task.Pid(), time.Now())); err != nil {
+		// The run goes on; only a lost task would be taken for never started.
+		r.log.Warn("start not recorded", "container", cfg.ID, "err", err)
+	}
 	return nil
 }
 
@@ -382,7 +386,13 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 	}
 	out := make([]runner.ContainerStatus, 0, len(recs))
 	for i := range recs {
-		st := statusOf(&recs[i], procs[recs[i].ID])
+		p := procs[recs[i].ID]
+		st := statusOf(&recs[i], p)
+		if rec := exitToRecord(&recs[i], p, &st, time.Now()); rec != "" {
+			if err := r.setLabel(ctx, st.ID, LabelExit, rec); err != nil {
+				r.log.Warn("exit not recorded", "container", st.ID, "err", err)
+			}
+		}
 		if st.State == runner.StateExited && st.ExitCode == 137 && !st.OOMKilled && oomKilledInCgroup(&recs[i]) {
 			// The event was missed (noderun was down): the kernel's count
 			// in the cgroup, kept until the task is deleted, says so too.
@@ -487,6 +497,7 @@ func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerSta
 		Sandbox:      l[LabelSandboxEpoch],
 	}
 	if p == nil {
+		taskless(&st, l)
 		return st
 	}
 	st.PID = p.Pid
@@ -527,7 +538,18 @@ func lastState(l map[string]string) *v1.ContainerStateTerminated {
 // to grace for the task to exit, then SIGKILLs it. The exited task is kept
 // so its exit status can still be read.
 func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Duration) error {
-	ctx = r.ctx(ctx)
+	// A shim that does not answer or a process that SIGKILL cannot end
+	// (uninterruptible sleep) must not hold the pod's worker for good.
+	sctx, cancel := context.WithTimeout(r.ctx(ctx), grace+stopSlack)
+	defer cancel()
+	err := r.stopContainer(sctx, id, grace)
+	if err != nil && ctx.Err() == nil && sctx.Err() != nil {
+		return fmt.Errorf("stop %s: gave up after %s (shim not answering, or the process does not die): %w", id, grace+stopSlack, err)
+	}
+	return err
+}
+
+func (r *Runtime) stopContainer(ctx context.Context, id string, grace time.Duration) error {
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
 		return nil
@@ -575,6 +597,10 @@ func (r *Runtime) StopContainer(ctx context.Context, id string, grace time.Durat
 	}
 }
 
+// stopSlack is how long a stop may take beyond its grace period: the
+// calls to the shim and the wait after SIGKILL.
+var stopSlack = 15 * time.Second
+
 func stopSignal(ctx context.Context, c ctrd.Container) syscall.Signal {
 	labels, err := c.Labels(ctx)
 	if err != nil || labels[LabelStopSignal] == "" {
@@ -590,9 +616,15 @@ func stopSignal(ctx context.Context, c ctrd.Container) syscall.Signal {
 // RemoveContainer deletes the task (killing it if needed), the container and
 // its snapshot. Missing pieces are fine: removal is repeated after crashes.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
-	ctx = r.ctx(ctx)
+	ctx, cancel := context.WithTimeout(r.ctx(ctx), stopSlack) // as a stop: a hung shim
+	defer cancel()
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {
+		// A create cut short after preparing the snapshot (keyed by the
+		// container ID) left it without a container record.
+		if err := r.client.SnapshotService(r.snapshotter).Remove(ctx, id); ignoreNotFound(err) != nil {
+			return fmt.Errorf("remove snapshot %s: %w", id, err)
+		}
 		return nil
 	} else if err != nil {
 		return fmt.Errorf("load container %s: %w", id, err)
@@ -666,6 +698,11 @@ func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.Ex
 		}
 		if rec, err := r.client.ContainerService().Get(ctx, ev.ContainerID); err == nil {
 			e.PodUID = rec.Labels[LabelPodUID]
+			if e.PodUID != "" && rec.Labels[LabelExit] == "" {
+				if err := r.setLabel(ctx, ev.ContainerID, LabelExit, exitRecord(e.ExitCode, e.ExitedAt, "")); err != nil {
+					r.log.Warn("exit not recorded", "container", ev.ContainerID, "err", err)
+				}
+			}
 		}
 		return e, true
 	}
@@ -686,8 +723,7 @@ func (r *Runtime) markOOMKilled(ctx context.Context, id string) {
 	if rec.Labels[LabelPodUID] == "" || rec.Labels[LabelOOMKilled] == "true" {
 		return
 	}
-	upd := containers.Container{ID: id, Labels: map[string]string{LabelOOMKilled: "true"}}
-	if _, err := svc.Update(ctx, upd, "labels."+LabelOOMKilled); err != nil && !errdefs.IsNotFound(err) {
+	if err := r.setLabel(ctx, id, LabelOOMKilled, "true"); err != nil {
 		r.log.Warn("OOM kill not recorded", "container", id, "err", err)
 	}
 }

@@ -1,0 +1,161 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// loseTask deletes a container's task behind the runtime's back, as a
+// reboot or a lost shim does: the container record stays.
+func loseTask(t *testing.T, rt *Runtime, id string) {
+	t.Helper()
+	ctx := rt.ctx(context.Background())
+	c, err := rt.client.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExitOutlivesTheTask(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "job", "sh", "-c", "exit 3")
+	startContainer(t, rt, cfg)
+	first := waitExited(t, rt, cfg) // seen ended: recorded
+	loseTask(t, rt, cfg.ID)
+	st := containerStatus(t, rt, cfg)
+	if st.State != runner.StateExited || st.ExitCode != 3 || !st.FinishedAt.Equal(first.FinishedAt) {
+		t.Fatalf("after the task is gone: state %v exit %d finished %v; want exited 3 at %v",
+			st.State, st.ExitCode, st.FinishedAt, first.FinishedAt)
+	}
+}
+
+func TestRunWhoseExitWasNeverSeenIsLost(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "lost", "sleep", "3600")
+	startContainer(t, rt, cfg)
+	if st := containerStatus(t, rt, cfg); st.State != runner.StateRunning {
+		t.Fatalf("state %v, want running", st.State)
+	}
+	loseTask(t, rt, cfg.ID) // killed with it, and nobody listed it ended
+	st := containerStatus(t, rt, cfg)
+	if st.State != runner.StateExited || st.ExitCode != 255 || st.Reason != "Unknown" {
+		t.Fatalf("state %v exit %d reason %q; want exited 255 Unknown (CRI's lost exit), not created", st.State, st.ExitCode, st.Reason)
+	}
+	again := containerStatus(t, rt, cfg)
+	if !again.FinishedAt.Equal(st.FinishedAt) || again.FinishedAt.IsZero() {
+		t.Fatalf("finish time %v then %v; want one recorded time", st.FinishedAt, again.FinishedAt)
+	}
+}
+
+// A shim that does not answer (stopped here; stalled under memory
+// pressure in life) makes containerd report the task's state as unknown:
+// the runtime says so rather than guessing, and the process lives on.
+func TestStalledShimIsUnknown(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "stalled", "sleep", "3600")
+	startContainer(t, rt, cfg)
+	st := containerStatus(t, rt, cfg)
+	shim := parentPID(t, int(st.PID))
+	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(shim, syscall.SIGCONT)
+	if got := containerStatus(t, rt, cfg); got.State != runner.StateUnknown {
+		t.Fatalf("with its shim stopped: state %v, want unknown", got.State)
+	}
+	syscall.Kill(shim, syscall.SIGCONT)
+	if got := containerStatus(t, rt, cfg); got.State != runner.StateRunning || got.PID != st.PID {
+		t.Fatalf("after the shim resumed: state %v pid %d; want running %d", got.State, got.PID, st.PID)
+	}
+}
+
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	ppid, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// noderun killed between preparing a container's snapshot and creating
+// its record leaves the snapshot: the next start of that ID removes it
+// rather than failing on "already exists" until containerd's GC runs.
+func TestStartReplacesASnapshotLeftByAnInterruptedCreate(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "interrupted", "sleep", "3600")
+	ctx := rt.ctx(context.Background())
+	facts, _ := rt.imageFacts(digestOf(cfg.Image.ID))
+	if _, err := rt.client.SnapshotService(rt.snapshotter).Prepare(ctx, cfg.ID, facts.chainID); err != nil {
+		t.Fatal(err)
+	}
+	startContainer(t, rt, cfg)
+	if st := containerStatus(t, rt, cfg); st.State != runner.StateRunning {
+		t.Fatalf("state %v, want running", st.State)
+	}
+	if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); !errdefs.IsNotFound(err) {
+		t.Fatalf("snapshot after removal: %v, want not found", err)
+	}
+}
+
+// A stop whose shim does not answer ends after the grace period and the
+// slack, with an error, rather than holding the pod's worker for good.
+func TestStopIsBoundedWhenTheShimHangs(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "hung", "sleep", "3600")
+	startContainer(t, rt, cfg)
+	shim := parentPID(t, int(containerStatus(t, rt, cfg).PID))
+	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(shim, syscall.SIGCONT)
+	old := stopSlack
+	stopSlack = 3 * time.Second
+	defer func() { stopSlack = old }()
+	began := time.Now()
+	err := rt.StopContainer(context.Background(), cfg.ID, time.Second)
+	took := time.Since(began)
+	if err == nil || took > 6*time.Second {
+		t.Fatalf("stop returned %v after %v; want an error within grace 1s + slack 3s", err, took)
+	}
+	t.Logf("stop gave up after %v: %v", took.Round(time.Millisecond), err)
+}
+
+func TestForgetImageDropsItsUsers(t *testing.T) {
+	r := &Runtime{images: map[string]imageFacts{"sha256:a": {}, "sha256:b": {}}, users: map[string]specs.User{
+		"docker.io/x@sha256:a|0|<nil>|[]|false": {}, "docker.io/y@sha256:b|0|<nil>|[]|false": {}}}
+	r.forgetImage("sha256:a")
+	if _, ok := r.images["sha256:a"]; ok || len(r.images) != 1 {
+		t.Fatalf("images %v, want only b's", r.images)
+	}
+	if len(r.users) != 1 {
+		t.Fatalf("users %v, want only b's", r.users)
+	}
+}

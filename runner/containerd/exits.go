@@ -1,0 +1,160 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/errdefs"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// A run's task is only evidence while it exists: tasks do not survive a
+// reboot, a dead shim or a daemon that lost them. So each run records on
+// its container that it started (which process, in which boot) and, once
+// seen, how it ended. A run whose task is gone is then told apart:
+// never started (start it), ended (its recorded exit), or lost (ran, but
+// its exit was never seen: exit code 255, reason Unknown, as CRI reports a
+// lost exit). Only while its process might still run is it Unknown.
+
+// Values of the reason field of LabelExit.
+const lostExitReason = "Unknown"
+
+// lostExitCode is what CRI runtimes report for a run whose exit was lost.
+const lostExitCode = 255
+
+// host facts that decide whether a recorded process still runs; tests
+// replace them.
+var (
+	bootID        = readBootID()
+	procStartTime = readProcStartTime
+)
+
+// readBootID names this boot; "-" when the kernel does not say, and then
+// only the process check tells runs apart.
+func readBootID() string {
+	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if id := strings.TrimSpace(string(b)); err == nil && id != "" {
+		return id
+	}
+	return "-"
+}
+
+// readProcStartTime returns a process's start time in clock ticks since
+// boot (field 22 of /proc/<pid>/stat), which tells it from a later process
+// given the same PID.
+func readProcStartTime(pid uint32) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	// The command name (field 2) may hold spaces and parentheses: the
+	// fields that follow start after its last ')'.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0, false
+	}
+	t, err := strconv.ParseUint(f[19], 10, 64)
+	return t, err == nil
+}
+
+// startedRecord is LabelStarted's value for a task just started.
+func startedRecord(pid uint32, at time.Time) string {
+	st, _ := procStartTime(pid)
+	return fmt.Sprintf("%s %d %d %s", bootID, pid, st, at.UTC().Format(time.RFC3339Nano))
+}
+
+// exitRecord is LabelExit's value.
+func exitRecord(code int, at time.Time, reason string) string {
+	s := fmt.Sprintf("%d %s", code, at.UTC().Format(time.RFC3339Nano))
+	if reason != "" {
+		s += " " + reason
+	}
+	return s
+}
+
+// recordedExit reads LabelExit.
+func recordedExit(l map[string]string) (code int, at time.Time, reason string, ok bool) {
+	f := strings.Fields(l[LabelExit])
+	if len(f) < 2 {
+		return 0, time.Time{}, "", false
+	}
+	code, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0, time.Time{}, "", false
+	}
+	at, _ = time.Parse(time.RFC3339Nano, f[1])
+	if len(f) > 2 {
+		reason = f[2]
+	}
+	return code, at, reason, true
+}
+
+// mayStillRun reads LabelStarted: whether the run's process could still
+// be running (same boot, a process with its PID and start time exists),
+// and whether the run started at all.
+func mayStillRun(l map[string]string) (started, alive bool) {
+	f := strings.Fields(l[LabelStarted])
+	if len(f) < 3 {
+		return false, false
+	}
+	if f[0] != bootID {
+		return true, false // every process of another boot is gone
+	}
+	pid, err1 := strconv.ParseUint(f[1], 10, 32)
+	want, err2 := strconv.ParseUint(f[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return true, true // unreadable: cannot tell
+	}
+	got, ok := procStartTime(uint32(pid))
+	return true, ok && (want == 0 || got == want)
+}
+
+// taskless is the state of a run whose task containerd does not report.
+func taskless(st *runner.ContainerStatus, l map[string]string) {
+	if code, at, reason, ok := recordedExit(l); ok {
+		st.State, st.ExitCode, st.FinishedAt, st.Reason = runner.StateExited, code, at, reason
+		return
+	}
+	switch started, alive := mayStillRun(l); {
+	case !started:
+		st.State = runner.StateCreated
+	case alive:
+		st.State = runner.StateUnknown // a stalled shim, a daemon restarting
+	default:
+		st.State, st.ExitCode, st.Reason = runner.StateExited, lostExitCode, lostExitReason
+	}
+}
+
+// exitToRecord is the LabelExit value to write for a run just seen ended
+// and not yet recorded, or "". A lost run is given now as its finish time,
+// recorded so it keeps it.
+func exitToRecord(c *containers.Container, p *tasktypes.Process, st *runner.ContainerStatus, now time.Time) string {
+	if st.State != runner.StateExited || c.Labels[LabelExit] != "" {
+		return ""
+	}
+	if p == nil {
+		st.FinishedAt = now
+		return exitRecord(st.ExitCode, now, st.Reason)
+	}
+	return exitRecord(st.ExitCode, st.FinishedAt, "")
+}
+
+// setLabel writes one label on one of our containers.
+func (r *Runtime) setLabel(ctx context.Context, id, key, value string) error {
+	upd := containers.Container{ID: id, Labels: map[string]string{key: value}}
+	if _, err := r.client.ContainerService().Update(ctx, upd, "labels."+key); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
