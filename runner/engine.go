@@ -66,11 +66,14 @@ type Engine struct {
 	events eventLog
 	env    *podEnv // what workers get
 
-	mu       sync.Mutex
-	sources  map[string]manifests.Snapshot
-	workers  map[types.UID]*podWorker
-	statuses map[types.UID]*v1.Pod
-	wg       sync.WaitGroup
+	mu      sync.Mutex
+	sources map[string]manifests.Snapshot
+	// conflicts holds, by source, the pods refused because another
+	// source defines the same namespace/name or UID.
+	conflicts map[string][]error
+	workers   map[types.UID]*podWorker
+	statuses  map[types.UID]*v1.Pod
+	wg        sync.WaitGroup
 
 	// Touched only by Run's goroutine.
 	settled, waitLogged bool // orphans removed; the wait for sources logged
@@ -207,7 +210,11 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 		case ev, ok := <-exits:
 			if ok {
 				resubDelay = exitRetryMin // the stream works
-				e.poke(types.UID(ev.PodUID))
+				if ev.PodUID == "" {
+					e.pokeAll() // whose it is could not be read
+				} else {
+					e.poke(types.UID(ev.PodUID))
+				}
 				continue
 			}
 			exits, resubscribe = nil, e.clock.After(resubDelay)
@@ -307,9 +314,16 @@ const (
 	exitRetryMax = 10 * time.Second
 )
 
-// desired merges every source's pods; the first source (by name) wins a UID.
+// desired merges every source's pods. A namespace/name or UID defined by
+// two sources runs once: the pod already running keeps it, else the first
+// source by name; the other is an error of its source in /manifests (both
+// would share a hostname, host ports and hostPaths).
 func (e *Engine) desired() map[types.UID]*v1.Pod {
-	out := map[types.UID]*v1.Pod{}
+	type candidate struct {
+		source string
+		pod    *v1.Pod
+	}
+	var cands []candidate
 	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
 		for _, p := range e.sources[name].Pods {
 			// The UID names directories noderun removes; sources refuse
@@ -318,12 +332,53 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 				e.log.Error("pod refused: unusable uid", "pod", podRef(p), "err", err)
 				continue
 			}
-			if _, dup := out[p.UID]; !dup {
-				out[p.UID] = p
-			}
+			cands = append(cands, candidate{name, p})
 		}
 	}
+	e.mu.Lock()
+	slices.SortStableFunc(cands, func(a, b candidate) int {
+		ra, rb := e.workers[a.pod.UID] != nil, e.workers[b.pod.UID] != nil
+		switch {
+		case ra && !rb:
+			return -1
+		case rb && !ra:
+			return 1
+		}
+		return 0
+	})
+	e.mu.Unlock()
+	out := map[types.UID]*v1.Pod{}
+	byName, byUID := map[string]string{}, map[types.UID]string{} // -> source
+	conflicts := map[string][]error{}
+	for _, c := range cands {
+		key := c.pod.Namespace + "/" + c.pod.Name
+		first, dup := byName[key]
+		if !dup {
+			first, dup = byUID[c.pod.UID]
+		}
+		if dup {
+			conflicts[c.source] = append(conflicts[c.source], e.conflict(c.source, c.pod, first))
+			continue
+		}
+		byName[key], byUID[c.pod.UID], out[c.pod.UID] = c.source, c.source, c.pod
+	}
+	e.mu.Lock()
+	e.conflicts = conflicts
+	e.mu.Unlock()
 	return out
+}
+
+// conflict is the error shown for a pod that another source, first,
+// already defines.
+func (e *Engine) conflict(source string, p *v1.Pod, first string) error {
+	me := &manifests.ManifestError{File: source, Field: "metadata.name",
+		Message: fmt.Sprintf("pod %s/%s is already defined by source %s; this definition is not run", p.Namespace, p.Name, first)}
+	for _, info := range e.sources[source].Info.Pods {
+		if info.UID == p.UID && info.File != "" {
+			me.File, me.Line = info.File, info.Line
+		}
+	}
+	return me
 }
 
 // apply hands every desired pod to its worker and asks workers of pods no
@@ -521,7 +576,11 @@ func (e *Engine) Sources() []manifests.SourceInfo {
 	defer e.mu.Unlock()
 	out := make([]manifests.SourceInfo, 0, len(e.sources))
 	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
-		out = append(out, e.sources[name].Info)
+		info := e.sources[name].Info
+		for _, err := range e.conflicts[name] {
+			info.Errors = append(slices.Clip(info.Errors), err.Error())
+		}
+		out = append(out, info)
 	}
 	return out
 }
@@ -532,8 +591,8 @@ func (e *Engine) SourceErrors() map[string][]error {
 	defer e.mu.Unlock()
 	out := map[string][]error{}
 	for name, s := range e.sources {
-		if len(s.Errors) > 0 {
-			out[name] = s.Errors
+		if errs := append(slices.Clip(s.Errors), e.conflicts[name]...); len(errs) > 0 {
+			out[name] = errs
 		}
 	}
 	return out

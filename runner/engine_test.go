@@ -3,9 +3,11 @@ package runner
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,7 +321,7 @@ func TestBackoffSequence(t *testing.T) {
 	start := time.Now()
 	var got []time.Duration
 	for i := range 8 {
-		got = append(got, b.waitFor(string(rune('a'+i)), start, start.Add(time.Second)))
+		got = append(got, b.waitFor(string(rune('a'+i)), start, start.Add(time.Duration(i)*time.Second)))
 	}
 	want := []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second, 80 * time.Second,
 		160 * time.Second, 300 * time.Second, 300 * time.Second}
@@ -330,6 +332,116 @@ func TestBackoffSequence(t *testing.T) {
 		t.Fatalf("same container asked twice got %v, want the same wait", again)
 	}
 	if reset := b.waitFor("long-runner", start, start.Add(11*time.Minute)); reset != 0 {
-		t.Fatalf("a container that ran 11m should restart at once, got %v", reset)
+		t.Fatalf("a crash 11m after the previous one should restart at once, got %v", reset)
 	}
+}
+
+// A finish time from before a backwards step of the wall clock (an RTC
+// ahead, corrected by NTP) lies in the future: the crash still waits only
+// its backoff, not the size of the step.
+func TestEngineBackoffIgnoresWallClockSteps(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "first start", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.exit(f.rt.started[0].ID, 3)
+	waitFor(t, "immediate restart", func() bool { return f.rt.startedCount() == 2 })
+	second := f.rt.started[1].ID
+	f.rt.mu.Lock()
+	c := f.rt.containers[second]
+	c.State, c.ExitCode, c.FinishedAt = StateExited, 3, f.clock.Now().Add(2*time.Hour)
+	f.rt.mu.Unlock()
+	f.rt.exits <- ExitEvent{ContainerID: second, PodUID: "u1", ExitCode: 3}
+	waitFor(t, "CrashLoopBackOff", func() bool {
+		p := f.status("u1")
+		return p != nil && p.Status.ContainerStatuses[0].State.Waiting != nil &&
+			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	f.clock.Advance(10 * time.Second)
+	waitFor(t, "restart after the 10s backoff, not after 2h", func() bool { return f.rt.startedCount() == 3 })
+}
+
+func TestBackoffWaitCountsFromWhenTheExitWasSeen(t *testing.T) {
+	var b backoff
+	now := time.Now()
+	b.waitFor("a", now, now) // the first crash waits 0
+	if w := b.waitFor("b", now.Add(-5*time.Second), now); w != 10*time.Second || b.until.Sub(now) != 5*time.Second {
+		t.Fatalf("wait %v, left %v; want 10s of which 5s are left (the exit was 5s ago)", w, b.until.Sub(now))
+	}
+	if b.waitFor("c", now.Add(time.Hour), now); b.until.Sub(now) != 20*time.Second {
+		t.Fatalf("an exit stamped in the future leaves %v, want the whole 20s", b.until.Sub(now))
+	}
+}
+
+// A pod.json that cannot be written (a full disk, an SD card remounted
+// read-only) holds no pod's supervision up: it starts, shows in the status
+// and restarts, and the write is retried.
+func TestEngineSupervisesWhenPodStateCannotBeWritten(t *testing.T) {
+	f := startEngine(t)
+	blocker := filepath.Join(f.e.cfg.StateDir, "pods", "u1", "pod.json", "x")
+	if err := os.MkdirAll(blocker, 0o700); err != nil { // a directory where the file goes
+		t.Fatal(err)
+	}
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	waitFor(t, "status", func() bool { p := f.status("u1"); return p != nil && p.Status.Phase == v1.PodRunning })
+	f.rt.exit(f.rt.started[0].ID, 1)
+	waitFor(t, "restart after a crash", func() bool { return f.rt.startedCount() == 2 })
+	if err := os.RemoveAll(filepath.Dir(blocker)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "pod.json written once the disk is back", func() bool {
+		f.clock.Advance(time.Second) // the write's retry
+		fi, err := os.Stat(filepath.Dir(blocker))
+		return err == nil && fi.Mode().IsRegular()
+	})
+}
+
+// A pod removed before its new worker's first sync is torn down, not a
+// nil-pointer panic of the whole daemon.
+func TestEngineKillBeforeTheFirstSync(t *testing.T) {
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	dir := t.TempDir()
+	f.e = New(Config{NodeName: "n1", StateDir: dir + "/state", RunDir: dir + "/run", PodLogDir: dir + "/logs",
+		ResolvConf: dir + "/none", Clock: clock,
+		// Hold the worker at its first wake-up, before it reads its pod.
+		OnActivity: func() { once.Do(func() { close(entered); <-release }) }}, f.rt, f.net)
+	done := make(chan error, 1)
+	go func() { done <- f.e.Run(t.Context(), f.snaps, 1) }()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	<-entered
+	f.send() // the pod is gone before the worker looked at it
+	close(release)
+	waitFor(t, "sandbox torn down", func() bool { return slices.Contains(f.net.tornDown(), "u1") })
+	select {
+	case err := <-done:
+		t.Fatalf("engine ended: %v", err)
+	default:
+	}
+}
+
+// An orphan known by its state directory alone (no pod.json, no
+// containers) loses its log directory too, found by its UID.
+func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	dir := t.TempDir()
+	cfg := Config{NodeName: "n1", StateDir: dir + "/state", RunDir: dir + "/run", PodLogDir: dir + "/logs",
+		ResolvConf: dir + "/none", Clock: clock}
+	logs := filepath.Join(cfg.PodLogDir, "default_old-n1_gone", "main")
+	for _, d := range []string{filepath.Join(cfg.StateDir, "pods", "gone"), logs} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.e = New(cfg, f.rt, f.net)
+	go f.e.Run(t.Context(), f.snaps, 1)
+	f.send()
+	waitFor(t, "orphan torn down", func() bool { return slices.Contains(f.net.tornDown(), "gone") })
+	waitFor(t, "its logs removed", func() bool {
+		_, err := os.Stat(filepath.Dir(logs))
+		return os.IsNotExist(err)
+	})
 }

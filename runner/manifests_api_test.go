@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,4 +55,45 @@ func TestGetManifests(t *testing.T) {
 	info.Errors = nil
 	f.snaps <- manifests.Snapshot{Source: "file:/test", Pods: []*v1.Pod{pod}, Info: info}
 	waitFor(t, "errors gone", func() bool { return len(getManifests(t, f.e).Sources[0].Errors) == 0 })
+}
+
+// The same namespace/name from two sources runs once: the one already
+// running keeps it, and the other is an error of its source.
+func TestSameNameFromTwoSourcesRunsOnce(t *testing.T) {
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	dir := t.TempDir()
+	f.e = New(Config{NodeName: "n1", StateDir: dir + "/state", RunDir: dir + "/run", PodLogDir: dir + "/logs",
+		ResolvConf: dir + "/none", Clock: clock}, f.rt, f.net)
+	go f.e.Run(t.Context(), f.snaps, 2)
+
+	fromB := testPod("uid-b", "web", v1.RestartPolicyAlways)
+	f.snaps <- manifests.Snapshot{Source: "file:/b", Pods: []*v1.Pod{fromB},
+		Info: manifests.SourceInfo{Source: "file:/b", Pods: []manifests.PodInfo{{Namespace: "default", Name: "web-n1", UID: "uid-b", File: "/b/web.yaml", Line: 1}}}}
+	f.snaps <- manifests.Snapshot{Source: "file:/c", Info: manifests.SourceInfo{Source: "file:/c"}}
+	waitFor(t, "b's pod started", func() bool { return f.rt.startedCount() == 1 })
+
+	// A source that sorts first now defines the same name: b's keeps running.
+	fromA := testPod("uid-a", "web", v1.RestartPolicyAlways)
+	f.snaps <- manifests.Snapshot{Source: "file:/a", Pods: []*v1.Pod{fromA},
+		Info: manifests.SourceInfo{Source: "file:/a", Pods: []manifests.PodInfo{{Namespace: "default", Name: "web-n1", UID: "uid-a", File: "/a/web.yaml", Line: 3}}}}
+	var errs []string
+	waitFor(t, "conflict reported", func() bool {
+		for _, s := range getManifests(t, f.e).Sources {
+			if s.Source == "file:/a" {
+				errs = s.Errors
+			}
+		}
+		return len(errs) > 0
+	})
+	if want := "/a/web.yaml:3: metadata.name: pod default/web-n1 is already defined by source file:/b"; !strings.HasPrefix(errs[0], want) {
+		t.Fatalf("error %q, want it to start %q", errs[0], want)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := f.rt.startedCount(); n != 1 || f.status("uid-a") != nil {
+		t.Fatalf("%d starts, status of a's pod %v; want only b's pod", n, f.status("uid-a"))
+	}
+	if calls := f.rt.callLog(); len(calls) != 0 {
+		t.Fatalf("runtime calls %v; the running pod must be left alone", calls)
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,10 +30,15 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 		w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 		return 0
 	}
+	var retry time.Duration
 	if !w.st.persisted {
+		// Bookkeeping never holds supervision up (a full disk, an SD card
+		// remounted read-only): the write is retried on a later sync.
 		if err := w.persist(pod); err != nil {
-			e.log.Error("save pod state", "pod", podRef(pod), "err", err)
-			return w.failDelay("persist")
+			e.log.Error("save pod state; supervising the pod anyway", "pod", podRef(pod), "err", err)
+			retry = w.failDelay("persist")
+		} else {
+			delete(w.st.backoff, "persist")
 		}
 	}
 	if w.st.sandboxOK {
@@ -43,21 +49,26 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 			w.st.netErr = err
 			e.log.Error("pod sandbox", "pod", podRef(pod), "err", err)
 			w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
-			return w.failDelay("sandbox")
+			return minPositive(retry, w.failDelay("sandbox"))
 		}
 		w.st.netErr = nil
 		delete(w.st.backoff, "sandbox")
 	}
 	latest, ok := w.observe(ctx, pod)
 	if !ok {
-		return w.failDelay("list")
+		return minPositive(retry, w.failDelay("list"))
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
 	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
-	requeue := w.act(ctx, pod, acts, latest)
+	requeue := minPositive(retry, w.act(ctx, pod, acts, latest))
+	if acts.unknown {
+		requeue = minPositive(requeue, w.failDelay("unknown"))
+	} else {
+		delete(w.st.backoff, "unknown")
+	}
 	w.publish(pod, latest, acts)
 	if !acts.deadline.IsZero() && acts.failed == "" {
 		requeue = minPositive(requeue, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
@@ -189,7 +200,7 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 	if prev == nil {
 		return w.start(ctx, pod, s, 0, nil, latest)
 	}
-	if prev.State == StateExited || prev.State == StateUnknown || prev.State == StateCreated {
+	if prev.State == StateExited || prev.State == StateCreated {
 		b := w.st.backoff[s.c.Name]
 		if b == nil {
 			b = &backoff{}
@@ -199,8 +210,9 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 		if finished.IsZero() {
 			finished = prev.CreatedAt
 		}
-		wait := b.waitFor(prev.ID, prev.CreatedAt, finished)
-		if left := wait - w.env.clock.Since(finished); left > 0 {
+		now := w.env.clock.Now()
+		wait := b.waitFor(prev.ID, finished, now)
+		if left := b.until.Sub(now); left > 0 {
 			w.st.waiting[s.c.Name] = waitReason{"CrashLoopBackOff", fmt.Sprintf(
 				"back-off %s restarting failed container=%s pod=%s_%s(%s)", wait, s.c.Name, pod.Name, pod.Namespace, pod.UID)}
 			w.event(pod, s.c.Name, s.init, v1.EventTypeWarning, "BackOff", "Back-off restarting failed container "+s.c.Name+" in pod "+pod.Name+"_"+pod.Namespace+"("+string(pod.UID)+")")
@@ -335,11 +347,12 @@ func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, init bool, err erro
 		w.st.backoff["pull:"+c.Name] = b
 	}
 	b.forID = "" // every failure counts
-	wait := b.waitFor("pull", time.Time{}, time.Time{})
+	now := w.env.clock.Now()
+	wait := b.waitFor("pull", now, now)
 	if w.st.pullUntil == nil {
 		w.st.pullUntil = map[string]time.Time{}
 	}
-	w.st.pullUntil[c.Name] = w.env.clock.Now().Add(wait)
+	w.st.pullUntil[c.Name] = now.Add(wait)
 	// Look again soon, so the status turns to ImagePullBackOff.
 	return min(wait, time.Second)
 }
@@ -368,7 +381,8 @@ func (w *podWorker) failDelay(step string) time.Duration {
 		w.st.backoff[step] = b
 	}
 	b.forID = "" // every failure counts, so retries slow down
-	return max(b.waitFor(step, time.Time{}, time.Time{}), time.Second)
+	now := w.env.clock.Now()
+	return max(b.waitFor(step, now, now), time.Second)
 }
 
 func minPositive(a, b time.Duration) time.Duration {
@@ -400,8 +414,10 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	removeCgroup(w.cgroupParent())
 	errs = append(errs,
 		os.RemoveAll(w.podStateDir()),
-		os.RemoveAll(w.podRunDir()),
-		os.RemoveAll(w.podLogDir(pod)))
+		os.RemoveAll(w.podRunDir()))
+	for _, dir := range w.podLogDirs() {
+		errs = append(errs, os.RemoveAll(dir))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -419,6 +435,19 @@ func (w *podWorker) podRunDir() string {
 
 func (w *podWorker) podLogDir(pod *v1.Pod) string {
 	return filepath.Join(w.env.cfg.PodLogDir, fmt.Sprintf("%s_%s_%s", pod.Namespace, pod.Name, w.uid))
+}
+
+// podLogDirs finds the pod's log directories by UID alone, so an orphan
+// known by nothing else loses its logs too.
+func (w *podWorker) podLogDirs() []string {
+	ents, _ := os.ReadDir(w.env.cfg.PodLogDir)
+	var out []string
+	for _, d := range ents {
+		if d.IsDir() && strings.HasSuffix(d.Name(), "_"+string(w.uid)) {
+			out = append(out, filepath.Join(w.env.cfg.PodLogDir, d.Name()))
+		}
+	}
+	return out
 }
 
 func (w *podWorker) cgroupParent() string {
@@ -541,8 +570,8 @@ func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus 
 	sidecars := map[string]killAction{}
 	for i := range cs {
 		run := &cs[i]
-		if run.State != StateRunning {
-			continue
+		if run.State != StateRunning && run.State != StateUnknown {
+			continue // an unknown one may be running: stop it too
 		}
 		c := specOf(pod, run.Name)
 		if c == nil {
@@ -571,14 +600,16 @@ func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus 
 // whose manifest disappeared meanwhile is still torn down with its own spec,
 // and the pod keeps its start time.
 func (w *podWorker) persist(pod *v1.Pod) error {
+	if w.st.started.IsZero() {
+		if prev, err := loadPod(w.env.cfg.StateDir, pod.UID); err == nil && prev.Status.StartTime != nil {
+			w.st.started = prev.Status.StartTime.Time
+		} else {
+			w.st.started = w.env.clock.Now()
+		}
+	}
 	dir := w.podStateDir()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return err
-	}
-	if prev, err := loadPod(w.env.cfg.StateDir, pod.UID); err == nil && prev.Status.StartTime != nil {
-		w.st.started = prev.Status.StartTime.Time
-	} else {
-		w.st.started = w.env.clock.Now()
 	}
 	rec := pod.DeepCopy()
 	rec.Status = v1.PodStatus{StartTime: &metav1.Time{Time: w.st.started}}

@@ -103,6 +103,11 @@ func (w *podWorker) update(pod *v1.Pod) {
 // (a postStart hook that hangs must not keep the pod forever).
 func (w *podWorker) kill() {
 	w.mu.Lock()
+	if w.last == nil {
+		// Killed before its first sync: the pod it was given is the one
+		// to tear down (its containers may be adopted ones).
+		w.last = w.desired
+	}
 	w.desired, w.killing = nil, true
 	if w.cancel != nil {
 		w.cancel()
@@ -155,8 +160,14 @@ func (w *podWorker) run(ctx context.Context) {
 		last := w.last
 		w.mu.Unlock()
 
+		if killing && last == nil { // never given a pod: nothing to tear down
+			if w.finished() {
+				return
+			}
+			continue
+		}
 		if killing {
-			if last != nil && last.Name != "" { // an orphan known only by its UID shows nothing
+			if last.Name != "" { // an orphan known only by its UID shows nothing
 				w.board.markTerminating(w.uid, last, w.env.clock.Now())
 			}
 			var err error
@@ -244,6 +255,10 @@ type backoff struct {
 	delay time.Duration // what the next crash will wait
 	forID string        // the exited container the current wait is for
 	wait  time.Duration
+	// until is when the current wait ends and seen when the crash it is
+	// for was seen, both on the monotonic clock, so a step of the wall
+	// clock changes nothing.
+	until, seen time.Time
 }
 
 const (
@@ -252,15 +267,22 @@ const (
 )
 
 // waitFor returns how long after its exit the container id may be replaced.
-// It is stable for one id, so repeated syncs of one crash agree.
-func (b *backoff) waitFor(id string, startedAt, finishedAt time.Time) time.Duration {
+// It is stable for one id, so repeated syncs of one crash agree. As in the
+// kubelet's backoff, the delay starts over when the previous crash was seen
+// more than twice the maximum ago. The runtime's wall-clock finish time
+// counts only as an age between 0 and the wait, taken when the exit is
+// first seen (now): a finish time in the future (the clock stepped back)
+// or far past cannot stretch or skip the wait.
+func (b *backoff) waitFor(id string, finishedAt, now time.Time) time.Duration {
 	if b.forID == id {
 		return b.wait
 	}
-	if finishedAt.Sub(startedAt) > 2*backoffMax {
+	if !b.seen.IsZero() && now.Sub(b.seen) > 2*backoffMax {
 		b.delay = 0
 	}
-	b.forID, b.wait = id, b.delay
+	b.forID, b.wait, b.seen = id, b.delay, now
+	age := min(max(now.Sub(finishedAt), 0), b.wait)
+	b.until = now.Add(b.wait - age)
 	if b.delay == 0 {
 		b.delay = backoffInitial
 	} else {
