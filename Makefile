@@ -4,7 +4,8 @@
 GO          ?= go
 BIN         := bin/noderun
 RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps
+# gcc and libc6-dev: the race detector needs cgo.
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;
@@ -35,8 +36,13 @@ example-image: deps
 run: deps build example-image
 	./$(BIN) --manifests examples/pods --images-dir examples/images
 
+# The unit packages (not e2e and bench, which drive real daemons) run
+# once more under the race detector.
+RACE_PKGS := . ./cni/... ./crilog/... ./internal/... ./manifests/... ./runner/... ./systemd/...
+
 test: test-deps lint
 	$(GO) test -count=1 -timeout 15m ./...
+	CGO_ENABLED=1 $(GO) test -race -short -count=1 $(RACE_PKGS)
 
 test-short:
 	$(GO) test -short ./...
