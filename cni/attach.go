@@ -67,6 +67,9 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
 	}
 	defer m.track(a.ID)()
+	if err := m.owned.add(list.Name, a.ID); err != nil {
+		return nil, err
+	}
 	// Registered before the ADD, since ADD may allocate and then fail.
 	defer func() {
 		if retErr == nil {
@@ -157,6 +160,9 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 		if _, err := releaseNAT(ctx, owned); err != nil {
 			return fmt.Errorf("cni: delete %s: %w", a.ID, err)
 		}
+	}
+	if err := m.owned.remove(a.ID); err != nil {
+		return err
 	}
 	m.log.Debug("detached pod", "id", a.ID, "pod", a.PodNamespace+"/"+a.PodName)
 	return nil

@@ -59,6 +59,7 @@ type Manager struct {
 	confDir string
 	binDirs []string
 	log     *slog.Logger
+	owned   ledger // the IDs noderun may have made state for
 
 	mu sync.Mutex
 	// The config file as last seen, to notice a change with one stat.
@@ -106,7 +107,9 @@ func New(cfg Config) (*Manager, error) {
 		confDir: cfg.ConfDir,
 		binDirs: cfg.BinDirs,
 		log:     log,
-		busy:    map[string]int{},
+		// Beside the cache: as private to noderun, and as durable.
+		owned: ledger{filepath.Join(filepath.Dir(cfg.CacheDir), "owned")},
+		busy:  map[string]int{},
 	}
 	// An unreadable ConfDir is left for Ready to report.
 	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
@@ -208,6 +211,17 @@ func (m *Manager) isBusy(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.busy[id] > 0
+}
+
+// forget drops id from the ledger unless an Add or Del of it has begun
+// meanwhile: an Add records it anew, and the record must outlive the Add.
+func (m *Manager) forget(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.busy[id] > 0 {
+		return nil
+	}
+	return m.owned.remove(id)
 }
 
 // lastList returns the last config that loaded, or nil.
