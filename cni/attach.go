@@ -89,9 +89,11 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		}
 	}()
 
-	res, err := m.cni.AddNetworkList(ctx, list, runtimeConf(a))
+	addCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
+	res, err := m.cni.AddNetworkList(addCtx, list, runtimeConf(a))
 	if err != nil {
-		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, err)
+		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, whyKilled(addCtx, err))
 	}
 	ips, err = podIPs(res)
 	if err != nil {
@@ -117,6 +119,8 @@ func (m *Manager) Del(ctx context.Context, a Attachment) error {
 // del runs a DEL for each network the cache holds the attachment in, or,
 // with nothing cached (a crash mid-ADD), with fallback if not nil.
 func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.NetworkConfigList) error {
+	ctx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
 	netns, err := liveNetNS(a.NetNS)
 	if err != nil {
 		return fmt.Errorf("cni: delete %s: %w", a.ID, err)
@@ -140,7 +144,7 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 		rt := runtimeConf(a)
 		rt.NetNS = netns
 		if err := m.cni.DelNetworkList(ctx, fallback, rt); err != nil {
-			errs = append(errs, fmt.Errorf("cni: delete %s from network %q: %w", a.ID, fallback.Name, err))
+			errs = append(errs, fmt.Errorf("cni: delete %s from network %q: %w", a.ID, fallback.Name, whyKilled(ctx, err)))
 		}
 		if usesNAT(fallback) {
 			networks = append(networks, fallback.Name)
@@ -180,9 +184,18 @@ func (m *Manager) delCached(ctx context.Context, c *libcni.NetworkAttachment, ne
 		list = fallback
 	}
 	if err := m.cni.DelNetworkList(ctx, list, cachedRuntimeConf(c, netns)); err != nil {
-		return list, fmt.Errorf("cni: delete %s from network %q: %w", c.ContainerID, list.Name, err)
+		return list, fmt.Errorf("cni: delete %s from network %q: %w", c.ContainerID, list.Name, whyKilled(ctx, err))
 	}
 	return list, nil
+}
+
+// whyKilled adds to the error of a plugin call that ctx ended why it did,
+// which libcni leaves out ("signal: killed").
+func whyKilled(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
 }
 
 // usesNAT reports whether the network has plugins that make iptables nat
@@ -234,13 +247,16 @@ func (m *Manager) Check(ctx context.Context, a Attachment) error {
 			return fmt.Errorf("cni: check %s: cached config: %w", a.ID, err)
 		}
 		rt := cachedRuntimeConf(c, a.NetNS)
-		err = m.cni.CheckNetworkList(ctx, m.checkable(list, rt), rt)
+		checkCtx, cancel := context.WithTimeout(ctx, m.bounds.check)
+		err = m.cni.CheckNetworkList(checkCtx, m.checkable(list, rt), rt)
+		ended := checkCtx.Err()
+		cancel()
 		var pluginErr *types.Error
 		switch {
 		case err == nil, errors.Is(err, libcni.ErrorCheckNotSupp):
-		case ctx.Err() != nil:
+		case ended != nil:
 			// The plugin was killed, which says nothing about the pod.
-			return fmt.Errorf("cni: check %s: %w", a.ID, ctx.Err())
+			return fmt.Errorf("cni: check %s: %w", a.ID, ended)
 		case errors.As(err, &pluginErr):
 			return fmt.Errorf("cni: check %s in network %q: %w: %w", a.ID, list.Name, ErrCheckFailed, err)
 		default:

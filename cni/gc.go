@@ -75,7 +75,10 @@ func (m *Manager) GC(ctx context.Context, keep map[string]bool) (released []stri
 		// A DEL in the netns, if still there, also removes the veth
 		// and with it the masquerade rules.
 		netns, _ := liveNetNS(c.NetNS)
-		if _, err := m.delCached(ctx, c, netns, nil); err != nil {
+		delCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+		_, err := m.delCached(delCtx, c, netns, nil)
+		cancel()
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -83,7 +86,9 @@ func (m *Manager) GC(ctx context.Context, keep map[string]bool) (released []stri
 		left[o] = true
 	}
 	for _, dir := range leaseDirs(lists) {
-		ids, err := releaseLeases(ctx, dir.path, func(id string) bool { return owned[natOwner{dir.network, id}] && gone(id) })
+		lockCtx, cancel := context.WithTimeout(ctx, m.bounds.lock)
+		ids, err := releaseLeases(lockCtx, dir.path, func(id string) bool { return owned[natOwner{dir.network, id}] && gone(id) })
+		cancel()
 		errs = append(errs, err)
 		for _, id := range ids {
 			released = append(released, id)
@@ -91,7 +96,9 @@ func (m *Manager) GC(ctx context.Context, keep map[string]bool) (released []stri
 		}
 	}
 	if len(left) > 0 { // spares the iptables calls when nothing was left
-		ids, err := releaseNAT(ctx, func(o natOwner) bool { return left[o] && gone(o.id) })
+		natCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+		ids, err := releaseNAT(natCtx, func(o natOwner) bool { return left[o] && gone(o.id) })
+		cancel()
 		errs = append(errs, err)
 		released = append(released, ids...)
 	}
@@ -300,16 +307,21 @@ func natRules(out []byte, owned func(natOwner) bool) (rules []natRule, chains []
 	return rules, chains
 }
 
-// iptables runs an iptables command on the nat table, waiting for the
-// xtables lock as the plugins do.
+// xtablesWait is how many seconds an iptables call waits for the xtables
+// lock (legacy iptables; nft ignores it) before it gives up; a bare -w
+// would wait for ever on a process that never lets go.
+const xtablesWait = "10"
+
+// iptables runs an iptables command on the nat table, waiting a while for
+// the xtables lock as the plugins do.
 func iptables(ctx context.Context, path string, args ...string) ([]byte, error) {
-	args = append([]string{"-w", "-t", "nat"}, args...)
+	args = append([]string{"-w", xtablesWait, "-t", "nat"}, args...)
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), whyKilled(ctx, err), bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }

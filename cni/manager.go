@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -60,6 +61,7 @@ type Manager struct {
 	binDirs []string
 	log     *slog.Logger
 	owned   ledger // the IDs noderun may have made state for
+	bounds  timeouts
 
 	mu sync.Mutex
 	// The config file as last seen, to notice a change with one stat.
@@ -73,6 +75,24 @@ type Manager struct {
 
 	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
 }
+
+// timeouts bound the waits on plugins and locks, so that a hung plugin or a
+// lock another process holds fails one call instead of stalling its caller
+// (a pod's worker, or GC) for good.
+type timeouts struct {
+	// op bounds an ADD or DEL of the whole chain: its plugins wait on
+	// host-local's and the xtables lock themselves, without a bound.
+	op time.Duration
+	// check bounds a CHECK, which only reads state.
+	check time.Duration
+	// lock bounds GC's wait for host-local's lock of one lease dir, which
+	// an ADD or DEL holds only for a moment.
+	lock time.Duration
+}
+
+// defaultTimeouts are generous: a healthy ADD of the default chain takes
+// well under a second, and a busy host's xtables lock some seconds.
+var defaultTimeouts = timeouts{op: time.Minute, check: 20 * time.Second, lock: 10 * time.Second}
 
 // configFile identifies a version of a config file without reading it.
 type configFile struct {
@@ -108,8 +128,9 @@ func New(cfg Config) (*Manager, error) {
 		binDirs: cfg.BinDirs,
 		log:     log,
 		// Beside the cache: as private to noderun, and as durable.
-		owned: ledger{filepath.Join(filepath.Dir(cfg.CacheDir), "owned")},
-		busy:  map[string]int{},
+		owned:  ledger{filepath.Join(filepath.Dir(cfg.CacheDir), "owned")},
+		busy:   map[string]int{},
+		bounds: defaultTimeouts,
 	}
 	// An unreadable ConfDir is left for Ready to report.
 	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
