@@ -172,11 +172,40 @@ func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
 	if _, ok := f.rt.containers[orphan.ID]; ok || !slices.Contains(f.rt.stopped, orphan.ID) {
 		t.Fatalf("orphan not stopped and removed (stopped=%v)", f.rt.stopped)
 	}
-	f.net.mu.Lock()
-	defer f.net.mu.Unlock()
-	if !f.net.gcKeep[SandboxID("keep")] {
-		t.Fatalf("network GC at start must keep the adopted pod's sandbox: keep=%v", f.net.gcKeep)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	if keep := f.net.lastGCKeep(); !keep[SandboxID("keep")] {
+		t.Fatalf("network GC at start must keep the adopted pod's sandbox: keep=%v", keep)
 	}
+}
+
+// TestEngineNetworkGCOffLoop blocks the network GC: the loop goes on (a new
+// snapshot is taken, the kept pod runs), while the worker of a pod that
+// came after the GC began waits for it before touching the network.
+func TestEngineNetworkGCOffLoop(t *testing.T) {
+	f := startEngine(t)
+	block := make(chan struct{})
+	f.net.mu.Lock()
+	f.net.gcBlock = block
+	f.net.mu.Unlock()
+	a, b := testPod("a", "a", v1.RestartPolicyAlways), testPod("b", "b", v1.RestartPolicyAlways)
+	f.send(a)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	select {
+	case f.snaps <- manifests.Snapshot{Source: "file:/test", Pods: []*v1.Pod{a, b}}:
+	case <-time.After(2 * time.Second):
+		close(block)
+		t.Fatal("the main loop takes no snapshot while the network GC runs")
+	}
+	waitFor(t, "pod a running during GC", func() bool {
+		p := f.status("a")
+		return p != nil && p.Status.Phase == v1.PodRunning
+	})
+	time.Sleep(20 * time.Millisecond)
+	if n := f.net.setupCount("b"); n != 0 {
+		t.Fatalf("pod b set up %d times while a GC that may release its sandbox ID ran", n)
+	}
+	close(block)
+	waitFor(t, "pod b set up after GC", func() bool { return f.net.setupCount("b") == 1 })
 }
 
 func TestEngineKeepsPodsOfAnUnavailableSourceUntilItAnswers(t *testing.T) {

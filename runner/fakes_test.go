@@ -253,6 +253,7 @@ type fakeNetwork struct {
 	broken     map[string]bool
 	setupErr   error
 	gcKeep     map[string]bool
+	gcBlock    chan struct{} // if not nil, GC returns only once it is closed
 	deepChecks int
 	teardowns  []string
 }
@@ -287,11 +288,30 @@ func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {
 	return nil
 }
 
-func (n *fakeNetwork) GC(_ context.Context, keep map[string]bool) error {
+func (n *fakeNetwork) GC(ctx context.Context, keep map[string]bool) error {
+	n.mu.Lock()
+	n.gcKeep = keep
+	block := n.gcBlock
+	n.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+func (n *fakeNetwork) setupCount(uid string) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.gcKeep = keep
-	return nil
+	return n.setups[uid]
+}
+
+func (n *fakeNetwork) lastGCKeep() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gcKeep
 }
 
 // breakSandbox makes the next Check of the pod fail, until its next Setup.
