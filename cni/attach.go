@@ -14,9 +14,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
-// ErrCheckFailed means the plugins found a pod's attachment broken (CNI
-// CHECK failed), e.g. its interface was deleted. Recreating the sandbox
-// repairs it.
+// ErrCheckFailed means a pod's attachment is seen to be broken: its netns,
+// or an interface or address of its ADD result, is gone. Recreating the
+// sandbox repairs it.
 var ErrCheckFailed = errors.New("pod network check failed")
 
 // ifName is the pod's interface, as the kubelet names it.
@@ -220,10 +220,11 @@ func (m *Manager) Attached(a Attachment) bool {
 }
 
 // Check asks the plugins whether the pod's attachment is still intact (CNI
-// CHECK), with the config cached at its ADD. It returns an error wrapping
-// ErrCheckFailed if they find it broken or its netns is gone, and nil if
-// there is nothing cached to check or the config's cniVersion predates
-// CHECK (0.4.0).
+// CHECK), with the config cached at its ADD. If they say no, it returns an
+// error wrapping ErrCheckFailed only when it sees that the netns, or an
+// interface or address of the ADD result, is gone; other failures are
+// errors without it. It returns nil if there is nothing cached to check or
+// the config's cniVersion predates CHECK (0.4.0).
 func (m *Manager) Check(ctx context.Context, a Attachment) error {
 	if a.ID == "" || a.NetNS == "" {
 		return fmt.Errorf("cni: check %q: ID and NetNS are required", a.ID)
@@ -251,16 +252,20 @@ func (m *Manager) Check(ctx context.Context, a Attachment) error {
 		err = m.cni.CheckNetworkList(checkCtx, m.checkable(list, rt), rt)
 		ended := checkCtx.Err()
 		cancel()
-		var pluginErr *types.Error
 		switch {
 		case err == nil, errors.Is(err, libcni.ErrorCheckNotSupp):
 		case ended != nil:
 			// The plugin was killed, which says nothing about the pod.
 			return fmt.Errorf("cni: check %s: %w", a.ID, ended)
-		case errors.As(err, &pluginErr):
-			return fmt.Errorf("cni: check %s in network %q: %w: %w", a.ID, list.Name, ErrCheckFailed, err)
 		default:
-			return fmt.Errorf("cni: check %s in network %q: %w", a.ID, list.Name, err)
+			// A failed CHECK alone is no proof: plugins fail it for
+			// reasons of their own (a custom config, a missing host
+			// tool, a bug), and recreating the sandbox would restart
+			// the pod at every check. What is seen to be gone is.
+			if gone := m.missingParts(list, rt); gone != nil {
+				return fmt.Errorf("cni: check %s in network %q: %w: %w (plugins: %w)", a.ID, list.Name, ErrCheckFailed, gone, err)
+			}
+			return fmt.Errorf("cni: check %s in network %q failed, its interfaces and addresses are in place: %w", a.ID, list.Name, err)
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -253,6 +254,37 @@ func TestEngineRecreatesBrokenSandbox(t *testing.T) {
 	}
 	if n := len(f.net.tornDown()); n != 1 {
 		t.Fatalf("%d teardowns, want the broken sandbox torn down once", n)
+	}
+}
+
+// TestEngineKeepsSandboxOnCheckError has every deep check fail without
+// the sandbox being broken: the pod keeps running in its sandbox, and the
+// failure shows as one Warning event with a count.
+func TestEngineKeepsSandboxOnCheckError(t *testing.T) {
+	f := startEngine(t)
+	f.net.mu.Lock()
+	f.net.checkErr = errors.New("cni: check: firewall backend unavailable")
+	f.net.mu.Unlock()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	var ev *v1.Event
+	for i := range 2 { // two deep checks, 5m apart
+		f.clock.Advance(5 * time.Minute)
+		waitFor(t, "the check failure's event", func() bool {
+			ev = nil
+			for _, e := range f.e.events.list() {
+				if e.Reason == reasonNetworkCheckFailed {
+					ev = &e
+				}
+			}
+			return ev != nil && ev.Count == int32(i+1)
+		})
+	}
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "firewall backend unavailable") {
+		t.Errorf("event %s %q, want a Warning naming the error", ev.Type, ev.Message)
+	}
+	if n, torn := f.rt.startedCount(), f.net.tornDown(); n != 1 || len(torn) != 0 {
+		t.Fatalf("%d starts, teardowns %v; want the pod kept in its sandbox", n, torn)
 	}
 }
 

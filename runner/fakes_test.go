@@ -251,6 +251,7 @@ type fakeNetwork struct {
 	setups     map[string]int
 	adopted    map[string]bool // pods whose sandbox exists: Setup is not fresh
 	broken     map[string]bool
+	checkErr   error // what Check returns for a pod that is not broken
 	setupErr   error
 	gcKeep     map[string]bool
 	gcBlock    chan struct{} // if not nil, GC returns only once it is closed
@@ -285,7 +286,7 @@ func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {
 	if n.broken[sb.PodUID] {
 		return ErrSandboxBroken
 	}
-	return nil
+	return n.checkErr
 }
 
 func (n *fakeNetwork) GC(ctx context.Context, keep map[string]bool) error {
