@@ -165,6 +165,11 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 			return fmt.Errorf("cni: delete %s: %w", a.ID, err)
 		}
 	}
+	if len(cached) == 0 && fallback == nil {
+		// Nothing to DEL with (no config ever loaded): what a crash
+		// mid-ADD left stays recorded for GC to release.
+		return nil
+	}
 	if err := m.owned.remove(a.ID); err != nil {
 		return err
 	}
