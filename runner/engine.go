@@ -83,6 +83,9 @@ type Engine struct {
 	// Guarded by mu.
 	gcKeep map[string]bool
 	gcDone chan struct{}
+	// netGCTimeout bounds a network GC, and so how long a new pod may wait
+	// for one; what it did not get to is released by the next.
+	netGCTimeout time.Duration
 }
 
 // New returns an engine; Run starts it.
@@ -107,6 +110,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		sources:  map[string]manifests.Snapshot{},
 		workers:  map[types.UID]*podWorker{},
 		statuses: map[types.UID]*v1.Pod{},
+		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
+		netGCTimeout: 2 * time.Minute,
 	}
 	exec := execer(rt)
 	e.probes = prober.NewManager(prober.Config{
@@ -263,6 +268,8 @@ func (e *Engine) gc(ctx context.Context) {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, e.netGCTimeout)
+		defer cancel()
 		if err := e.net.GC(ctx, keep); err != nil {
 			e.log.Warn("network garbage collection", "err", err)
 		}

@@ -257,6 +257,21 @@ func TestEngineRecreatesBrokenSandbox(t *testing.T) {
 	}
 }
 
+// TestEngineNetworkGCBounded has the network GC hang: a pod that came after
+// it began waits only until the GC's bound.
+func TestEngineNetworkGCBounded(t *testing.T) {
+	f := startEngine(t)
+	f.e.netGCTimeout = 100 * time.Millisecond // read by Run only after the send below
+	f.net.mu.Lock()
+	f.net.gcBlock = make(chan struct{}) // never closed
+	f.net.mu.Unlock()
+	a, b := testPod("a", "a", v1.RestartPolicyAlways), testPod("b", "b", v1.RestartPolicyAlways)
+	f.send(a)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	f.send(a, b)
+	waitFor(t, "pod b set up once the GC gave up", func() bool { return f.net.setupCount("b") == 1 })
+}
+
 // TestEngineKeepsSandboxOnCheckError has every deep check fail without
 // the sandbox being broken: the pod keeps running in its sandbox, and the
 // failure shows as one Warning event with a count.
