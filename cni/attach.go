@@ -14,9 +14,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 )
 
-// ErrCheckFailed means the plugins found a pod's attachment broken (CNI
-// CHECK failed), e.g. its interface was deleted. Recreating the sandbox
-// repairs it.
+// ErrCheckFailed means a pod's attachment is seen to be broken: its netns,
+// or an interface or address of its ADD result, is gone. Recreating the
+// sandbox repairs it.
 var ErrCheckFailed = errors.New("pod network check failed")
 
 // ifName is the pod's interface, as the kubelet names it.
@@ -67,6 +67,9 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
 	}
 	defer m.track(a.ID)()
+	if err := m.owned.add(list.Name, a.ID); err != nil {
+		return nil, err
+	}
 	// Registered before the ADD, since ADD may allocate and then fail.
 	defer func() {
 		if retErr == nil {
@@ -86,9 +89,11 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		}
 	}()
 
-	res, err := m.cni.AddNetworkList(ctx, list, runtimeConf(a))
+	addCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
+	res, err := m.cni.AddNetworkList(addCtx, list, runtimeConf(a))
 	if err != nil {
-		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, err)
+		return nil, fmt.Errorf("cni: add %s to network %q: %w", a.ID, list.Name, whyKilled(addCtx, err))
 	}
 	ips, err = podIPs(res)
 	if err != nil {
@@ -114,6 +119,8 @@ func (m *Manager) Del(ctx context.Context, a Attachment) error {
 // del runs a DEL for each network the cache holds the attachment in, or,
 // with nothing cached (a crash mid-ADD), with fallback if not nil.
 func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.NetworkConfigList) error {
+	ctx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
 	netns, err := liveNetNS(a.NetNS)
 	if err != nil {
 		return fmt.Errorf("cni: delete %s: %w", a.ID, err)
@@ -137,7 +144,7 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 		rt := runtimeConf(a)
 		rt.NetNS = netns
 		if err := m.cni.DelNetworkList(ctx, fallback, rt); err != nil {
-			errs = append(errs, fmt.Errorf("cni: delete %s from network %q: %w", a.ID, fallback.Name, err))
+			errs = append(errs, fmt.Errorf("cni: delete %s from network %q: %w", a.ID, fallback.Name, whyKilled(ctx, err)))
 		}
 		if usesNAT(fallback) {
 			networks = append(networks, fallback.Name)
@@ -158,6 +165,14 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 			return fmt.Errorf("cni: delete %s: %w", a.ID, err)
 		}
 	}
+	if len(cached) == 0 && fallback == nil {
+		// Nothing to DEL with (no config ever loaded): what a crash
+		// mid-ADD left stays recorded for GC to release.
+		return nil
+	}
+	if err := m.owned.remove(a.ID); err != nil {
+		return err
+	}
 	m.log.Debug("detached pod", "id", a.ID, "pod", a.PodNamespace+"/"+a.PodName)
 	return nil
 }
@@ -174,9 +189,18 @@ func (m *Manager) delCached(ctx context.Context, c *libcni.NetworkAttachment, ne
 		list = fallback
 	}
 	if err := m.cni.DelNetworkList(ctx, list, cachedRuntimeConf(c, netns)); err != nil {
-		return list, fmt.Errorf("cni: delete %s from network %q: %w", c.ContainerID, list.Name, err)
+		return list, fmt.Errorf("cni: delete %s from network %q: %w", c.ContainerID, list.Name, whyKilled(ctx, err))
 	}
 	return list, nil
+}
+
+// whyKilled adds to the error of a plugin call that ctx ended why it did,
+// which libcni leaves out ("signal: killed").
+func whyKilled(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
 }
 
 // usesNAT reports whether the network has plugins that make iptables nat
@@ -201,10 +225,11 @@ func (m *Manager) Attached(a Attachment) bool {
 }
 
 // Check asks the plugins whether the pod's attachment is still intact (CNI
-// CHECK), with the config cached at its ADD. It returns an error wrapping
-// ErrCheckFailed if they find it broken or its netns is gone, and nil if
-// there is nothing cached to check or the config's cniVersion predates
-// CHECK (0.4.0).
+// CHECK), with the config cached at its ADD. If they say no, it returns an
+// error wrapping ErrCheckFailed only when it sees that the netns, or an
+// interface or address of the ADD result, is gone; other failures are
+// errors without it. It returns nil if there is nothing cached to check or
+// the config's cniVersion predates CHECK (0.4.0).
 func (m *Manager) Check(ctx context.Context, a Attachment) error {
 	if a.ID == "" || a.NetNS == "" {
 		return fmt.Errorf("cni: check %q: ID and NetNS are required", a.ID)
@@ -228,17 +253,24 @@ func (m *Manager) Check(ctx context.Context, a Attachment) error {
 			return fmt.Errorf("cni: check %s: cached config: %w", a.ID, err)
 		}
 		rt := cachedRuntimeConf(c, a.NetNS)
-		err = m.cni.CheckNetworkList(ctx, m.checkable(list, rt), rt)
-		var pluginErr *types.Error
+		checkCtx, cancel := context.WithTimeout(ctx, m.bounds.check)
+		err = m.cni.CheckNetworkList(checkCtx, m.checkable(list, rt), rt)
+		ended := checkCtx.Err()
+		cancel()
 		switch {
 		case err == nil, errors.Is(err, libcni.ErrorCheckNotSupp):
-		case ctx.Err() != nil:
+		case ended != nil:
 			// The plugin was killed, which says nothing about the pod.
-			return fmt.Errorf("cni: check %s: %w", a.ID, ctx.Err())
-		case errors.As(err, &pluginErr):
-			return fmt.Errorf("cni: check %s in network %q: %w: %w", a.ID, list.Name, ErrCheckFailed, err)
+			return fmt.Errorf("cni: check %s: %w", a.ID, ended)
 		default:
-			return fmt.Errorf("cni: check %s in network %q: %w", a.ID, list.Name, err)
+			// A failed CHECK alone is no proof: plugins fail it for
+			// reasons of their own (a custom config, a missing host
+			// tool, a bug), and recreating the sandbox would restart
+			// the pod at every check. What is seen to be gone is.
+			if gone := m.missingParts(list, rt); gone != nil {
+				return fmt.Errorf("cni: check %s in network %q: %w: %w (plugins: %w)", a.ID, list.Name, ErrCheckFailed, gone, err)
+			}
+			return fmt.Errorf("cni: check %s in network %q failed, its interfaces and addresses are in place: %w", a.ID, list.Name, err)
 		}
 	}
 	return nil

@@ -13,15 +13,18 @@ import (
 
 // fakeNetwork returns a Manager whose one plugin, nrt-record, is a shell
 // script that records the stdin of every call under rec as
-// <command>-<container id>.json, answers ADD with a fixed IP and fails CHECK
-// while rec/fail exists. Its config declares the capabilities in caps. It
-// needs neither root nor real plugins.
+// <command>-<container id>.json, answers ADD with a fixed IP, fails CHECK
+// while rec/fail exists and hangs in a command while rec/hang-<command>
+// exists. Its config declares the capabilities in caps, and host-local IPAM
+// with leases under dir/networks (which the script ignores). It needs
+// neither root nor real plugins.
 func fakeNetwork(t *testing.T, cniVersion string, caps ...string) (m *Manager, rec string) {
 	t.Helper()
 	dir := t.TempDir()
 	rec, binDir, confDir := filepath.Join(dir, "rec"), filepath.Join(dir, "bin"), filepath.Join(dir, "net.d")
 	script := fmt.Sprintf(`#!/bin/sh
 cat > %[1]s/$CNI_COMMAND-$CNI_CONTAINERID.json
+if [ -e %[1]s/hang-$CNI_COMMAND ]; then exec sleep 600; fi
 case $CNI_COMMAND in
 ADD) echo '{"cniVersion":"%[2]s","ips":[{"version":"4","address":"10.99.0.2/24"}]}' ;;
 CHECK) if [ -e %[1]s/fail ]; then echo '{"cniVersion":"%[2]s","code":100,"msg":"broken"}'; exit 1; fi ;;
@@ -38,7 +41,8 @@ esac
 	}
 	conf, _ := json.Marshal(map[string]any{
 		"cniVersion": cniVersion, "name": "fake",
-		"plugins": []any{map[string]any{"type": "nrt-record", "capabilities": capabilities}},
+		"plugins": []any{map[string]any{"type": "nrt-record", "capabilities": capabilities,
+			"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(dir, "networks")}}},
 	})
 	writeFiles(t, confDir, map[string]string{"10-fake.conflist": string(conf)})
 	m, err := New(Config{ConfDir: confDir, BinDirs: []string{binDir}, CacheDir: filepath.Join(dir, "cache"), Logger: testLogger(t)})

@@ -21,8 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// GC releases the network state of every attachment whose ID is not in keep
-// and that has no Add, Del or Check running, and returns those IDs, sorted:
+// GC releases the network state of every attachment noderun made whose ID
+// is not in keep and that has no Add, Del or Check running, and returns
+// those IDs, sorted:
 //
 //   - attachments in libcni's cache: a DEL with the cached config, in the
 //     pod's netns if it is still pinned, which releases IPs, portmap and
@@ -31,13 +32,14 @@ import (
 //     and the cached ones) left without a cache entry, e.g. by a crash
 //     mid-ADD: the lease file is removed;
 //   - the iptables nat rules and chains that portmap and the bridge
-//     plugin's ipMasq made for the IDs released above, which a DEL without
-//     the pod's interface leaves behind.
+//     plugin's ipMasq made for those IDs, which a DEL without the pod's
+//     interface leaves behind.
 //
-// Only IDs found in noderun's own cache or lease dirs are touched, so other
-// runtimes (or noderun instances) using the same network name keep theirs.
-// keep must list every attachment the caller may still Add while GC runs.
-// GC is idempotent; on errors it goes on and returns them joined.
+// Leases and rules are released only for IDs in noderun's cache or ledger,
+// so other runtimes (or noderun instances) using the same network, even
+// the same lease dir, keep theirs. keep must list every attachment the
+// caller may still Add while GC runs. GC is idempotent; on errors it goes
+// on and returns them joined.
 func (m *Manager) GC(ctx context.Context, keep map[string]bool) (released []string, err error) {
 	m.gcMu.Lock()
 	defer m.gcMu.Unlock()
@@ -46,41 +48,65 @@ func (m *Manager) GC(ctx context.Context, keep map[string]bool) (released []stri
 	if err != nil {
 		return nil, fmt.Errorf("cni: gc: %w", err)
 	}
+	owned, err := m.owned.owners()
+	if err != nil {
+		return nil, fmt.Errorf("cni: gc: %w", err)
+	}
 	var lists []*libcni.NetworkConfigList
 	if l := m.lastList(); l != nil {
 		lists = append(lists, l)
 	}
 	var errs []error
-	nat := map[natOwner]bool{} // whose NAT rules to look for
+	left := map[natOwner]bool{} // owned and gone: whose leftovers to look for
+	for o := range owned {
+		if gone(o.id) {
+			left[o] = true
+		}
+	}
 	for _, c := range cached {
 		if l, err := libcni.NetworkConfFromBytes(c.Config); err == nil {
 			lists = append(lists, l)
 		}
+		o := natOwner{c.Network, c.ContainerID}
+		owned[o] = true // made before the ledger existed, or it was lost
 		if !gone(c.ContainerID) {
 			continue
 		}
 		// A DEL in the netns, if still there, also removes the veth
 		// and with it the masquerade rules.
 		netns, _ := liveNetNS(c.NetNS)
-		if _, err := m.delCached(ctx, c, netns, nil); err != nil {
+		delCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+		_, err := m.delCached(delCtx, c, netns, nil)
+		cancel()
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		released = append(released, c.ContainerID)
-		nat[natOwner{c.Network, c.ContainerID}] = true
+		left[o] = true
 	}
 	for _, dir := range leaseDirs(lists) {
-		ids, err := releaseLeases(ctx, dir.path, gone)
+		lockCtx, cancel := context.WithTimeout(ctx, m.bounds.lock)
+		ids, err := releaseLeases(lockCtx, dir.path, func(id string) bool { return owned[natOwner{dir.network, id}] && gone(id) })
+		cancel()
 		errs = append(errs, err)
 		for _, id := range ids {
 			released = append(released, id)
-			nat[natOwner{dir.network, id}] = true
+			left[natOwner{dir.network, id}] = true
 		}
 	}
-	if len(nat) > 0 { // spares the iptables calls when nothing was left
-		ids, err := releaseNAT(ctx, func(o natOwner) bool { return nat[o] && gone(o.id) })
+	if len(left) > 0 { // spares the iptables calls when nothing was left
+		natCtx, cancel := context.WithTimeout(ctx, m.bounds.op)
+		ids, err := releaseNAT(natCtx, func(o natOwner) bool { return left[o] && gone(o.id) })
+		cancel()
 		errs = append(errs, err)
 		released = append(released, ids...)
+	}
+	if errors.Join(errs...) == nil {
+		// Only after a clean pass, so that what failed is tried again.
+		for o := range left {
+			errs = append(errs, m.forget(o.id))
+		}
 	}
 
 	slices.Sort(released)
@@ -281,16 +307,21 @@ func natRules(out []byte, owned func(natOwner) bool) (rules []natRule, chains []
 	return rules, chains
 }
 
-// iptables runs an iptables command on the nat table, waiting for the
-// xtables lock as the plugins do.
+// xtablesWait is how many seconds an iptables call waits for the xtables
+// lock (legacy iptables; nft ignores it) before it gives up; a bare -w
+// would wait for ever on a process that never lets go.
+const xtablesWait = "10"
+
+// iptables runs an iptables command on the nat table, waiting a while for
+// the xtables lock as the plugins do.
 func iptables(ctx context.Context, path string, args ...string) ([]byte, error) {
-	args = append([]string{"-w", "-t", "nat"}, args...)
+	args = append([]string{"-w", xtablesWait, "-t", "nat"}, args...)
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), err, bytes.TrimSpace(stderr.Bytes()))
+		return nil, fmt.Errorf("%s %s: %w: %s", filepath.Base(path), strings.Join(args, " "), whyKilled(ctx, err), bytes.TrimSpace(stderr.Bytes()))
 	}
 	return out, nil
 }

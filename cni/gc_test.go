@@ -122,9 +122,11 @@ func TestGC(t *testing.T) {
 	if len(keptRules) == 0 {
 		t.Fatal("no nat rules for a pod with a hostPort")
 	}
-	// Rules of the same network name made by someone else (another noderun
-	// on the host) must survive.
+	// A lease and rules in the same network made by someone else (another
+	// runtime sharing the config and its lease dir) must survive.
 	foreign := fmt.Sprintf("nrt-foreign-%08x", rand.Uint32())
+	foreignLease := leaseFile(cfg, m.NetworkName(), strings.TrimSuffix(cfg.DefaultSubnet, "0/24")+"250")
+	writeFiles(t, filepath.Dir(foreignLease), map[string]string{filepath.Base(foreignLease): foreign + "\r\neth0"})
 	foreignChain := fmt.Sprintf("CNI-DN-nrt%08x", rand.Uint32())
 	run(t, "iptables", "-w", "-t", "nat", "-N", foreignChain)
 	run(t, "iptables", "-w", "-t", "nat", "-A", "CNI-HOSTPORT-DNAT", "-m", "comment", "--comment",
@@ -170,6 +172,9 @@ func TestGC(t *testing.T) {
 	if len(natLines(t, foreign)) != 1 {
 		t.Errorf("foreign rule removed")
 	}
+	if _, err := os.Stat(foreignLease); err != nil {
+		t.Errorf("foreign lease removed: %v", err)
+	}
 
 	if released, err := m.GC(ctx, map[string]bool{kept.ID: true}); err != nil || len(released) > 0 {
 		t.Errorf("second GC released %v, %v; want nothing", released, err)
@@ -177,5 +182,9 @@ func TestGC(t *testing.T) {
 	done()
 	if released, err := m.GC(ctx, map[string]bool{kept.ID: true}); err != nil || !reflect.DeepEqual(released, []string{busy.ID}) {
 		t.Errorf("GC after the busy pod's call ended released %v, %v; want %s", released, err, busy.ID)
+	}
+	owners, err := m.owned.owners()
+	if want := map[natOwner]bool{{m.NetworkName(), kept.ID}: true}; err != nil || !reflect.DeepEqual(owners, want) {
+		t.Errorf("ledger after GC = %v, %v; want only %s", owners, err, kept.ID)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/invoke"
@@ -59,6 +60,8 @@ type Manager struct {
 	confDir string
 	binDirs []string
 	log     *slog.Logger
+	owned   ledger // the IDs noderun may have made state for
+	bounds  timeouts
 
 	mu sync.Mutex
 	// The config file as last seen, to notice a change with one stat.
@@ -72,6 +75,24 @@ type Manager struct {
 
 	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
 }
+
+// timeouts bound the waits on plugins and locks, so that a hung plugin or a
+// lock another process holds fails one call instead of stalling its caller
+// (a pod's worker, or GC) for good.
+type timeouts struct {
+	// op bounds an ADD or DEL of the whole chain: its plugins wait on
+	// host-local's and the xtables lock themselves, without a bound.
+	op time.Duration
+	// check bounds a CHECK, which only reads state.
+	check time.Duration
+	// lock bounds GC's wait for host-local's lock of one lease dir, which
+	// an ADD or DEL holds only for a moment.
+	lock time.Duration
+}
+
+// defaultTimeouts are generous: a healthy ADD of the default chain takes
+// well under a second, and a busy host's xtables lock some seconds.
+var defaultTimeouts = timeouts{op: time.Minute, check: 20 * time.Second, lock: 10 * time.Second}
 
 // configFile identifies a version of a config file without reading it.
 type configFile struct {
@@ -106,7 +127,10 @@ func New(cfg Config) (*Manager, error) {
 		confDir: cfg.ConfDir,
 		binDirs: cfg.BinDirs,
 		log:     log,
-		busy:    map[string]int{},
+		// Beside the cache: as private to noderun, and as durable.
+		owned:  ledger{filepath.Join(filepath.Dir(cfg.CacheDir), "owned")},
+		busy:   map[string]int{},
+		bounds: defaultTimeouts,
 	}
 	// An unreadable ConfDir is left for Ready to report.
 	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
@@ -208,6 +232,17 @@ func (m *Manager) isBusy(id string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.busy[id] > 0
+}
+
+// forget drops id from the ledger unless an Add or Del of it has begun
+// meanwhile: an Add records it anew, and the record must outlive the Add.
+func (m *Manager) forget(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.busy[id] > 0 {
+		return nil
+	}
+	return m.owned.remove(id)
 }
 
 // lastList returns the last config that loaded, or nil.

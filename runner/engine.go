@@ -80,6 +80,15 @@ type Engine struct {
 	ready               atomic.Bool
 	lastLoop            atomic.Int64 // unix nanos of the main loop's last turn
 	imageGCBusy         atomic.Bool  // an image GC runs (off the loop)
+
+	// While a network GC runs (off the loop), gcKeep is the set of sandbox
+	// IDs it keeps and gcDone closes when it ends; both are nil otherwise.
+	// Guarded by mu.
+	gcKeep map[string]bool
+	gcDone chan struct{}
+	// netGCTimeout bounds a network GC, and so how long a new pod may wait
+	// for one; what it did not get to is released by the next.
+	netGCTimeout time.Duration
 }
 
 // New returns an engine; Run starts it.
@@ -104,6 +113,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		sources:  map[string]manifests.Snapshot{},
 		workers:  map[types.UID]*podWorker{},
 		statuses: map[types.UID]*v1.Pod{},
+		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
+		netGCTimeout: 2 * time.Minute,
 	}
 	exec := execer(rt)
 	e.probes = prober.NewManager(prober.Config{
@@ -243,19 +254,37 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	}
 }
 
-// gc releases network resources that belong to no pod noderun knows. It runs
-// on the loop goroutine, where workers are created, so no sandbox can appear
-// between taking the list and releasing what is not on it.
+// gc releases network resources that belong to no pod noderun knows, off
+// the loop: it runs plugins and iptables, which may take up to their bounds
+// in cni. One at a time. A worker started meanwhile for a sandbox not in its
+// keep list waits for it to end (see startWorkerLocked), so GC never
+// releases what a new sandbox with that ID has just been given.
 func (e *Engine) gc(ctx context.Context) {
 	e.mu.Lock()
+	if e.gcDone != nil {
+		e.mu.Unlock()
+		return
+	}
 	keep := make(map[string]bool, len(e.workers))
 	for uid := range e.workers {
 		keep[SandboxID(string(uid))] = true
 	}
+	done := make(chan struct{})
+	e.gcKeep, e.gcDone = keep, done
 	e.mu.Unlock()
-	if err := e.net.GC(ctx, keep); err != nil {
-		e.log.Warn("network garbage collection", "err", err)
-	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ctx, cancel := context.WithTimeout(ctx, e.netGCTimeout)
+		defer cancel()
+		if err := e.net.GC(ctx, keep); err != nil {
+			e.log.Warn("network garbage collection", "err", err)
+		}
+		e.mu.Lock()
+		e.gcKeep, e.gcDone = nil, nil
+		e.mu.Unlock()
+		close(done)
+	}()
 }
 
 // gcImages removes unused images off the loop (it may take long), never
@@ -483,9 +512,20 @@ func (e *Engine) podDirs() []types.UID {
 func (e *Engine) startWorkerLocked(ctx context.Context, uid types.UID) *podWorker {
 	w := newPodWorker(e.env, e, uid)
 	e.workers[uid] = w
+	var gcDone <-chan struct{}
+	if e.gcDone != nil && !e.gcKeep[SandboxID(string(uid))] {
+		gcDone = e.gcDone // a running GC may release this sandbox ID
+	}
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
+		if gcDone != nil {
+			select {
+			case <-gcDone:
+			case <-ctx.Done():
+				return
+			}
+		}
 		w.run(ctx)
 	}()
 	return w

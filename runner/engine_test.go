@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -174,11 +175,40 @@ func TestEngineAdoptsRunningAndRemovesOrphans(t *testing.T) {
 	if _, ok := f.rt.containers[orphan.ID]; ok || !slices.Contains(f.rt.stopped, orphan.ID) {
 		t.Fatalf("orphan not stopped and removed (stopped=%v)", f.rt.stopped)
 	}
-	f.net.mu.Lock()
-	defer f.net.mu.Unlock()
-	if !f.net.gcKeep[SandboxID("keep")] {
-		t.Fatalf("network GC at start must keep the adopted pod's sandbox: keep=%v", f.net.gcKeep)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	if keep := f.net.lastGCKeep(); !keep[SandboxID("keep")] {
+		t.Fatalf("network GC at start must keep the adopted pod's sandbox: keep=%v", keep)
 	}
+}
+
+// TestEngineNetworkGCOffLoop blocks the network GC: the loop goes on (a new
+// snapshot is taken, the kept pod runs), while the worker of a pod that
+// came after the GC began waits for it before touching the network.
+func TestEngineNetworkGCOffLoop(t *testing.T) {
+	f := startEngine(t)
+	block := make(chan struct{})
+	f.net.mu.Lock()
+	f.net.gcBlock = block
+	f.net.mu.Unlock()
+	a, b := testPod("a", "a", v1.RestartPolicyAlways), testPod("b", "b", v1.RestartPolicyAlways)
+	f.send(a)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	select {
+	case f.snaps <- manifests.Snapshot{Source: "file:/test", Pods: []*v1.Pod{a, b}}:
+	case <-time.After(2 * time.Second):
+		close(block)
+		t.Fatal("the main loop takes no snapshot while the network GC runs")
+	}
+	waitFor(t, "pod a running during GC", func() bool {
+		p := f.status("a")
+		return p != nil && p.Status.Phase == v1.PodRunning
+	})
+	time.Sleep(20 * time.Millisecond)
+	if n := f.net.setupCount("b"); n != 0 {
+		t.Fatalf("pod b set up %d times while a GC that may release its sandbox ID ran", n)
+	}
+	close(block)
+	waitFor(t, "pod b set up after GC", func() bool { return f.net.setupCount("b") == 1 })
 }
 
 func TestEngineKeepsPodsOfAnUnavailableSourceUntilItAnswers(t *testing.T) {
@@ -226,6 +256,52 @@ func TestEngineRecreatesBrokenSandbox(t *testing.T) {
 	}
 	if n := len(f.net.tornDown()); n != 1 {
 		t.Fatalf("%d teardowns, want the broken sandbox torn down once", n)
+	}
+}
+
+// TestEngineNetworkGCBounded has the network GC hang: a pod that came after
+// it began waits only until the GC's bound.
+func TestEngineNetworkGCBounded(t *testing.T) {
+	f := startEngine(t)
+	f.e.netGCTimeout = 100 * time.Millisecond // read by Run only after the send below
+	f.net.mu.Lock()
+	f.net.gcBlock = make(chan struct{}) // never closed
+	f.net.mu.Unlock()
+	a, b := testPod("a", "a", v1.RestartPolicyAlways), testPod("b", "b", v1.RestartPolicyAlways)
+	f.send(a)
+	waitFor(t, "network GC at start", func() bool { return f.net.lastGCKeep() != nil })
+	f.send(a, b)
+	waitFor(t, "pod b set up once the GC gave up", func() bool { return f.net.setupCount("b") == 1 })
+}
+
+// TestEngineKeepsSandboxOnCheckError has every deep check fail without
+// the sandbox being broken: the pod keeps running in its sandbox, and the
+// failure shows as one Warning event with a count.
+func TestEngineKeepsSandboxOnCheckError(t *testing.T) {
+	f := startEngine(t)
+	f.net.mu.Lock()
+	f.net.checkErr = errors.New("cni: check: firewall backend unavailable")
+	f.net.mu.Unlock()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	var ev *v1.Event
+	for i := range 2 { // two deep checks, 5m apart
+		f.clock.Advance(5 * time.Minute)
+		waitFor(t, "the check failure's event", func() bool {
+			ev = nil
+			for _, e := range f.e.events.list() {
+				if e.Reason == reasonNetworkCheckFailed {
+					ev = &e
+				}
+			}
+			return ev != nil && ev.Count == int32(i+1)
+		})
+	}
+	if ev.Type != v1.EventTypeWarning || !strings.Contains(ev.Message, "firewall backend unavailable") {
+		t.Errorf("event %s %q, want a Warning naming the error", ev.Type, ev.Message)
+	}
+	if n, torn := f.rt.startedCount(), f.net.tornDown(); n != 1 || len(torn) != 0 {
+		t.Fatalf("%d starts, teardowns %v; want the pod kept in its sandbox", n, torn)
 	}
 }
 

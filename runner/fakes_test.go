@@ -251,8 +251,10 @@ type fakeNetwork struct {
 	setups     map[string]int
 	adopted    map[string]bool // pods whose sandbox exists: Setup is not fresh
 	broken     map[string]bool
+	checkErr   error // what Check returns for a pod that is not broken
 	setupErr   error
 	gcKeep     map[string]bool
+	gcBlock    chan struct{} // if not nil, GC returns only once it is closed
 	deepChecks int
 	teardowns  []string
 }
@@ -284,14 +286,33 @@ func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {
 	if n.broken[sb.PodUID] {
 		return ErrSandboxBroken
 	}
+	return n.checkErr
+}
+
+func (n *fakeNetwork) GC(ctx context.Context, keep map[string]bool) error {
+	n.mu.Lock()
+	n.gcKeep = keep
+	block := n.gcBlock
+	n.mu.Unlock()
+	if block != nil {
+		select {
+		case <-block:
+		case <-ctx.Done():
+		}
+	}
 	return nil
 }
 
-func (n *fakeNetwork) GC(_ context.Context, keep map[string]bool) error {
+func (n *fakeNetwork) setupCount(uid string) int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	n.gcKeep = keep
-	return nil
+	return n.setups[uid]
+}
+
+func (n *fakeNetwork) lastGCKeep() map[string]bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gcKeep
 }
 
 // breakSandbox makes the next Check of the pod fail, until its next Setup.

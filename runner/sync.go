@@ -505,7 +505,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 		return fmt.Errorf("network: %w", err)
 	}
 	if !fresh && !pod.Spec.HostNetwork {
-		if err := w.env.net.Check(ctx, sb, true); errors.Is(err, ErrSandboxBroken) {
+		err := w.env.net.Check(ctx, sb, true)
+		w.networkCheckFailed(ctx, pod, err)
+		if errors.Is(err, ErrSandboxBroken) {
 			w.env.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
 			if err := w.env.net.Teardown(ctx, sb); err != nil {
 				return fmt.Errorf("network teardown: %w", err)
@@ -545,13 +547,30 @@ func (w *podWorker) checkSandbox(ctx context.Context, pod *v1.Pod) {
 	if deep {
 		w.st.checked = w.env.clock.Now()
 	}
-	if err := w.env.net.Check(ctx, w.sandbox(pod), deep); errors.Is(err, ErrSandboxBroken) {
+	err := w.env.net.Check(ctx, w.sandbox(pod), deep)
+	w.networkCheckFailed(ctx, pod, err)
+	if errors.Is(err, ErrSandboxBroken) {
 		w.env.log.Warn("pod network broke; recreating the sandbox", "pod", podRef(pod), "err", err)
 		if err := w.env.net.Teardown(ctx, w.sandbox(pod)); err != nil {
 			w.env.log.Error("network teardown", "pod", podRef(pod), "err", err)
 		}
 		w.st.sandboxOK = false
 	}
+}
+
+// reasonNetworkCheckFailed is the Warning event of a network check that
+// failed without showing the sandbox broken, e.g. a plugin's CHECK failing
+// for a reason of its own: the pod keeps its sandbox, since recreating it
+// would restart the pod at every check for nothing.
+const reasonNetworkCheckFailed = "NetworkCheckFailed"
+
+// networkCheckFailed shows such a failure as an event, which folds repeats
+// into a count, so it is logged once.
+func (w *podWorker) networkCheckFailed(ctx context.Context, pod *v1.Pod, err error) {
+	if err == nil || errors.Is(err, ErrSandboxBroken) || ctx.Err() != nil {
+		return
+	}
+	w.event(pod, "", false, v1.EventTypeWarning, reasonNetworkCheckFailed, "Pod network check failed; the sandbox is kept: "+err.Error())
 }
 
 // stopAll stops the pod's running containers as the kubelet does at
