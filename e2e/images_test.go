@@ -20,6 +20,7 @@ type builtImage struct {
 
 func (b *builtImage) get(t *testing.T, build func() (string, error)) string {
 	t.Helper()
+	requireE2E(t) // images go to the run's work dir, which -short has not made
 	b.once.Do(func() { b.path, b.err = build() })
 	if b.err != nil {
 		t.Fatalf("test image: %v", b.err)
