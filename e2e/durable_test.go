@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -17,6 +15,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // reboot does to a stopped node what a power cut does: every task is gone
@@ -140,20 +139,6 @@ spec:
 	}
 }
 
-func parentPID(t *testing.T, pid uint32) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ppid
-}
-
 // A container whose shim stalls (stopped here; swapping or starved on a
 // small board in life) is in a state containerd cannot tell: noderun,
 // restarted meanwhile, reports that and leaves the container alone, and
@@ -165,7 +150,7 @@ func TestStalledShimKeepsItsContainer(t *testing.T) {
 	before := n.waitPod("steady", "Running", running)
 	id := containerID(before.Status.ContainerStatuses[0])
 	pid := n.task(id).Pid
-	shim := parentPID(t, pid)
+	shim := testenv.ParentPID(t, int(pid))
 	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}

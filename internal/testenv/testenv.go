@@ -1,6 +1,6 @@
 // Package testenv holds the one rule every test with real prerequisites
 // follows: skip when one is missing, except under CI=true, where a skip
-// would hide that nothing was tested.
+// would hide that nothing was tested; and small helpers such tests share.
 package testenv
 
 import (

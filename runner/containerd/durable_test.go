@@ -2,10 +2,6 @@ package containerd
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +10,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -74,7 +71,7 @@ func TestStalledShimIsUnknown(t *testing.T) {
 	cfg := testConfig(t, rt, "stalled", "sleep", "3600")
 	startContainer(t, rt, cfg)
 	st := containerStatus(t, rt, cfg)
-	shim := parentPID(t, int(st.PID))
+	shim := testenv.ParentPID(t, int(st.PID))
 	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -86,20 +83,6 @@ func TestStalledShimIsUnknown(t *testing.T) {
 	if got := containerStatus(t, rt, cfg); got.State != runner.StateRunning || got.PID != st.PID {
 		t.Fatalf("after the shim resumed: state %v pid %d; want running %d", got.State, got.PID, st.PID)
 	}
-}
-
-func parentPID(t *testing.T, pid int) int {
-	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ppid
 }
 
 // noderun killed between preparing a container's snapshot and creating
@@ -131,7 +114,7 @@ func TestStopIsBoundedWhenTheShimHangs(t *testing.T) {
 	rt := testRuntime(t)
 	cfg := testConfig(t, rt, "hung", "sleep", "3600")
 	startContainer(t, rt, cfg)
-	shim := parentPID(t, int(containerStatus(t, rt, cfg).PID))
+	shim := testenv.ParentPID(t, int(containerStatus(t, rt, cfg).PID))
 	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
