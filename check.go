@@ -85,7 +85,7 @@ func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) 
 		display := manifests.RedactURL(u)
 		for _, prev := range seen {
 			if manifests.SameURL(prev, u) {
-				return nil, fmt.Errorf("--manifest-url %s is given twice with different credentials; give it once", display)
+				return nil, fmt.Errorf("--manifest-url %s is given twice, differing only in credentials or #fragment; give it once", display)
 			}
 		}
 		seen = append(seen, u)
