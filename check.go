@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,7 +27,8 @@ var errCheckFailed = errors.New("manifests have errors")
 func urlFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"NODERUN_" + name} }
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "manifest-url-header", Usage: `"Name: value" header for manifest URL requests (repeatable)`, EnvVars: env("MANIFEST_URL_HEADER")},
+		&cli.StringSliceFlag{Name: "manifest-url-header", Usage: `"Name: value" header for manifest URL requests (repeatable; visible in ps, so use --manifest-url-header-file for tokens)`, EnvVars: env("MANIFEST_URL_HEADER")},
+		&cli.StringFlag{Name: "manifest-url-header-file", Usage: `file of "Name: value" header lines for manifest URL requests, mode 600 or stricter`, EnvVars: env("MANIFEST_URL_HEADER_FILE")},
 		&cli.DurationFlag{Name: "url-timeout", Value: 10 * time.Second, Usage: "bound on each manifest URL request", EnvVars: env("URL_TIMEOUT")},
 		&cli.StringFlag{Name: "url-ca-file", Usage: "PEM CAs trusted for manifest URLs, instead of the system's", EnvVars: env("URL_CA_FILE")},
 		&cli.StringFlag{Name: "url-client-cert", Usage: "PEM client certificate for manifest URLs", EnvVars: env("URL_CLIENT_CERT")},
@@ -47,6 +49,17 @@ func urlOptions(c *cli.Context) ([]manifests.URLOption, error) {
 		}
 		opts = append(opts, manifests.WithHeader(name, value))
 	}
+	if file := c.String("manifest-url-header-file"); file != "" {
+		h, err := manifests.ReadHeaderFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--manifest-url-header-file: %w", err)
+		}
+		for name, values := range h {
+			for _, v := range values {
+				opts = append(opts, manifests.WithHeader(name, v))
+			}
+		}
+	}
 	return opts, nil
 }
 
@@ -61,12 +74,27 @@ func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) 
 		manifests.WithStateDir(stateDir), manifests.WithURLLogger(log))
 	var out []*manifests.URLSource
 	var seen []string
+	shown := map[string]int{} // redacted URL -> how many show as it
 	for _, u := range c.StringSlice("manifest-url") {
 		if slices.Contains(seen, u) {
 			continue
 		}
+		// The engine waits for one snapshot per distinct source name, and
+		// the name hides credentials and query values: two URLs that
+		// differ only there must not share one, or it would wait forever.
+		display := manifests.RedactURL(u)
+		for _, prev := range seen {
+			if manifests.SameURL(prev, u) {
+				return nil, fmt.Errorf("--manifest-url %s is given twice, differing only in credentials or #fragment; give it once", display)
+			}
+		}
 		seen = append(seen, u)
-		s, err := manifests.NewURLSource(u, nodeName, opts...)
+		srcOpts := opts
+		if shown[display]++; shown[display] > 1 {
+			// Differing query values name different resources.
+			srcOpts = append(slices.Clip(opts), manifests.WithDisplayTag(strconv.Itoa(shown[display])))
+		}
+		s, err := manifests.NewURLSource(u, nodeName, srcOpts...)
 		if err != nil {
 			return nil, err
 		}
@@ -104,12 +132,14 @@ func runCheck(c *cli.Context) error {
 	nErrs := 0
 	for _, in := range c.Args().Slice() {
 		var snap manifests.Snapshot
+		shown := in
 		if strings.HasPrefix(in, "http://") || strings.HasPrefix(in, "https://") {
 			snap = manifests.CheckURL(c.Context, in, c.String("node-name"), opts...)
+			shown = manifests.RedactURL(in) // the output may be pasted or logged
 		} else {
 			snap = manifests.CheckPath(in, c.String("node-name"))
 		}
-		results = append(results, newCheckResult(in, snap))
+		results = append(results, newCheckResult(shown, snap))
 		nErrs += len(snap.Errors)
 	}
 	if output == "json" {

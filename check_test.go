@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +55,11 @@ func TestCheckCommand(t *testing.T) {
 			name:    "URL, fetched once",
 			args:    []string{"check", "--node-name", "n1", srv.URL + "/list.json"},
 			wantOut: srv.URL + "/list.json: OK, 2 pods (edge/a-n1, default/b-n1)\n",
+		},
+		{
+			name:    "URL with a token, shown without it",
+			args:    []string{"check", "--node-name", "n1", srv.URL + "/list.json?token=s3cret"},
+			wantOut: srv.URL + "/list.json?token=xxxxx: OK, 2 pods (edge/a-n1, default/b-n1)\n",
 		},
 		{
 			name:       "URL that fails",
@@ -153,6 +160,9 @@ func TestNewURLSources(t *testing.T) {
 		{args: []string{"--manifest-url", "http://127.0.0.1:1/p", "--manifest-url", "https://h/q", "--manifest-url", "http://127.0.0.1:1/p"}, want: 2},
 		{args: []string{"--manifest-url", "/etc/pods"}, wantErr: true},
 		{args: []string{"--manifest-url", "http://h/p", "--manifest-url-header", "no colon"}, wantErr: true},
+		{args: []string{"--manifest-url", "http://a:1@h/p", "--manifest-url", "http://b:2@h/p"}, wantErr: true},
+		{args: []string{"--manifest-url", "http://h/p?t=1", "--manifest-url", "http://h/p?t=1#x"}, wantErr: true},
+		{args: []string{"--manifest-url", "http://h/p?t=1", "--manifest-url", "http://h/p?t=2"}, want: 2},
 		{args: nil, want: 0},
 	}
 	for _, tt := range tests {
@@ -165,6 +175,77 @@ func TestNewURLSources(t *testing.T) {
 		if (err != nil) != tt.wantErr || len(got) != tt.want {
 			t.Errorf("%q: %d sources, err %v", tt.args, len(got), err)
 		}
+	}
+}
+
+// The engine starts once it has one snapshot per source name (runner
+// Engine.Run): URLs that show alike once query values are hidden must still
+// give distinct names, or noderun waits forever, and must keep distinct state.
+func TestNewURLSourcesDistinctNames(t *testing.T) {
+	srv := httptest.NewServer(http.FileServer(http.Dir("manifests/testdata")))
+	defer srv.Close()
+	stateDir := t.TempDir()
+	var sources []*manifests.URLSource
+	app := &cli.App{Flags: flags(), Action: func(c *cli.Context) (err error) {
+		sources, err = newURLSources(c, "n1", stateDir, nil)
+		return err
+	}}
+	args := []string{"noderun", "--manifest-url", srv.URL + "/list.json?token=a", "--manifest-url", srv.URL + "/list.json?token=b",
+		"--manifest-url", srv.URL + "/web.yaml"}
+	if err := app.Run(args); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	snaps := make(chan manifests.Snapshot)
+	for _, s := range sources {
+		go func() { _ = s.Run(ctx, snaps) }()
+	}
+	names := map[string]bool{}
+	for range sources {
+		select {
+		case snap := <-snaps:
+			names[snap.Source] = true
+			if strings.Contains(snap.Source, "token=a") || strings.Contains(snap.Source, "token=b") {
+				t.Errorf("source name %q shows a query value", snap.Source)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a source sent nothing")
+		}
+	}
+	want := map[string]bool{"http:" + srv.URL + "/list.json?token=xxxxx": true, "http:" + srv.URL + "/list.json?token=xxxxx#2": true,
+		"http:" + srv.URL + "/web.yaml": true}
+	if !maps.Equal(names, want) {
+		t.Errorf("source names %v, want %v", names, want)
+	}
+	if files, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(files) != 3 {
+		t.Errorf("state files %v, want one per URL", files)
+	}
+}
+
+// Header lines from a file reach the server, for `check` as for the node.
+func TestCheckHeaderFile(t *testing.T) {
+	var got http.Header
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.Header.Clone()
+		http.ServeFile(w, r, "manifests/testdata/list.json")
+	}))
+	defer srv.Close()
+	file := filepath.Join(t.TempDir(), "headers")
+	if err := os.WriteFile(file, []byte("Authorization: Bearer s3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "check", "--manifest-url-header-file", file, srv.URL+"/list.json"); err != nil {
+		t.Fatal(err)
+	}
+	if got.Get("Authorization") != "Bearer s3cret" {
+		t.Errorf("headers sent: %v", got)
+	}
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := runCLI(t, "check", "--manifest-url-header-file", file, srv.URL+"/list.json"); !errors.Is(err, manifests.ErrHeaderFileMode) {
+		t.Errorf("a mode 644 header file: %v", err)
 	}
 }
 

@@ -41,7 +41,7 @@ func main() {
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "PATH",
-				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First()) },
+				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "") },
 			},
 			{
 				// PID 1 of a pod with shareProcessNamespace (pause.go).

@@ -50,36 +50,51 @@ func URI(exe, logPath string) string {
 
 // ServeFDs runs Serve on the descriptors containerd's shim passes to a binary
 // log driver: fd 3 stdout, fd 4 stderr, fd 5 the ready pipe. Run any other
-// way, closing fd 5 fails and Serve says so.
-func ServeFDs(path string) error {
+// way, closing fd 5 fails and Serve says so. Each failure is also sent, as it
+// happens, to syslog at syslogAddr ("" for the local one, the journal on a
+// systemd host; see Syslog): the shim gives the driver no stderr, and
+// noderun may be down.
+func ServeFDs(path, syslogAddr string) error {
 	stdout := os.NewFile(3, "stdout")
 	stderr := os.NewFile(4, "stderr")
 	ready := os.NewFile(5, "ready")
 	defer stdout.Close()
 	defer stderr.Close()
-	return Serve(path, stdout, stderr, ready)
+	return serve(path, stdout, stderr, ready, Syslog(syslogAddr, path))
 }
 
 // Serve appends stdout and stderr to the CRI log file at path until both
 // reach EOF. It closes ready once the file is open so the shim starts the
 // container only when no output can be lost.
 func Serve(path string, stdout, stderr io.Reader, ready io.Closer) error {
+	return serve(path, stdout, stderr, ready, func(error) {})
+}
+
+// serve is Serve, telling report of each failure when it happens: a stream
+// that cannot be written stops, but the driver runs on for the other.
+func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
+	reported := func(err error) error {
+		if err != nil {
+			report(err)
+		}
+		return err
+	}
 	f, err := openLog(path)
 	if err != nil {
-		return err
+		return reported(err)
 	}
 	defer f.Close()
 	if err := ready.Close(); err != nil {
-		return fmt.Errorf("crilog: signal ready: %w", err)
+		return reported(fmt.Errorf("crilog: signal ready: %w", err))
 	}
 
 	w := &recordWriter{w: f, now: time.Now}
 	errs := make(chan error, 2)
-	go func() { errs <- copyStream(w, stdout, Stdout) }()
-	go func() { errs <- copyStream(w, stderr, Stderr) }()
+	go func() { errs <- reported(copyStream(w, stdout, Stdout)) }()
+	go func() { errs <- reported(copyStream(w, stderr, Stderr)) }()
 	err = errors.Join(<-errs, <-errs)
 	if cerr := f.Close(); cerr != nil {
-		err = errors.Join(err, cerr)
+		err = errors.Join(err, reported(cerr))
 	}
 	return err
 }

@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -265,7 +267,7 @@ func TestParseLine(t *testing.T) {
 // ExtraFiles become fds 3 (stdout), 4 (stderr) and 5 (ready).
 func TestServeFDs(t *testing.T) {
 	if path := os.Getenv("CRILOG_HELPER_PATH"); path != "" {
-		if err := ServeFDs(path); err != nil {
+		if err := ServeFDs(path, os.Getenv("CRILOG_HELPER_SYSLOG")); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -315,4 +317,67 @@ func mustPipe(t *testing.T) (*os.File, *os.File) {
 	}
 	t.Cleanup(func() { r.Close(); w.Close() })
 	return r, w
+}
+
+// A driver that cannot create its log (here a directory name over NAME_MAX)
+// says so in syslog: the shim discards its stderr.
+func TestServeFDsReportsFailure(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "log.sock")
+	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	path := filepath.Join(dir, strings.Repeat("x", 300), "0.log")
+	outR, outW := mustPipe(t)
+	errR, errW := mustPipe(t)
+	readyR, readyW := mustPipe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
+	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SYSLOG="+sock)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Run(); err == nil {
+		t.Error("the driver succeeded")
+	}
+	readyW.Close()
+	outW.Close()
+	errW.Close()
+	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+		t.Errorf("ready read = %v, want EOF", err)
+	}
+	l.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := l.Read(buf)
+	if err != nil {
+		t.Fatalf("nothing reported to syslog: %v", err)
+	}
+	msg := string(buf[:n])
+	if !strings.HasPrefix(msg, "<27>") || !strings.Contains(msg, SyslogTag+"[") ||
+		!strings.Contains(msg, path+": crilog: create log dir: ") || !strings.Contains(msg, "file name too long") {
+		t.Errorf("syslog message %q, want daemon.err (27), the tag, the log path and the cause", msg)
+	}
+}
+
+// A stream whose writes fail (a full disk, here /dev/full) is reported at
+// once, while the other stream still runs: the container may run for long.
+func TestServeReportsWriteFailureAtOnce(t *testing.T) {
+	reports := make(chan error, 2)
+	errR, errW := io.Pipe()
+	defer errW.Close()
+	done := make(chan error, 1)
+	go func() {
+		done <- serve("/dev/full", strings.NewReader("line\n"), errR, &closeRecorder{}, func(err error) { reports <- err })
+	}()
+	select {
+	case err := <-reports:
+		if !errors.Is(err, syscall.ENOSPC) {
+			t.Errorf("reported %v, want ENOSPC", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed write was not reported while the driver ran")
+	}
+	errW.Close()
+	if err := <-done; !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("serve = %v, want ENOSPC", err)
+	}
 }

@@ -12,7 +12,7 @@ import (
 // and returns what it would run: pods, errors and info. A missing path is an
 // error here, where a source would wait for it to appear.
 func CheckPath(path, nodeName string) Snapshot {
-	r := &fileRun{FileSource: NewFileSource(path, nodeName), files: map[string]*fileResult{}}
+	r := &fileRun{FileSource: NewFileSource(path, nodeName), files: map[string]*fileResult{}, readAsIs: true}
 	if _, err := os.Stat(r.path); err != nil {
 		return failedCheck(r.source, &ManifestError{File: path, Err: err})
 	}

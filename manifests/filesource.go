@@ -43,6 +43,7 @@ type FileSource struct {
 	source   string
 	relist   time.Duration
 	debounce time.Duration
+	settle   time.Duration
 	log      *slog.Logger
 }
 
@@ -59,6 +60,20 @@ func WithRelistInterval(d time.Duration) FileOption {
 // renameSettle is how long a manifest that was renamed away may take to
 // come back before its pods are removed.
 const renameSettle = time.Second
+
+// WithWriteSettle sets how long a manifest must go unmodified before its
+// content is applied; the default is 500ms. A writer that pauses mid-file
+// (curl into the directory, a script writing line by line) can leave a valid
+// prefix, a shorter PodList or a cut env list, that would replace the pods
+// with truncated ones. A finished file renamed into place waits only if it
+// was written just before.
+func WithWriteSettle(d time.Duration) FileOption {
+	return func(s *FileSource) { s.settle = d }
+}
+
+// maxFirstWait bounds how long the first snapshot waits for files being
+// written; after it they are read as they are.
+const maxFirstWait = 5 * time.Second
 
 // WithDebounce sets how long a path must stay quiet before it is re-read, so
 // a writer's burst yields one update. The default is 10ms; a manifest moved
@@ -96,6 +111,9 @@ func NewFileSource(path, nodeName string, opts ...FileOption) *FileSource {
 		// to publish a manifest, and it is seen this soon after.
 		s.debounce = 10 * time.Millisecond
 	}
+	if s.settle <= 0 {
+		s.settle = 500 * time.Millisecond
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -116,7 +134,7 @@ func (s *FileSource) Run(ctx context.Context, out chan<- Snapshot) error {
 	// Watch before listing, so no change between the two is missed.
 	r.watch()
 	r.relistAll()
-	if !r.send(ctx, out, true) {
+	if !r.awaitSettled(ctx) || !r.send(ctx, out, true) {
 		return nil
 	}
 	return r.loop(ctx, out)
@@ -130,7 +148,10 @@ type fileRun struct {
 	watchedInfo fs.FileInfo // to notice the directory being replaced
 	files       map[string]*fileResult
 	pending     map[string]time.Time // debounce deadline per path
-	listErr     string               // the listing error last logged
+	// readAsIs applies what is read without waiting for writes to settle:
+	// for check, and when the first snapshot has waited long enough.
+	readAsIs bool
+	listErr  string // the listing error last logged
 	emitter
 }
 
@@ -163,9 +184,10 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 			r.relistAll()
 		case now := <-debounce.C:
 			r.expire(now)
-			if next, ok := r.nextDeadline(); ok {
-				debounce.Reset(time.Until(next))
-			}
+		}
+		// Any read may have put off a file still being written.
+		if next, ok := r.nextDeadline(); ok {
+			debounce.Reset(time.Until(next))
 		}
 		if !r.send(ctx, out, false) {
 			return nil
@@ -248,6 +270,32 @@ func (r *fileRun) expire(now time.Time) {
 		} else {
 			r.load(p)
 		}
+	}
+}
+
+// awaitSettled holds the first snapshot until files being written are read
+// whole (up to maxFirstWait): before it, running pods that no snapshot
+// names are removed, and the pods of a file left out would be. It reports
+// false if ctx ended.
+func (r *fileRun) awaitSettled(ctx context.Context) bool {
+	limit := time.Now().Add(maxFirstWait)
+	for {
+		next, ok := r.nextDeadline()
+		if !ok {
+			return true
+		}
+		if now := time.Now(); now.After(limit) {
+			r.readAsIs = true // still being written: read as it is
+			r.expire(now.Add(r.settle + r.debounce))
+			r.readAsIs = false
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(time.Until(next)):
+		}
+		r.expire(time.Now())
 	}
 }
 
@@ -358,7 +406,7 @@ func (r *fileRun) manifestPaths() ([]string, error) {
 // load re-reads one manifest file into r.files. Only a removed file or
 // valid content replaces the pods a file had (see keepLastGood).
 func (r *fileRun) load(path string) {
-	data, exists, err := readManifest(path)
+	data, fi, exists, err := readManifest(path)
 	switch prev := r.files[path]; {
 	case !exists:
 		delete(r.files, path)
@@ -369,30 +417,61 @@ func (r *fileRun) load(path string) {
 	case prev != nil && len(data) == 0:
 		// Truncated by a writer that has not written yet (O_TRUNC, then
 		// write): an empty file removes nothing; deleting the file does.
+	case !r.settled(path, fi):
+		// Still being written: what the file had stands until it settles.
 	default:
 		r.files[path] = keepLastGood(prev, parseManifest(data, path, r.nodeName, r.source, time.Now()))
 	}
 }
 
-// readManifest reads path if it is a regular file or a symlink to one;
-// exists is false when there is no such file to read.
-func readManifest(path string) (data []byte, exists bool, err error) {
-	fi, err := os.Stat(path)
+// settled reports whether the file, read as it was at fi, is done being
+// written: its size and mtime did not change during the read, and it was
+// not modified within r.settle. Otherwise it puts off another read.
+func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
+	if r.readAsIs {
+		return true
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		return true // gone or unreadable: the event or re-list that follows tells
+	}
+	var wait time.Duration
+	age := time.Since(after.ModTime())
+	switch {
+	case after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()):
+		wait = r.debounce
+	case age >= 0 && age < r.settle:
+		// A future mtime (another host's clock, over NFS) says nothing
+		// of a local writer; the size check above still applies.
+		wait = r.settle - age
+	default:
+		return true
+	}
+	r.log.Debug("manifest being written; reading it again later", "path", path, "in", wait)
+	r.pending[path] = time.Now().Add(wait)
+	return false
+}
+
+// readManifest reads path if it is a regular file or a symlink to one, and
+// returns what Stat said before the read; exists is false when there is no
+// such file to read.
+func readManifest(path string) (data []byte, fi fs.FileInfo, exists bool, err error) {
+	fi, err = os.Stat(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	if err != nil {
-		return nil, true, err
+		return nil, nil, true, err
 	}
 	if !fi.Mode().IsRegular() {
-		return nil, false, nil
+		return nil, nil, false, nil
 	}
 	if fi.Size() > MaxFileSize {
-		return nil, true, ErrTooLarge
+		return nil, nil, true, ErrTooLarge
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, !errors.Is(err, fs.ErrNotExist), err
+		return nil, nil, !errors.Is(err, fs.ErrNotExist), err
 	}
 	defer f.Close()
 	// The size may have grown since Stat.
@@ -400,7 +479,7 @@ func readManifest(path string) (data []byte, exists bool, err error) {
 	if err == nil && len(data) > MaxFileSize {
 		err = ErrTooLarge
 	}
-	return data, true, err
+	return data, fi, true, err
 }
 
 func (r *fileRun) send(ctx context.Context, out chan<- Snapshot, force bool) bool {

@@ -37,7 +37,7 @@ func startSource(t *testing.T, path string, opts ...FileOption) <-chan Snapshot 
 	ctx, cancel := context.WithCancel(context.Background())
 	out := make(chan Snapshot)
 	done := make(chan error, 1)
-	opts = append([]FileOption{WithRelistInterval(time.Hour), WithDebounce(50 * time.Millisecond)}, opts...)
+	opts = append([]FileOption{WithRelistInterval(time.Hour), WithDebounce(50 * time.Millisecond), WithWriteSettle(time.Millisecond)}, opts...)
 	s := NewFileSource(path, "node1", opts...)
 	go func() { done <- s.Run(ctx, out) }()
 	t.Cleanup(func() {
@@ -295,7 +295,7 @@ func TestRelistUnchangedSendsNothing(t *testing.T) {
 	dir := t.TempDir()
 	writeFile(t, filepath.Join(dir, "web.yaml"), manifest("web", "nginx"))
 	writeFile(t, filepath.Join(dir, "bad.yaml"), "kind: Deployment\napiVersion: v1\n")
-	r := &fileRun{FileSource: NewFileSource(dir, "node1"), files: map[string]*fileResult{}}
+	r := &fileRun{FileSource: NewFileSource(dir, "node1"), files: map[string]*fileResult{}, readAsIs: true}
 	r.relistAll()
 	out := make(chan Snapshot, 1)
 	if !r.send(context.Background(), out, true) {
@@ -339,7 +339,7 @@ func TestManifestName(t *testing.T) {
 func TestReadManifestLimit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "exact.yaml")
 	writeFile(t, path, string(bytes.Repeat([]byte("#"), MaxFileSize)))
-	if _, ok, err := readManifest(path); !ok || err != nil {
+	if _, _, ok, err := readManifest(path); !ok || err != nil {
 		t.Errorf("a file of exactly MaxFileSize: ok=%v err=%v", ok, err)
 	}
 }
@@ -485,4 +485,83 @@ func TestFileSourceConfigMapSymlinkSwap(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(t, next(t, ch), "web-node1 nginx:2\n")
+}
+
+// envManifest is a pod whose container has the env vars named; the one with
+// fewer names is a valid prefix of the one with more.
+func envManifest(names ...string) string {
+	m := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: c\n    image: nginx\n    env:\n"
+	for _, n := range names {
+		m += "    - {name: " + n + ", value: v}\n"
+	}
+	return m
+}
+
+func envNames(s Snapshot) string {
+	var names []string
+	for _, p := range s.Pods {
+		for _, e := range p.Spec.Containers[0].Env {
+			names = append(names, e.Name)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// A writer that pauses mid-file leaves a valid prefix (a cut env list) for
+// longer than the debounce and a re-list: it must never be applied, since it
+// would restart the pod with a truncated spec under a new UID.
+func TestFileSourcePausedWriterNeverApplied(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, envManifest("X"))
+	ch := startSource(t, dir, WithDebounce(10*time.Millisecond), WithRelistInterval(20*time.Millisecond),
+		WithWriteSettle(400*time.Millisecond))
+	first := next(t, ch)
+	if got := envNames(first); got != "X" {
+		t.Fatalf("first snapshot env %q", got)
+	}
+
+	f, err := os.OpenFile(web, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := envManifest("A", "B")
+	prefix := envManifest("A")
+	f.WriteString(prefix)
+	time.Sleep(200 * time.Millisecond) // the writer pauses
+	f.WriteString(full[len(prefix):])
+	f.Close()
+	for {
+		s := next(t, ch)
+		switch got := envNames(s); got {
+		case "A,B":
+			if s.Pods[0].UID == first.Pods[0].UID {
+				t.Error("the new spec kept the old UID")
+			}
+			return
+		case "A":
+			t.Fatal("the valid prefix of a file being written was applied")
+		}
+	}
+}
+
+// A manifest being written as the source starts is read whole before the
+// first snapshot: pods a first snapshot leaves out are removed.
+func TestFileSourceFirstSnapshotWaitsForWriter(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	full := envManifest("A", "B")
+	prefix := envManifest("A")
+	writeFile(t, web, prefix)
+	ch := startSource(t, dir, WithWriteSettle(300*time.Millisecond))
+	time.Sleep(100 * time.Millisecond)
+	f, err := os.OpenFile(web, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(full[len(prefix):])
+	f.Close()
+	if got := envNames(next(t, ch)); got != "A,B" {
+		t.Errorf("first snapshot env %q, want A,B", got)
+	}
 }

@@ -31,7 +31,7 @@ func staleSummary(s Snapshot) string {
 // newTestRun is a fileRun without a watcher: each step is relistAll, then
 // snapshot, with no timing involved.
 func newTestRun(dir string, log *slog.Logger) *fileRun {
-	return &fileRun{FileSource: NewFileSource(dir, "node1", WithLogger(log)), files: map[string]*fileResult{}}
+	return &fileRun{FileSource: NewFileSource(dir, "node1", WithLogger(log)), files: map[string]*fileResult{}, readAsIs: true}
 }
 
 func TestFileSourceLastKnownGood(t *testing.T) {

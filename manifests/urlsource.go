@@ -40,7 +40,8 @@ const maxURLBackoff = 5 * time.Minute
 // documents) and emits a Snapshot whenever what it serves changes.
 type URLSource struct {
 	url      string // as given, for requests
-	display  string // without credentials: logs, errors, identity, state file
+	display  string // without credentials or query values: logs, errors, /manifests
+	identity string // without credentials: the pods' UIDs and the state file
 	nodeName string
 	source   string
 	headers  http.Header
@@ -88,19 +89,22 @@ func WithURLLogger(l *slog.Logger) URLOption {
 	return func(s *URLSource) { s.log = l }
 }
 
+// WithDisplayTag tells apart, in what is shown, URLs that differ only in
+// query values: tag is appended to the shown URL as "#tag".
+func WithDisplayTag(tag string) URLOption {
+	return func(s *URLSource) { s.display += "#" + tag }
+}
+
 // NewURLSource returns a source for an http or https URL whose pods are to
 // run on nodeName. Credentials in the URL are left out of the pods' identity,
 // so rotating them does not restart the pods.
 func NewURLSource(rawURL, nodeName string, opts ...URLOption) (*URLSource, error) {
-	u, err := url.Parse(rawURL)
+	u, err := parseURL(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("manifest URL: %w", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("manifest URL %q: want http:// or https://", u.Redacted())
+		return nil, err
 	}
 	u.User = nil
-	s := &URLSource{url: rawURL, display: u.String(), nodeName: nodeName, headers: http.Header{}}
+	s := &URLSource{url: rawURL, display: redact(u), identity: u.String(), nodeName: nodeName, headers: http.Header{}}
 	for _, o := range opts {
 		o(s)
 	}
@@ -119,6 +123,64 @@ func NewURLSource(rawURL, nodeName string, opts ...URLOption) (*URLSource, error
 		return nil, fmt.Errorf("manifest URL %s: %w", s.display, err)
 	}
 	return s, nil
+}
+
+// parseURL parses a manifest URL; its errors do not quote it, since it may
+// hold a password or a token.
+func parseURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return nil, fmt.Errorf("manifest URL: %w", ue.Err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("manifest URL: %w", err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("manifest URL %s: want http:// or https://", redact(u))
+	}
+	return u, nil
+}
+
+// RedactURL is rawURL as it may be shown: without userinfo or fragment, and
+// with each query value replaced by "xxxxx" (a whole parameter when it has no
+// "="), since presigned and private-token URLs carry their secret there.
+func RedactURL(rawURL string) string {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "(invalid URL)"
+	}
+	return redact(u)
+}
+
+func redact(u *url.URL) string {
+	r := *u
+	r.User, r.Fragment, r.RawFragment = nil, "", ""
+	if r.RawQuery != "" {
+		params := strings.Split(r.RawQuery, "&")
+		for i, p := range params {
+			if key, _, ok := strings.Cut(p, "="); ok {
+				params[i] = key + "=xxxxx"
+			} else {
+				params[i] = "xxxxx"
+			}
+		}
+		r.RawQuery = strings.Join(params, "&")
+	}
+	return r.String()
+}
+
+// SameURL reports whether a and b differ at most in credentials, so that
+// polling both would fetch the same manifests into one state file.
+func SameURL(a, b string) bool {
+	ua, erra := url.Parse(a)
+	ub, errb := url.Parse(b)
+	if erra != nil || errb != nil {
+		return a == b
+	}
+	ua.User, ub.User = nil, nil
+	ua.Fragment, ub.Fragment = "", "" // never sent
+	return ua.String() == ub.String()
 }
 
 // tlsFiles names the PEM files of a URL source's TLS settings; "" for none.
@@ -161,6 +223,45 @@ func ParseHeader(line string) (name, value string, err error) {
 		return "", "", fmt.Errorf("header %q: want \"Name: value\"", line)
 	}
 	return m[1], strings.TrimSpace(m[2]), nil
+}
+
+// ErrHeaderFileMode is why a header file that group or others may access is
+// refused: it holds tokens, which is why they are not on the command line.
+var ErrHeaderFileMode = errors.New("is accessible by group or others; chmod 600 it")
+
+// ReadHeaderFile reads "Name: value" lines, as given to
+// --manifest-url-header-file; blank lines and lines starting with "#" are
+// skipped. Errors name the line but never quote it: it may hold a secret.
+func ReadHeaderFile(path string) (http.Header, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("%s (mode %#o) %w", path, fi.Mode().Perm(), ErrHeaderFileMode)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize))
+	if err != nil {
+		return nil, err
+	}
+	h := http.Header{}
+	for i, line := range strings.Split(string(data), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, err := ParseHeader(line)
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: want \"Name: value\"", path, i+1)
+		}
+		h.Add(name, value)
+	}
+	return h, nil
 }
 
 // Run sends a Snapshot promptly (the persisted last good set at once, if
@@ -242,7 +343,7 @@ func (r *urlRun) poll(ctx context.Context) {
 	if r.content != nil && r.content.readOK && bytes.Equal(r.content.data, resp.body) {
 		return
 	}
-	r.content = keepLastGood(r.content, parseManifest(resp.body, r.display, r.nodeName, r.source, time.Now()))
+	r.content = keepLastGood(r.content, parseManifest(resp.body, r.display, r.nodeName, "http:"+r.identity, time.Now()))
 	if len(r.content.errs) == 0 {
 		r.persist()
 	}
@@ -339,9 +440,9 @@ type persisted struct {
 	FetchedAt    time.Time `json:"fetchedAt"`
 }
 
-// statePath is <state dir>/<sha256 of the URL>.json.
+// statePath is <state dir>/<sha256 of the URL without credentials>.json.
 func (r *urlRun) statePath() string {
-	sum := sha256.Sum256([]byte(r.display))
+	sum := sha256.Sum256([]byte(r.identity))
 	return filepath.Join(r.stateDir, hex.EncodeToString(sum[:])+".json")
 }
 
@@ -382,7 +483,7 @@ func (r *urlRun) restore() bool {
 		r.log.Warn("ignoring the kept manifests", "url", r.display, "err", err)
 		return false
 	}
-	r.content = parseManifest([]byte(p.Body), r.display, r.nodeName, r.source, p.FetchedAt)
+	r.content = parseManifest([]byte(p.Body), r.display, r.nodeName, "http:"+r.identity, p.FetchedAt)
 	r.etag, r.lastModified = p.ETag, p.LastModified
 	r.log.Info("running the kept manifests until the URL answers", "url", r.display, "fetched", p.FetchedAt)
 	return true

@@ -5,14 +5,18 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"log"
+	"log/slog"
 	"math/big"
 	"net"
 	"net/http"
@@ -451,5 +455,133 @@ func TestBackoff(t *testing.T) {
 		if d := got - tt.want; d < -time.Millisecond || d > time.Millisecond {
 			t.Errorf("backoff(%v, %d, %v) = %v, want %v", tt.interval, tt.failures, tt.jitter, got, tt.want)
 		}
+	}
+}
+
+func TestRedactURL(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"https://h/p", "https://h/p"},
+		{"https://user:pass@h/p?token=s3cret&node=a#frag", "https://h/p?token=xxxxx&node=xxxxx"},
+		{"https://h/p?s3cret", "https://h/p?xxxxx"},
+		{"https://h/p?a=&b=1;c", "https://h/p?a=xxxxx&b=xxxxx"},
+		{"http://h:8080/a%20b?X-Amz-Signature=abc", "http://h:8080/a%20b?X-Amz-Signature=xxxxx"},
+		{"http://h/%zz?token=s3cret", "(invalid URL)"},
+	}
+	for _, tt := range tests {
+		if got := RedactURL(tt.in); got != tt.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// No secret of the URL (password, query value) shows in the snapshot, its
+// errors, the logs or the kept state; the pods' UIDs and the state file
+// still depend on the query, as before query values were hidden.
+func TestURLSourceHidesQueryAndCredentials(t *testing.T) {
+	stateDir := t.TempDir()
+	srv := newServer(t)
+	var logs strings.Builder
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	secretURL := strings.Replace(srv.URL, "http://", "http://user:pa55@", 1) + "/pods?token=s3cret"
+	shown := srv.URL + "/pods?token=xxxxx"
+
+	srv.set(body(manifest("web", "nginx:1")))
+	r := newTestURLRun(t, secretURL, WithStateDir(stateDir), WithURLLogger(logger))
+	r.poll(context.Background())
+	good, _ := r.snapshot()
+	srv.set(body(strings.Replace(manifest("web", "nginx:2"), "image", "imag", 1)))
+	r.poll(context.Background())
+	srv.set(func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "down", http.StatusBadGateway) })
+	r.poll(context.Background())
+	bad, _ := r.snapshot()
+	reboot := newTestURLRun(t, secretURL, WithStateDir(stateDir), WithURLLogger(logger))
+	if !reboot.restore() {
+		t.Fatal("nothing kept")
+	}
+
+	if bad.Source != "http:"+shown || bad.Info.URL != shown || len(bad.Errors) != 2 {
+		t.Errorf("source %q, URL %q, errors %v", bad.Source, bad.Info.URL, bad.Errors)
+	}
+	info, _ := json.Marshal(bad.Info)
+	files, _ := filepath.Glob(filepath.Join(stateDir, "*"))
+	var state []byte
+	if len(files) == 1 {
+		state, _ = os.ReadFile(files[0])
+	}
+	for what, text := range map[string]string{"info": string(info), "errors": fmt.Sprint(bad.Errors), "logs": logs.String(), "state": string(state)} {
+		if strings.Contains(text, "s3cret") || strings.Contains(text, "pa55") {
+			t.Errorf("%s shows a secret: %s", what, text)
+		}
+	}
+	sum := sha256.Sum256([]byte(srv.URL + "/pods?token=s3cret"))
+	if want := filepath.Join(stateDir, hex.EncodeToString(sum[:])+".json"); len(files) != 1 || files[0] != want {
+		t.Errorf("state files %v, want %s (the name of earlier releases)", files, want)
+	}
+	other := newTestURLRun(t, srv.URL+"/pods?token=other")
+	srv.set(body(manifest("web", "nginx:1")))
+	other.poll(context.Background())
+	otherSnap, _ := other.snapshot()
+	if good.Pods[0].UID == otherSnap.Pods[0].UID {
+		t.Error("URLs with different query values gave the same UID")
+	}
+	// Earlier releases named the source by the URL without credentials.
+	old := parseManifest([]byte(manifest("web", "nginx:1")), "x", "node1", "http:"+srv.URL+"/pods?token=s3cret", time.Now())
+	if want := old.pods[0].pod.UID; good.Pods[0].UID != want {
+		t.Errorf("UID %s, want %s as earlier releases made it", good.Pods[0].UID, want)
+	}
+}
+
+func TestNewURLSourceErrorHidesURL(t *testing.T) {
+	for _, u := range []string{"http://user:pa55@h/%zz?token=s3cret", "ftp://user:pa55@h/p?token=s3cret"} {
+		_, err := NewURLSource(u, "node1")
+		if err == nil || strings.Contains(err.Error(), "s3cret") || strings.Contains(err.Error(), "pa55") {
+			t.Errorf("NewURLSource(%q): %v", u, err)
+		}
+	}
+}
+
+func TestSameURL(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"https://a:1@h/p?q=1", "https://b:2@h/p?q=1", true},
+		{"https://h/p?q=1", "https://h/p?q=1#x", true},
+		{"https://h/p?q=1", "https://h/p?q=2", false},
+		{"https://h/p", "https://h/q", false},
+	}
+	for _, tt := range tests {
+		if got := SameURL(tt.a, tt.b); got != tt.want {
+			t.Errorf("SameURL(%q, %q) = %v", tt.a, tt.b, got)
+		}
+	}
+}
+
+func TestReadHeaderFile(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good", "# fleet token\nAuthorization: Bearer s3cret\n\n  X-Node: a\r\nX-Node:b\n", 0o600)
+	h, err := ReadHeaderFile(good)
+	if err != nil || h.Get("Authorization") != "Bearer s3cret" || strings.Join(h.Values("X-Node"), ",") != "a,b" || len(h) != 2 {
+		t.Errorf("ReadHeaderFile: %v, %v", h, err)
+	}
+	if _, err := ReadHeaderFile(file("open", "Authorization: Bearer s3cret\n", 0o644)); !errors.Is(err, ErrHeaderFileMode) {
+		t.Errorf("a mode 644 file: %v, want ErrHeaderFileMode", err)
+	}
+	bad := file("bad", "X-Ok: 1\nBearer s3cret\n", 0o400)
+	if _, err := ReadHeaderFile(bad); err == nil || !strings.Contains(err.Error(), bad+":2:") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("a bad line: %v, want its line and not its text", err)
+	}
+	if _, err := ReadHeaderFile(filepath.Join(dir, "none")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a missing file: %v", err)
 	}
 }

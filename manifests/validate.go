@@ -2,13 +2,13 @@ package manifests
 
 import (
 	"fmt"
-	"net"
 	"path"
 	"regexp"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
 // validator collects ManifestErrors; each check adds to it and goes on, so
@@ -199,9 +199,7 @@ func (v *validator) names(spec *v1.PodSpec) {
 	}
 	for i, a := range spec.HostAliases {
 		f := fmt.Sprintf("spec.hostAliases[%d]", i)
-		if net.ParseIP(a.IP) == nil {
-			v.add(f+".ip", "%q is not a valid IP address", a.IP)
-		}
+		v.ip(f+".ip", a.IP)
 		for j, h := range a.Hostnames {
 			v.check(fmt.Sprintf("%s.hostnames[%d]", f, j), validation.IsDNS1123Subdomain(h))
 		}
@@ -214,9 +212,7 @@ func (v *validator) names(spec *v1.PodSpec) {
 		v.add("spec.dnsConfig.nameservers", "must not have more than 3 nameservers")
 	}
 	for i, ns := range d.Nameservers {
-		if net.ParseIP(ns) == nil {
-			v.add(fmt.Sprintf("spec.dnsConfig.nameservers[%d]", i), "%q is not a valid IP address", ns)
-		}
+		v.ip(fmt.Sprintf("spec.dnsConfig.nameservers[%d]", i), ns)
 	}
 	if len(d.Searches) > 32 {
 		v.add("spec.dnsConfig.searches", "must not have more than 32 search paths")
@@ -224,9 +220,15 @@ func (v *validator) names(spec *v1.PodSpec) {
 	if n := len(strings.Join(d.Searches, " ")); n > 2048 {
 		v.add("spec.dnsConfig.searches", "must not have more than 2048 characters (including spaces), have %d", n)
 	}
+	// As the API server's relaxed search validation (on by default since
+	// Kubernetes 1.33): "." (no search) and underscores, as in SRV names.
 	for i, s := range d.Searches {
-		v.check(fmt.Sprintf("spec.dnsConfig.searches[%d]", i), validation.IsDNS1123Subdomain(strings.TrimSuffix(s, ".")))
+		if s != "." {
+			v.check(fmt.Sprintf("spec.dnsConfig.searches[%d]", i), validation.IsDNS1123SubdomainWithUnderscore(strings.TrimSuffix(s, ".")))
+		}
 	}
+	// The API server asks only for a name; white space would add a line or
+	// an option to resolv.conf.
 	for i, o := range d.Options {
 		f := fmt.Sprintf("spec.dnsConfig.options[%d]", i)
 		if o.Name == "" || strings.ContainsAny(o.Name, " \t\r\n:") {
@@ -235,6 +237,14 @@ func (v *validator) names(spec *v1.PodSpec) {
 		if o.Value != nil && strings.ContainsAny(*o.Value, " \t\r\n") {
 			v.add(f+".value", "must not contain white space")
 		}
+	}
+}
+
+// ip checks an address as the API server does with StrictIPCIDRValidation:
+// no leading zeros, which libc reads as octal, and no IPv4-mapped IPv6.
+func (v *validator) ip(f, value string) {
+	for _, e := range validation.IsValidIPForLegacyField(field.NewPath(f), value, true, nil) {
+		v.add(f, "%s", e.ErrorBody())
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 )
 
 // podWith wraps a spec body (YAML indented by two spaces) in a Pod named web.
@@ -252,7 +253,51 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "hostAlias with a bad IP",
 			in:      podWith("  hostAliases: [{ip: 10.0.0.300, hostnames: [db]}]\n" + oneContainer),
-			wantErr: `spec.hostAliases[0].ip: "10.0.0.300" is not a valid IP address`,
+			wantErr: `spec.hostAliases[0].ip: Invalid value: "10.0.0.300": must be a valid IP address`,
+		},
+		{
+			name:    "hostAlias with an IPv4-mapped IPv6 address",
+			in:      podWith("  hostAliases: [{ip: '::ffff:10.0.0.1', hostnames: [db]}]\n" + oneContainer),
+			wantErr: `spec.hostAliases[0].ip: Invalid value: "::ffff:10.0.0.1": must not be an IPv4-mapped IPv6 address`,
+		},
+		{
+			name:    "hostAlias hostname with a space",
+			in:      podWith("  hostAliases: [{ip: 10.0.0.1, hostnames: ['db evil']}]\n" + oneContainer),
+			wantErr: "spec.hostAliases[0].hostnames[0]: a lowercase RFC 1123 subdomain",
+		},
+		{
+			name:    "nameserver that is a name",
+			in:      podWith("  dnsConfig: {nameservers: [dns.example]}\n" + oneContainer),
+			wantErr: `spec.dnsConfig.nameservers[0]: Invalid value: "dns.example": must be a valid IP address`,
+		},
+		{
+			name:    "four nameservers",
+			in:      podWith("  dnsConfig: {nameservers: [10.0.0.1, 10.0.0.2, 10.0.0.3, 10.0.0.4]}\n" + oneContainer),
+			wantErr: "spec.dnsConfig.nameservers: must not have more than 3 nameservers",
+		},
+		{
+			name: "search paths the API server allows: the root, underscores, a trailing dot",
+			in:   podWith("  dnsConfig: {searches: ['.', _tcp.example.com, svc.cluster.local.]}\n" + oneContainer),
+		},
+		{
+			name:    "33 search paths",
+			in:      podWith("  dnsConfig: {searches: [" + strings.Repeat("a,", 32) + "a]}\n" + oneContainer),
+			wantErr: "spec.dnsConfig.searches: must not have more than 32 search paths",
+		},
+		{
+			name:    "search paths over 2048 characters",
+			in:      podWith("  dnsConfig: {searches: [" + strings.Repeat(strings.Repeat(strings.Repeat("a", 63)+".", 3)+"a,", 12) + "a]}\n" + oneContainer),
+			wantErr: "spec.dnsConfig.searches: must not have more than 2048 characters (including spaces), have 2329",
+		},
+		{
+			name:    "DNS option with a newline",
+			in:      podWith("  dnsConfig: {options: [{name: \"ndots:1\\nnameserver\"}]}\n" + oneContainer),
+			wantErr: "spec.dnsConfig.options[0].name: must be a non-empty word",
+		},
+		{
+			name:    "subdomain that is not a label",
+			in:      podWith("  subdomain: a.b\n" + oneContainer),
+			wantErr: "spec.subdomain: must not contain dots",
 		},
 		{
 			name:    "dnsConfig search path with a newline",
@@ -318,5 +363,15 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	pod := mustDecode(t, podWith("  restartPolicy: Sometimes\n  containers:\n  - name: app\n  - name: app\n    image: nginx\n"))
 	if errs := Validate(pod); len(errs) != 3 {
 		t.Errorf("got %d errors, want 3 (policy, image, duplicate name): %v", len(errs), errors.Join(errs...))
+	}
+}
+
+// A name or DNS error names the file, line and column of its field.
+func TestNamesErrorsLocated(t *testing.T) {
+	data := podWith("  hostname: web\n  dnsConfig:\n    nameservers: [10.0.0.1]\n    searches:\n    - ok.example\n    - \"bad example\"\n" + oneContainer)
+	res := parseManifest([]byte(data), "pods.yaml", "node1", "file:/x", time.Now())
+	want := `pods.yaml:11:7: spec.dnsConfig.searches[1]: a lowercase RFC 1123 subdomain`
+	if len(res.errs) != 1 || !strings.HasPrefix(res.errs[0].Error(), want) {
+		t.Errorf("errors %v, want one starting %q", res.errs, want)
 	}
 }

@@ -276,6 +276,13 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	if err != nil {
 		return fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
+	// The shim takes the log driver's exit for readiness and would start
+	// the container with no reader, to die of SIGPIPE at its first output.
+	// The driver creates the log before it signals ready, so no log means
+	// it failed; it said why in syslog.
+	if _, err := os.Stat(cfg.LogPath); err != nil {
+		return fmt.Errorf("log driver for %s: %w (journalctl -t %s tells why)", cfg.ID, err, crilog.SyslogTag)
+	}
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
