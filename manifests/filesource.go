@@ -61,12 +61,13 @@ func WithRelistInterval(d time.Duration) FileOption {
 // come back before its pods are removed.
 const renameSettle = time.Second
 
-// WithWriteSettle sets how long a manifest must go unmodified before its
-// content is applied; the default is 500ms. A writer that pauses mid-file
-// (curl into the directory, a script writing line by line) can leave a valid
-// prefix, a shorter PodList or a cut env list, that would replace the pods
-// with truncated ones. A finished file renamed into place waits only if it
-// was written just before.
+// WithWriteSettle sets how long a manifest written in place must go
+// without a write before its content is applied; the default is 500ms. A
+// writer that pauses mid-file (curl into the directory, a script writing
+// line by line) can leave a valid prefix, a shorter PodList or a cut env
+// list, that would replace the pods with truncated ones. A file renamed
+// into place is complete and is read at once; at start, when no write was
+// seen, a file modified within this time is waited for.
 func WithWriteSettle(d time.Duration) FileOption {
 	return func(s *FileSource) { s.settle = d }
 }
@@ -130,11 +131,14 @@ func (s *FileSource) Run(ctx context.Context, out chan<- Snapshot) error {
 		return fmt.Errorf("watching %s: %w", s.path, err)
 	}
 	defer w.Close()
-	r := &fileRun{FileSource: s, w: w, files: map[string]*fileResult{}, pending: map[string]time.Time{}}
+	r := &fileRun{FileSource: s, w: w, files: map[string]*fileResult{}, pending: map[string]time.Time{},
+		written: map[string]time.Time{}, starting: true}
 	// Watch before listing, so no change between the two is missed.
 	r.watch()
 	r.relistAll()
-	if !r.awaitSettled(ctx) || !r.send(ctx, out, true) {
+	settled := r.awaitSettled(ctx)
+	r.starting = false
+	if !settled || !r.send(ctx, out, true) {
 		return nil
 	}
 	return r.loop(ctx, out)
@@ -151,6 +155,11 @@ type fileRun struct {
 	// readAsIs applies what is read without waiting for writes to settle:
 	// for check, and when the first snapshot has waited long enough.
 	readAsIs bool
+	// written is when each path was last written in place (a write event;
+	// a file renamed in has none), starting that the first snapshot is not
+	// sent yet: the two ways a file may be half written.
+	written  map[string]time.Time
+	starting bool
 	listErr  string // the listing error last logged
 	emitter
 }
@@ -201,6 +210,12 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 		return
 	}
 	r.log.Debug("manifest event", "path", ev.Name, "op", ev.Op.String())
+	switch {
+	case ev.Has(fsnotify.Write):
+		r.written[ev.Name] = time.Now()
+	case ev.Has(fsnotify.Create):
+		delete(r.written, ev.Name) // a new file there, renamed in whole
+	}
 	if ev.Name == r.watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 		r.unwatch()
 	}
@@ -426,7 +441,8 @@ func (r *fileRun) load(path string) {
 
 // settled reports whether the file, read as it was at fi, is done being
 // written: its size and mtime did not change during the read, and it was
-// not modified within r.settle. Otherwise it puts off another read.
+// not written in place within r.settle (at start, when no write could be
+// seen: not modified within it). Otherwise it puts off another read.
 func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
 	if r.readAsIs {
 		return true
@@ -436,15 +452,19 @@ func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
 		return true // gone or unreadable: the event or re-list that follows tells
 	}
 	var wait time.Duration
+	wrote, writing := r.written[path]
 	age := time.Since(after.ModTime())
 	switch {
 	case after.Size() != fi.Size() || !after.ModTime().Equal(fi.ModTime()):
 		wait = r.debounce
-	case age >= 0 && age < r.settle:
+	case writing && time.Since(wrote) < r.settle:
+		wait = r.settle - time.Since(wrote)
+	case r.starting && age >= 0 && age < r.settle:
 		// A future mtime (another host's clock, over NFS) says nothing
 		// of a local writer; the size check above still applies.
 		wait = r.settle - age
 	default:
+		delete(r.written, path)
 		return true
 	}
 	r.log.Debug("manifest being written; reading it again later", "path", path, "in", wait)

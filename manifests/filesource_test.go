@@ -565,3 +565,23 @@ func TestFileSourceFirstSnapshotWaitsForWriter(t *testing.T) {
 		t.Errorf("first snapshot env %q, want A,B", got)
 	}
 }
+
+// A file renamed into place is complete: it is applied at once, however
+// recently it was written, so publishing by rename costs no settle time.
+func TestFileSourceRenamedInIsAppliedAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	ch := startSource(t, dir, WithWriteSettle(time.Minute))
+	next(t, ch) // the empty directory
+	tmp := filepath.Join(dir, ".web.yaml.tmp")
+	writeFile(t, tmp, envManifest("A"))
+	began := time.Now()
+	if err := os.Rename(tmp, filepath.Join(dir, "web.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if got := envNames(next(t, ch)); got != "A" {
+		t.Fatalf("env %q, want A", got)
+	}
+	if took := time.Since(began); took > 5*time.Second {
+		t.Fatalf("a renamed-in file took %v to apply; it must not wait for the write settle time", took)
+	}
+}
