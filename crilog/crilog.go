@@ -70,8 +70,9 @@ func Serve(path string, stdout, stderr io.Reader, ready io.Closer) error {
 	return serve(path, stdout, stderr, ready, func(error) {})
 }
 
-// serve is Serve, telling report of each failure when it happens: a stream
-// that cannot be written stops, but the driver runs on for the other.
+// serve is Serve, telling report of each failure when it happens. Output
+// that cannot be written (a full disk) is dropped and counted, never left
+// in the pipe: a container blocked on its next write would hang for good.
 func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
 	reported := func(err error) error {
 		if err != nil {
@@ -88,11 +89,11 @@ func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(e
 		return reported(fmt.Errorf("crilog: signal ready: %w", err))
 	}
 
-	w := &recordWriter{w: f, now: time.Now}
+	w := &recordWriter{w: f, now: time.Now, report: report}
 	errs := make(chan error, 2)
 	go func() { errs <- reported(copyStream(w, stdout, Stdout)) }()
 	go func() { errs <- reported(copyStream(w, stderr, Stderr)) }()
-	err = errors.Join(<-errs, <-errs)
+	err = errors.Join(<-errs, <-errs, w.firstErr)
 	if cerr := f.Close(); cerr != nil {
 		err = errors.Join(err, reported(cerr))
 	}
@@ -111,15 +112,19 @@ func openLog(path string) (*os.File, error) {
 }
 
 // recordWriter writes whole records under a mutex so the two streams never
-// interleave within a line.
+// interleave within a line. A record it cannot write is dropped: the first
+// failure and the recovery, with the count dropped, are reported.
 type recordWriter struct {
-	mu  sync.Mutex
-	w   io.Writer
-	now func() time.Time
-	buf []byte
+	mu       sync.Mutex
+	w        io.Writer
+	now      func() time.Time
+	report   func(error)
+	buf      []byte
+	dropped  int   // records dropped since writing last failed
+	firstErr error // the first write failure
 }
 
-func (rw *recordWriter) write(stream, tag string, content []byte) error {
+func (rw *recordWriter) write(stream, tag string, content []byte) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
 	b := rw.now().AppendFormat(rw.buf[:0], time.RFC3339Nano)
@@ -131,8 +136,28 @@ func (rw *recordWriter) write(stream, tag string, content []byte) error {
 	b = append(b, content...)
 	b = append(b, '\n')
 	rw.buf = b
-	_, err := rw.w.Write(b)
-	return err
+	n, err := rw.w.Write(b)
+	if err == nil {
+		if rw.dropped > 0 {
+			rw.report(fmt.Errorf("crilog: writing again after dropping %d records", rw.dropped))
+			rw.dropped = 0
+		}
+		return
+	}
+	if f, ok := rw.w.(*os.File); ok && n > 0 {
+		// Cut the half record a full disk let through, so the file
+		// stays whole records.
+		if fi, serr := f.Stat(); serr == nil {
+			_ = f.Truncate(fi.Size() - int64(n))
+		}
+	}
+	if rw.dropped == 0 {
+		rw.report(fmt.Errorf("crilog: write: %w; dropping output until writing works again", err))
+	}
+	if rw.firstErr == nil {
+		rw.firstErr = fmt.Errorf("crilog: write: %w", err)
+	}
+	rw.dropped++
 }
 
 // copyStream turns r into records the way containerd's CRI logger does: a
@@ -150,16 +175,12 @@ func copyStream(w *recordWriter, r io.Reader, stream string) error {
 			line = trimEOL(line)
 		}
 		for splitLen(line, complete) > MaxLineLen {
-			if err := w.write(stream, tagPartial, line[:MaxLineLen]); err != nil {
-				return err
-			}
+			w.write(stream, tagPartial, line[:MaxLineLen])
 			line = append(line[:0], line[MaxLineLen:]...)
 		}
 		switch {
 		case complete:
-			if err := w.write(stream, tagFull, line); err != nil {
-				return err
-			}
+			w.write(stream, tagFull, line)
 			line = line[:0]
 		case rerr == bufio.ErrBufferFull:
 		default:
@@ -180,9 +201,7 @@ func splitLen(line []byte, complete bool) int {
 
 func finish(w *recordWriter, stream string, line []byte, rerr error) error {
 	if len(line) > 0 {
-		if err := w.write(stream, tagPartial, line); err != nil {
-			return err
-		}
+		w.write(stream, tagPartial, line)
 	}
 	if rerr == io.EOF {
 		return nil

@@ -74,9 +74,7 @@ func TestRecordFormat(t *testing.T) {
 	var out bytes.Buffer
 	at := time.Date(2024, 5, 6, 7, 8, 9, 123456789, time.UTC)
 	w := &recordWriter{w: &out, now: func() time.Time { return at }}
-	if err := w.write(Stderr, tagPartial, []byte("hi there")); err != nil {
-		t.Fatal(err)
-	}
+	w.write(Stderr, tagPartial, []byte("hi there"))
 	if want := "2024-05-06T07:08:09.123456789Z stderr P hi there\n"; out.String() != want {
 		t.Fatalf("got %q, want %q", out.String(), want)
 	}
@@ -379,5 +377,68 @@ func TestServeReportsWriteFailureAtOnce(t *testing.T) {
 	errW.Close()
 	if err := <-done; !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("serve = %v, want ENOSPC", err)
+	}
+}
+
+// flakyWriter fails with ENOSPC while full is set, like a full disk.
+type flakyWriter struct {
+	bytes.Buffer
+	full bool
+}
+
+func (w *flakyWriter) Write(b []byte) (int, error) {
+	if w.full {
+		return 0, syscall.ENOSPC
+	}
+	return w.Buffer.Write(b)
+}
+
+// Output that cannot be written is dropped and counted, never left in the
+// pipe (the container would block on its next write and hang), and
+// writing goes on once space returns.
+func TestWriteFailureDropsAndResumes(t *testing.T) {
+	var reports []string
+	out := &flakyWriter{}
+	w := &recordWriter{w: out, now: time.Now, report: func(err error) { reports = append(reports, err.Error()) }}
+	w.write(Stdout, tagFull, []byte("before"))
+	out.full = true
+	for range 1000 {
+		w.write(Stdout, tagFull, []byte("lost"))
+	}
+	out.full = false
+	w.write(Stdout, tagFull, []byte("after"))
+	assertRecords(t, out.String(), []record{{Stdout, false, "before"}, {Stdout, false, "after"}})
+	if len(reports) != 2 || !strings.Contains(reports[0], "no space left") || !strings.Contains(reports[1], "dropping 1000 records") {
+		t.Fatalf("reports %q, want the failure once, then the recovery with the count", reports)
+	}
+	if !errors.Is(w.firstErr, syscall.ENOSPC) {
+		t.Fatalf("first error %v, want ENOSPC kept for the exit status", w.firstErr)
+	}
+}
+
+// A writer into a full disk (/dev/full) is never blocked: the driver
+// drains everything it is sent.
+func TestServeNeverBlocksTheWriterOnAFullDisk(t *testing.T) {
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- serve("/dev/full", outR, strings.NewReader(""), &closeRecorder{}, func(error) {})
+	}()
+	line := []byte(strings.Repeat("x", 1023) + "\n")
+	wrote := make(chan struct{})
+	go func() {
+		for range 4096 { // 4 MiB, far beyond a pipe's buffer
+			outW.Write(line)
+		}
+		outW.Close()
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the container's writes blocked on a full disk")
+	}
+	if err := <-done; !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("serve = %v, want ENOSPC reported", err)
 	}
 }
