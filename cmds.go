@@ -49,10 +49,8 @@ func imagesCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				client, err := ctrdrt.Connect(c.Context, ctrdrt.DaemonConfig{
-					Address: c.String("containerd-address"), StateDir: c.String("state-dir"), RunDir: c.String("run-dir"),
-					Namespace: c.String("containerd-namespace"), Logger: log,
-				})
+				// Never starts a containerd: that is noderun's own choice.
+				client, err := ctrdrt.Dial(c.Context, daemonConfig(c, log))
 				if err != nil {
 					return err
 				}

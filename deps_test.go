@@ -22,7 +22,7 @@ func TestPackageDependencies(t *testing.T) {
 		"runner/prober":                 {"internal/expansion"},
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
-		"runner/containerd":             {"runner", "manifests", "crilog"},
+		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},

@@ -75,6 +75,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
 		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
 		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", EnvVars: env("CONTAINERD_ADDRESS")},
+		&cli.BoolFlag{Name: "containerd-managed", Usage: "run a private containerd under --state-dir and --run-dir instead of using --containerd-address (chosen by itself, once, when no containerd is installed)", EnvVars: env("CONTAINERD_MANAGED")},
 		&cli.StringFlag{Name: "containerd-namespace", Value: "noderun", EnvVars: env("CONTAINERD_NAMESPACE")},
 		&cli.StringFlag{Name: "state-dir", Value: "/var/lib/noderun", EnvVars: env("STATE_DIR")},
 		&cli.StringFlag{Name: "run-dir", Value: "/run/noderun", EnvVars: env("RUN_DIR")},

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -55,14 +54,49 @@ func runNode(c *cli.Context) error {
 			return err
 		}
 	}
-	client, err := ctrdrt.Connect(ctx, ctrdrt.DaemonConfig{
-		Address: c.String("containerd-address"), StateDir: stateDir, RunDir: runDir,
-		Namespace: c.String("containerd-namespace"), Logger: log,
-	})
+	// Before anything that touches the status socket, containerd or pods.
+	release, err := lockDirs(stateDir, runDir)
 	if err != nil {
 		return err
 	}
-	defer client.Close()
+	defer release()
+	// The status API answers from here on, so that /healthz tells what
+	// startup waits for.
+	api, closeAPI, err := serveStatusAPI(statusSocket(c), log)
+	if err != nil {
+		return err
+	}
+	defer closeAPI()
+
+	// READY=1 waits for containerd and the first reconcile, which may take
+	// longer than systemd's start timeout.
+	startCtx, started := context.WithCancel(ctx)
+	defer started()
+	go func() {
+		if err := systemd.ExtendStartup(startCtx, 20*time.Second, time.Minute); err != nil {
+			log.Warn("sd_notify", "err", err)
+		}
+	}()
+
+	dcfg := daemonConfig(c, log)
+	dcfg.OnWait = func(err error) {
+		if startCtx.Err() != nil {
+			return // ready: /healthz and the log report a later outage
+		}
+		msg := "waiting for containerd: " + err.Error()
+		api.setWaiting(msg)
+		_, _ = systemd.Status(msg)
+	}
+	conn, err := ctrdrt.Connect(ctx, dcfg)
+	if err != nil && ctx.Err() != nil {
+		return nil // stopped while waiting
+	}
+	if err != nil {
+		return err
+	}
+	defer conn.Client.Close()
+	go conn.Supervise(ctx)
+	client := conn.Client
 
 	imagesDir := c.String("images-dir")
 	if imagesDir == "" {
@@ -105,7 +139,8 @@ func runNode(c *cli.Context) error {
 	if hostIP == "" {
 		hostIP = defaultHostIP()
 	}
-	engine := runner.New(runner.Config{
+	var engine *runner.Engine
+	engine = runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
 		NetworkCheck:         c.Duration("network-check-interval"),
@@ -114,10 +149,13 @@ func runNode(c *cli.Context) error {
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		OnActivity:           relax.activity,
 		OnReady: func() {
+			started()
 			log.Info("ready", "node", nodeName, "sources", nSources)
+			_, _ = systemd.Status("ready")
 			if _, err := systemd.Ready(); err != nil {
 				log.Warn("sd_notify", "err", err)
 			}
+			go watchdog(ctx, engine, log)
 		},
 	}, rt, net)
 	net.changed = engine.NetworkChanged
@@ -137,22 +175,30 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	l, err := runner.ListenUnix(statusSocket(c))
-	if err != nil {
-		return fmt.Errorf("status socket: %w", err)
-	}
-	srv := &http.Server{Handler: engine.Handler(), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("status API", "err", err)
-		}
-	}()
-	defer srv.Close()
-
+	api.serve(engine.Handler())
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")
 	return err
+}
+
+// watchdog feeds systemd's watchdog while the sync loop turns. A containerd
+// outage does not stop it: restarting noderun would not end one.
+func watchdog(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
+	err := systemd.Watchdog(ctx, engine.LoopHealthy, func(err error) {
+		log.Warn("not feeding the systemd watchdog", "err", err)
+	})
+	if err != nil {
+		log.Warn("sd_notify watchdog", "err", err)
+	}
+}
+
+func daemonConfig(c *cli.Context, log *slog.Logger) ctrdrt.DaemonConfig {
+	return ctrdrt.DaemonConfig{
+		Address: c.String("containerd-address"), Managed: c.Bool("containerd-managed"),
+		StateDir: c.String("state-dir"), RunDir: c.String("run-dir"),
+		Namespace: c.String("containerd-namespace"), Logger: log,
+	}
 }
 
 // importImages imports the tarballs present now, then keeps watching the

@@ -5,11 +5,9 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/containerd/containerd/namespaces"
 	v1 "k8s.io/api/core/v1"
@@ -66,26 +64,20 @@ func TestNoContainerdIsAClearError(t *testing.T) {
 	}
 }
 
-// With nothing at --containerd-address, noderun runs a managed containerd
-// that outlives it; a restarted noderun reuses it, and the pods in it.
+// A managed containerd (asked for: this machine may have a containerd
+// service, which noderun would otherwise wait for) outlives noderun; a
+// restarted noderun reuses it, and the pods in it.
 func TestManagedContainerdReusedAfterCrash(t *testing.T) {
 	t.Parallel()
 	requireE2E(t)
 	var n *node
 	// Registered first so it runs last, after the node has torn pods down.
 	t.Cleanup(func() {
-		if n == nil {
-			return
-		}
-		if pid := managedPID(n); pid > 0 {
-			_ = syscall.Kill(pid, syscall.SIGTERM)
-			for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
-				time.Sleep(50 * time.Millisecond)
-			}
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+		if n != nil {
+			stopManaged(t, n.run)
 		}
 	})
-	n = newNode(t, "--containerd-address", "/nonexistent/containerd.sock")
+	n = newNode(t, "--containerd-address", "/nonexistent/containerd.sock", "--containerd-managed")
 	pid := managedPID(n)
 	if pid <= 0 {
 		t.Fatal("no managed containerd runs for the node")
@@ -117,11 +109,4 @@ func TestManagedContainerdReusedAfterCrash(t *testing.T) {
 }
 
 // managedPID finds the node's managed containerd by its config path.
-func managedPID(n *node) int {
-	out, err := exec.Command("pgrep", "-f", filepath.Join(n.run, "containerd")).Output()
-	if err != nil {
-		return 0
-	}
-	pid, _ := strconv.Atoi(strings.Fields(string(out))[0])
-	return pid
-}
+func managedPID(n *node) int { return managedPIDIn(n.run) }

@@ -3,12 +3,12 @@ package runner
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -64,13 +64,20 @@ func (e *Engine) serveEvents(rw http.ResponseWriter, _ *http.Request) {
 }
 
 // ListenUnix opens the API socket with mode 0600, replacing a stale one. It
-// is made under a temporary name and renamed, so it is never reachable with
-// looser permissions.
+// is made in a fresh directory of mode 0700, chmodded, then renamed into
+// place, so whatever the umask it is never reachable with looser
+// permissions. (Setting the umask around Listen would also change the mode
+// of files other goroutines create meanwhile: the umask is process-wide.)
 func ListenUnix(path string) (net.Listener, error) {
-	tmp := path + ".new"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+	dir := path + ".tmp"
+	if err := os.RemoveAll(dir); err != nil { // left by a crash
 		return nil, err
 	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
 	l, err := net.Listen("unix", tmp)
 	if err != nil {
 		return nil, err

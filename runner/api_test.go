@@ -1,11 +1,16 @@
 package runner
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/noderun/noderun/manifests"
 )
 
 func get(t *testing.T, h http.Handler, path string, header ...string) *httptest.ResponseRecorder {
@@ -46,5 +51,41 @@ func TestAPIRefusesBrowserRequests(t *testing.T) {
 	}
 	if rec := get(t, h, "/pods"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"kind":"PodList"`) {
 		t.Fatalf("plain request: %d %q, want a PodList", rec.Code, rec.Body)
+	}
+}
+
+// steppedClock is the real clock after the wall clock was stepped forward:
+// as with time.Since, only a time without a monotonic reading sees the step.
+type steppedClock struct {
+	realClock
+	step atomic.Int64
+}
+
+func (c *steppedClock) Since(t time.Time) time.Duration {
+	d := time.Since(t)
+	if t == t.Round(0) { // Round(0) strips the monotonic reading
+		d += time.Duration(c.step.Load())
+	}
+	return d
+}
+
+// An NTP step forward (an RTC-less board at its first sync) must not make
+// the sync loop look stalled.
+func TestHealthzIgnoresWallClockStep(t *testing.T) {
+	clock := &steppedClock{}
+	e := New(Config{StateDir: t.TempDir(), RunDir: t.TempDir(), Clock: clock}, newFakeRuntime(clock), &fakeNetwork{})
+	snaps := make(chan manifests.Snapshot)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx, snaps, 1) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	snaps <- manifests.Snapshot{Source: "file:/test"}
+	waitFor(t, "ready", func() bool { return e.ready.Load() })
+	clock.step.Store(int64(time.Hour))
+	if err := e.Healthy(context.Background()); err != nil {
+		t.Fatalf("after a wall-clock step: %v, want healthy", err)
 	}
 }

@@ -78,8 +78,10 @@ type Engine struct {
 	// Touched only by Run's goroutine.
 	settled, waitLogged bool // orphans removed; the wait for sources logged
 	ready               atomic.Bool
-	lastLoop            atomic.Int64 // unix nanos of the main loop's last turn
-	imageGCBusy         atomic.Bool  // an image GC runs (off the loop)
+	// The main loop's last turn, read with its monotonic clock reading so
+	// a wall-clock step does not change its age.
+	lastLoop    atomic.Pointer[time.Time]
+	imageGCBusy atomic.Bool // an image GC runs (off the loop)
 
 	// While a network GC runs (off the loop), gcKeep is the set of sandbox
 	// IDs it keeps and gcDone closes when it ends; both are nil otherwise.
@@ -208,7 +210,8 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	var resubscribe <-chan time.Time
 	resubDelay := exitRetryMin
 	for {
-		e.lastLoop.Store(e.clock.Now().UnixNano())
+		now := e.clock.Now()
+		e.lastLoop.Store(&now)
 		select {
 		case <-ctx.Done():
 			e.wg.Wait()
@@ -640,15 +643,26 @@ func (e *Engine) SourceErrors() map[string][]error {
 
 // Healthy reports nil when the sync loop turns and the runtime answers.
 func (e *Engine) Healthy(ctx context.Context) error {
-	if !e.ready.Load() {
-		return errors.New("first reconcile not finished")
-	}
-	// The loop wakes at least every resync interval.
-	if age := e.clock.Since(time.Unix(0, e.lastLoop.Load())); age > 3*e.cfg.Resync {
-		return fmt.Errorf("sync loop stalled for %s", age.Round(time.Second))
+	if err := e.LoopHealthy(); err != nil {
+		return err
 	}
 	if err := e.rt.Ping(ctx); err != nil {
 		return fmt.Errorf("containerd: %w", err)
+	}
+	return nil
+}
+
+// LoopHealthy reports nil when the first reconcile is done and the sync
+// loop still turns, whether or not containerd answers: what restarting
+// noderun could fix.
+func (e *Engine) LoopHealthy() error {
+	last := e.lastLoop.Load()
+	if !e.ready.Load() || last == nil {
+		return errors.New("first reconcile not finished")
+	}
+	// The loop wakes at least every resync interval.
+	if age := e.clock.Since(*last); age > 3*e.cfg.Resync {
+		return fmt.Errorf("sync loop stalled for %s", age.Round(time.Second))
 	}
 	return nil
 }

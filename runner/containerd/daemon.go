@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,10 +15,11 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd"
+	"golang.org/x/sys/unix"
 )
 
-// ErrNoContainerd means nothing answered at the configured address and no
-// containerd could be started.
+// ErrNoContainerd means nothing answers at the configured address, and no
+// containerd is installed to start a managed one with.
 var ErrNoContainerd = errors.New("no containerd available")
 
 const (
@@ -43,51 +45,238 @@ var disabledPlugins = []string{
 
 // DaemonConfig says where to find containerd, or where to run a managed one.
 type DaemonConfig struct {
-	Address   string // --containerd-address; tried first
-	StateDir  string // managed containerd root = StateDir/containerd
+	Address   string // --containerd-address
+	Managed   bool   // --containerd-managed: run a private containerd
+	StateDir  string // the choice record; managed containerd root = StateDir/containerd
 	RunDir    string // managed state and socket under RunDir/containerd
 	Namespace string
 	Logger    *slog.Logger
+	// UnitDirs are where an installed containerd.service would be (nil:
+	// systemd's directories).
+	UnitDirs []string
+	// OnWait hears each failed attempt while Connect waits for containerd.
+	OnWait func(err error)
 }
 
 func (cfg DaemonConfig) managedSocket() string {
 	return filepath.Join(cfg.RunDir, "containerd", "containerd.sock")
 }
 
-// Connect returns a client in cfg.Namespace for the first containerd that
-// answers: the one at cfg.Address, a managed one left running by an earlier
-// noderun, or a new managed one started now. The managed daemon runs in its
-// own session so it outlives noderun and a restarted noderun reuses it (and
-// its running containers).
-func Connect(ctx context.Context, cfg DaemonConfig) (*ctrd.Client, error) {
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+func (cfg DaemonConfig) logger() *slog.Logger {
+	if cfg.Logger == nil {
+		return slog.New(slog.DiscardHandler)
 	}
-	if cfg.Address != "" {
-		c, err := dial(ctx, cfg.Address, cfg.Namespace)
-		if err == nil {
-			return c, nil
-		}
-		log.Info("containerd does not answer; trying a managed one", "address", cfg.Address, "err", err)
+	return cfg.Logger
+}
+
+// Conn is a client of the containerd noderun chose.
+type Conn struct {
+	Client *ctrd.Client
+	Choice
+	cfg DaemonConfig
+	pid int // the managed containerd's
+}
+
+// Connect returns a client in cfg.Namespace of the containerd recorded in
+// the state dir or, on a first start, of the one choose picks, and records
+// it. It never switches daemons: while the chosen one does not answer it
+// retries with backoff (until ctx ends), logging each failure. A managed
+// containerd runs in its own session so that it outlives noderun, and a
+// restarted noderun reuses it (and its running containers).
+func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
+	log := cfg.logger()
+	choice, recorded, err := readChoice(cfg.StateDir)
+	if err != nil {
+		return nil, err
 	}
-	socket := cfg.managedSocket()
-	if c, err := dial(ctx, socket, cfg.Namespace); err == nil {
-		log.Info("reusing managed containerd", "address", socket)
-		return c, nil
-	}
-	logPath := filepath.Join(cfg.StateDir, "containerd", "containerd.log")
-	d, err := StartDaemon(ctx, filepath.Join(cfg.StateDir, "containerd"), filepath.Join(cfg.RunDir, "containerd"), socket, logPath)
-	if errors.Is(err, exec.ErrNotFound) {
-		return nil, fmt.Errorf("%w: nothing answers at %q and there is no containerd binary on PATH: "+
-			"install it (apt-get install containerd runc) or point --containerd-address at a running containerd",
-			ErrNoContainerd, cfg.Address)
+	if recorded {
+		err = cfg.agrees(choice)
+	} else {
+		choice, err = cfg.choose(ctx)
 	}
 	if err != nil {
 		return nil, err
 	}
-	log.Info("started managed containerd", "pid", d.PID(), "address", socket, "log", logPath)
-	return dial(ctx, socket, cfg.Namespace)
+	conn := &Conn{Choice: choice, cfg: cfg}
+	if choice.Managed {
+		conn.Address = cfg.managedSocket()
+		conn.Client, conn.pid, err = cfg.ensureManaged(ctx)
+	} else {
+		conn.Client, err = cfg.waitFor(ctx, choice.Address)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !recorded {
+		if err := writeChoice(cfg.StateDir, conn.Choice); err != nil {
+			conn.Client.Close()
+			return nil, fmt.Errorf("record the containerd choice: %w", err)
+		}
+		log.Info("recorded the containerd choice", "address", conn.Address, "managed", conn.Managed,
+			"file", choicePath(cfg.StateDir))
+	}
+	return conn, nil
+}
+
+// Dial connects to the containerd a noderun on these directories uses (the
+// recorded one, else the one the flags name) and never starts one: for
+// commands run beside noderun.
+func Dial(ctx context.Context, cfg DaemonConfig) (*ctrd.Client, error) {
+	choice, recorded, err := readChoice(cfg.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	address := cfg.Address
+	switch {
+	case recorded && choice.Managed, !recorded && cfg.Managed:
+		address = cfg.managedSocket()
+	case recorded:
+		address = choice.Address
+	}
+	return dial(ctx, address, cfg.Namespace)
+}
+
+// Supervise starts the managed containerd again whenever it exits, until
+// ctx ends; the engine then adopts the pods in it, as after any containerd
+// restart (the shims keep the containers running meanwhile). A system
+// containerd is its service manager's business: Supervise returns at once.
+func (c *Conn) Supervise(ctx context.Context) {
+	if !c.Managed {
+		return
+	}
+	log := c.cfg.logger()
+	delay := retryMin
+	for {
+		started := time.Now()
+		waitExit(ctx, c.pid)
+		if ctx.Err() != nil {
+			return
+		}
+		// Paced, so a daemon that keeps dying at once is no busy loop.
+		if time.Since(started) > time.Minute {
+			delay = retryMin
+		}
+		log.Error("managed containerd exited; starting it again", "pid", c.pid, "in", delay)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, retryMax)
+		client, pid, err := c.cfg.ensureManaged(ctx)
+		if err != nil {
+			log.Error("managed containerd not restarted; containers are no longer supervised", "err", err)
+			return
+		}
+		client.Close() // c.Client reconnects by itself
+		c.pid = pid
+	}
+}
+
+// waitExit returns once process pid has exited, or ctx ends. It polls: the
+// daemon may be an earlier noderun's child, which cannot be waited for.
+func waitExit(ctx context.Context, pid int) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+const (
+	retryMin = time.Second
+	retryMax = 30 * time.Second
+)
+
+// retry calls try until it succeeds or ctx ends, doubling the pause after
+// each failure up to retryMax; each failure is logged and given to OnWait.
+func (cfg DaemonConfig) retry(ctx context.Context, what string, try func() error) error {
+	delay := retryMin
+	for {
+		err := try()
+		if err == nil || errors.Is(err, ErrNoContainerd) {
+			return err
+		}
+		cfg.logger().Warn(what+" failed; retrying", "err", err, "retry", delay)
+		if cfg.OnWait != nil {
+			cfg.OnWait(err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, retryMax)
+	}
+}
+
+// waitFor dials address until containerd answers there.
+func (cfg DaemonConfig) waitFor(ctx context.Context, address string) (c *ctrd.Client, err error) {
+	err = cfg.retry(ctx, "connect to containerd at "+address, func() error {
+		c, err = dial(ctx, address, cfg.Namespace)
+		return err
+	})
+	return c, err
+}
+
+// ensureManaged connects to the managed containerd, starting it when it
+// does not answer; it returns its pid. Each try looks for a running one
+// first, so that a daemon started by an earlier try is never doubled.
+func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, pid int, err error) {
+	log := cfg.logger()
+	socket := cfg.managedSocket()
+	logPath := filepath.Join(cfg.StateDir, "containerd", "containerd.log")
+	err = cfg.retry(ctx, "start managed containerd", func() error {
+		if c, err = dial(ctx, socket, cfg.Namespace); err == nil {
+			if pid, err = socketPID(socket); err != nil {
+				c.Close()
+				return err
+			}
+			log.Info("using running managed containerd", "address", socket, "pid", pid)
+			return nil
+		}
+		d, err := StartDaemon(ctx, filepath.Join(cfg.StateDir, "containerd"), filepath.Join(cfg.RunDir, "containerd"), socket, logPath)
+		if errors.Is(err, exec.ErrNotFound) {
+			return fmt.Errorf("%w: no containerd binary on PATH to run the managed containerd with: "+
+				"install it (apt-get install containerd runc)", ErrNoContainerd)
+		}
+		if err != nil {
+			return err
+		}
+		log.Info("started managed containerd", "pid", d.PID(), "address", socket, "log", logPath)
+		pid = d.PID()
+		c, err = dial(ctx, socket, cfg.Namespace)
+		return err
+	})
+	return c, pid, err
+}
+
+// socketPID is the pid of the process listening on a unix socket.
+func socketPID(path string) (int, error) {
+	conn, err := net.Dial("unix", path)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	raw, err := conn.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if credErr != nil {
+		return 0, credErr
+	}
+	return int(cred.Pid), nil
 }
 
 // dial connects to address and checks that containerd serves. It fails fast

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,29 +112,14 @@ func TestStartDaemonStop(t *testing.T) {
 	}
 }
 
-// socketPID is the pid of the process listening on a unix socket.
-func socketPID(t *testing.T, path string) int {
+// mustSocketPID is the pid of the process listening on a unix socket.
+func mustSocketPID(t *testing.T, path string) int {
 	t.Helper()
-	conn, err := net.Dial("unix", path)
+	pid, err := socketPID(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
-	raw, err := conn.(*net.UnixConn).SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cred *unix.Ucred
-	var credErr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if credErr != nil {
-		t.Fatal(credErr)
-	}
-	return int(cred.Pid)
+	return pid
 }
 
 func TestConnectStartsThenReuses(t *testing.T) {
@@ -147,23 +131,27 @@ func TestConnectStartsThenReuses(t *testing.T) {
 		RunDir:    shortTempDir(t),
 		Namespace: testNamespace,
 		Logger:    testLogger(t),
+		UnitDirs:  []string{t.TempDir()}, // no containerd installed
 	}
 	ctx := context.Background()
 	c1, err := Connect(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c1.Close()
+	defer c1.Client.Close()
+	if got, ok, err := readChoice(cfg.StateDir); !ok || err != nil || !got.Managed {
+		t.Errorf("recorded choice %+v (%v, %v), want managed", got, ok, err)
+	}
 	socket := cfg.managedSocket()
-	pid := socketPID(t, socket)
+	pid := mustSocketPID(t, socket)
 	t.Cleanup(func() { stopPID(t, pid) })
 
 	c2, err := Connect(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c2.Close()
-	if again := socketPID(t, socket); again != pid {
+	defer c2.Client.Close()
+	if again := mustSocketPID(t, socket); again != pid {
 		t.Fatalf("second Connect talks to pid %d, want the running %d", again, pid)
 	}
 	env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
@@ -223,5 +211,122 @@ func TestStartDaemonEarlyExit(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), logPath) {
 		t.Errorf("error %q does not point at the log", err)
+	}
+}
+
+// A recorded system containerd that is briefly gone (restarting) is waited
+// for: noderun does not start a managed one in its place, even where it
+// would on a first start (no socket, no socket directory, no unit file).
+func TestConnectWaitsForRecordedDaemon(t *testing.T) {
+	requireDaemonPrereqs(t)
+	root := t.TempDir()
+	socketDir := filepath.Join(shortTempDir(t), "d")
+	socket := filepath.Join(socketDir, "c.sock")
+	start := func() *Daemon {
+		d, err := StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
+			socket, filepath.Join(root, "containerd.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { stopPID(t, d.PID()) })
+		return d
+	}
+	cfg := DaemonConfig{
+		Address: socket, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace,
+		Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
+	}
+	first := start()
+	conn, err := Connect(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn.Client.Close()
+	if err := first.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(socketDir); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	type result struct {
+		conn *Conn
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, err := Connect(ctx, cfg)
+		done <- result{c, err}
+	}()
+	time.Sleep(2 * time.Second)
+	if _, err := os.Stat(cfg.managedSocket()); !errors.Is(err, os.ErrNotExist) {
+		if pid, err := socketPID(cfg.managedSocket()); err == nil {
+			stopPID(t, pid)
+		}
+		t.Fatal("a managed containerd was started while the recorded one was away")
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("Connect returned while nothing answered: %v", r.err)
+	default:
+	}
+	second := start()
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	defer r.conn.Client.Close()
+	if pid := mustSocketPID(t, r.conn.Address); pid != second.PID() || r.conn.Managed {
+		t.Fatalf("connected to pid %d (managed %v), want the recorded daemon, pid %d", pid, r.conn.Managed, second.PID())
+	}
+}
+
+// A managed containerd that dies is started again, and the client noderun
+// holds talks to the new one.
+func TestSuperviseRestartsManagedDaemon(t *testing.T) {
+	requireDaemonPrereqs(t)
+	cfg := DaemonConfig{
+		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Client.Close()
+	pid := mustSocketPID(t, conn.Address)
+	t.Cleanup(func() {
+		if pid, err := socketPID(conn.Address); err == nil {
+			stopPID(t, pid)
+		}
+	})
+	supervised := make(chan struct{})
+	go func() {
+		conn.Supervise(ctx)
+		close(supervised)
+	}()
+	defer func() {
+		cancel()
+		<-supervised
+	}()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if again, err := socketPID(conn.Address); err == nil && again != pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("managed containerd not restarted after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	vctx, vcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer vcancel()
+	if _, err := conn.Client.Version(vctx); err != nil {
+		t.Fatalf("client after the restart: %v", err)
 	}
 }

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// errLocked means another noderun runs on the same directories.
+var errLocked = errors.New("another noderun uses these directories")
+
+// lockDirs takes an exclusive flock on <dir>/lock in each dir and writes our
+// PID into it, so that a second noderun on the same directories stops
+// before it touches anything (the status socket, other pods). The locks
+// last until release, or until the process exits, however it exits.
+func lockDirs(dirs ...string) (release func(), err error) {
+	var held []*os.File
+	closeAll := func() {
+		for _, f := range held {
+			f.Close()
+		}
+	}
+	var locked []string
+	for _, dir := range dirs {
+		path := filepath.Join(dir, "lock")
+		if slices.Contains(locked, path) {
+			continue // one dir given twice: a second flock would fail on our own
+		}
+		locked = append(locked, path)
+		f, err := lockFile(path)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		held = append(held, f)
+	}
+	return closeAll, nil
+}
+
+func lockFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is held by pid %s", errLocked, path, holder(path))
+		}
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	if err := f.Truncate(0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// holder reads the PID the lock's holder wrote; "unknown" when it has not
+// written it yet.
+func holder(path string) string {
+	b, _ := os.ReadFile(path)
+	if pid := strings.TrimSpace(string(b)); pid != "" {
+		return pid
+	}
+	return "unknown"
+}

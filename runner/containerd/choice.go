@@ -1,0 +1,140 @@
+package containerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"github.com/noderun/noderun/internal/atomicfile"
+)
+
+// ErrDaemonChanged means the flags ask for another containerd than the one
+// recorded in the state dir.
+var ErrDaemonChanged = errors.New("containerd differs from the recorded one")
+
+// systemdUnitDirs are where systemd looks for a system unit file.
+var systemdUnitDirs = []string{
+	"/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+	"/usr/lib/systemd/system", "/lib/systemd/system",
+}
+
+// Choice is the containerd noderun uses. It is recorded in the state dir at
+// the first successful connect and kept on every later start: pods live in
+// one daemon, and switching would run them twice.
+type Choice struct {
+	Address string `json:"address"`
+	Managed bool   `json:"managed"` // started and supervised by noderun
+}
+
+func choicePath(stateDir string) string { return filepath.Join(stateDir, "containerd.json") }
+
+// readChoice returns the recorded choice; ok is false when none is.
+func readChoice(stateDir string) (c Choice, ok bool, err error) {
+	b, err := os.ReadFile(choicePath(stateDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Choice{}, false, nil
+	}
+	if err != nil {
+		return Choice{}, false, err
+	}
+	if err := json.Unmarshal(b, &c); err != nil || c.Address == "" {
+		return Choice{}, false, fmt.Errorf("%s: not a containerd choice (%v); remove it to choose again", choicePath(stateDir), err)
+	}
+	return c, true, nil
+}
+
+func writeChoice(stateDir string, c Choice) error {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(choicePath(stateDir), append(b, '\n'), 0o644)
+}
+
+// agrees checks that the flags do not ask for another daemon than the
+// recorded one. A recorded managed daemon is kept even when the flags do
+// not ask for it: it was chosen because no containerd was installed, and
+// its pods are in it.
+func (cfg DaemonConfig) agrees(c Choice) error {
+	switch {
+	case c.Managed:
+		return nil
+	case cfg.Managed:
+		return cfg.changed(c, "a managed containerd")
+	case c.Address != cfg.Address:
+		return cfg.changed(c, cfg.Address)
+	}
+	return nil
+}
+
+func (cfg DaemonConfig) changed(c Choice, want string) error {
+	return fmt.Errorf("%w: %s records the containerd at %s, the flags ask for %s; noderun does not switch, "+
+		"since the pods in the old one would keep running without an owner: stop them there, then remove %[2]s",
+		ErrDaemonChanged, choicePath(cfg.StateDir), c.Address, want)
+}
+
+// choose picks the containerd on a start with nothing recorded. A managed
+// containerd is chosen only when asked for (cfg.Managed) or when no
+// containerd is installed, that is when all of these hold:
+//   - nothing answers at cfg.Address, and no managed containerd of an
+//     earlier noderun answers either;
+//   - neither the socket nor its directory exists: containerd creates the
+//     directory and never removes it, so on /run (a tmpfs) this means that
+//     no containerd has served there since boot;
+//   - no containerd.service unit file is installed (a system containerd
+//     that is not up yet);
+//   - a containerd binary is on PATH (to run the managed one with; without
+//     one, and with no socket, it is ErrNoContainerd).
+//
+// Otherwise it chooses cfg.Address, to be waited for.
+func (cfg DaemonConfig) choose(ctx context.Context) (Choice, error) {
+	system := Choice{Address: cfg.Address}
+	managed := Choice{Address: cfg.managedSocket(), Managed: true}
+	if cfg.Managed {
+		return managed, nil
+	}
+	if answers(ctx, cfg.Address) {
+		return system, nil
+	}
+	// Left by a noderun from before the choice was recorded.
+	if answers(ctx, managed.Address) {
+		return managed, nil
+	}
+	socket := strings.TrimPrefix(cfg.Address, "unix://")
+	if _, err := os.Stat(socket); !errors.Is(err, fs.ErrNotExist) {
+		return system, nil // there but not answering: starting, or busy
+	}
+	if _, err := exec.LookPath("containerd"); err != nil {
+		return Choice{}, fmt.Errorf("%w: nothing answers at %q and there is no containerd binary on PATH: "+
+			"install it (apt-get install containerd runc) or point --containerd-address at a running containerd",
+			ErrNoContainerd, cfg.Address)
+	}
+	if _, err := os.Stat(filepath.Dir(socket)); !errors.Is(err, fs.ErrNotExist) {
+		return system, nil
+	}
+	unitDirs := cfg.UnitDirs
+	if unitDirs == nil {
+		unitDirs = systemdUnitDirs
+	}
+	for _, dir := range unitDirs {
+		if _, err := os.Stat(filepath.Join(dir, "containerd.service")); err == nil {
+			return system, nil
+		}
+	}
+	return managed, nil
+}
+
+func answers(ctx context.Context, address string) bool {
+	c, err := dial(ctx, address, "")
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
