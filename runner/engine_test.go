@@ -382,9 +382,11 @@ func TestEngineBacksOffWhenTheExitStreamKeepsBreaking(t *testing.T) {
 		t.Fatalf("Exits called %d times without the clock moving; want 1 (a backoff, not a loop)", n)
 	}
 	for want, step := range []time.Duration{100, 200, 400} {
+		waitFor(t, fmt.Sprintf("a %dms backoff armed", step), func() bool { return f.clock.timerIn(step * time.Millisecond) })
 		f.clock.Advance(step * time.Millisecond)
 		waitFor(t, fmt.Sprintf("resubscription %d", want+2), func() bool { return calls() == want+2 })
 	}
+	waitFor(t, "an 800ms backoff armed", func() bool { return f.clock.timerIn(800 * time.Millisecond) })
 	f.clock.Advance(399 * time.Millisecond)
 	time.Sleep(20 * time.Millisecond)
 	if n := calls(); n != 4 {

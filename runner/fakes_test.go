@@ -61,6 +61,19 @@ func (c *fakeClock) Advance(d time.Duration) {
 	}
 }
 
+// timerIn reports whether an active timer fires exactly d from now: a test
+// waits for the code under test to arm it before advancing past it.
+func (c *fakeClock) timerIn(d time.Duration) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, t := range c.timers {
+		if t.active && t.at.Equal(c.now.Add(d)) {
+			return true
+		}
+	}
+	return false
+}
+
 type fakeTimer struct {
 	c      *fakeClock
 	ch     chan time.Time
