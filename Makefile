@@ -13,7 +13,7 @@ VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 BUILD_ENV   := CGO_ENABLED=0
 BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs
 
-.PHONY: all build run test test-short lint deps test-deps example-image clean
+.PHONY: all build run test test-short chaos lint deps test-deps example-image clean
 
 all: build
 
@@ -37,6 +37,11 @@ run: deps build example-image
 
 test: test-deps lint
 	$(GO) test -count=1 -timeout 15m ./...
+
+# The fault-injection suite at the issue's full sizes (make test runs it
+# small); it prints a summary: scenarios, pods, healthy restarts, leaks, time.
+chaos: test-deps
+	NODERUN_CHAOS=long $(GO) test -count=1 -run 'TestChaos' -timeout 60m -v ./e2e
 
 test-short:
 	$(GO) test -short ./...
