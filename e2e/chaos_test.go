@@ -107,6 +107,8 @@ type scenario struct {
 	healthy   map[string]podRun     // by pod name, before the fault
 	restarted map[string]bool
 	stats     procStats
+	leaks     int
+	completed bool // finish ran to its end
 }
 
 type desiredPod struct{ name, gen string }
@@ -125,6 +127,7 @@ func newScenario(t *testing.T, n *node, c *containerd.Client) *scenario {
 	}
 	s.w = watchLeaks(n, c)
 	s.baseline = s.w.state()
+	t.Cleanup(s.report)
 	return s
 }
 
@@ -216,31 +219,37 @@ func (s *scenario) task(id string) *tasktypes.Process {
 }
 
 // checkHealthy reports every healthy pod that is not running its first
-// run: another UID, container or task PID. Each counts once.
+// run: another task PID (asked of containerd, so a noderun that does not
+// answer cannot hide it) or another UID. Each counts once.
 func (s *scenario) checkHealthy() {
 	s.t.Helper()
+	var list v1.PodList
+	apiErr := s.n.get("/pods", &list)
+	if apiErr != nil {
+		s.t.Errorf("status API: %v; checking healthy pods in containerd only", apiErr)
+	}
 	for _, name := range slices.Sorted(maps.Keys(s.healthy)) {
 		if s.restarted[name] {
 			continue
 		}
 		want := s.healthy[name]
 		var why string
-		p := s.n.pod(name)
-		switch {
-		case p == nil:
-			why = "not listed"
-		case p.UID != want.uid:
-			why = fmt.Sprintf("UID %s, was %s", p.UID, want.uid)
-		default:
-			for id, pid := range want.pids {
-				if tk := s.task(id); tk == nil || tk.Status != tasktypes.Status_RUNNING || tk.Pid != pid {
-					why += fmt.Sprintf("task %s is %v, was RUNNING pid %d; ", id, tk, pid)
-				}
+		for id, pid := range want.pids {
+			if tk := s.task(id); tk == nil || tk.Status != tasktypes.Status_RUNNING || tk.Pid != pid {
+				why += fmt.Sprintf("task %s is %v, was RUNNING pid %d; ", id, tk, pid)
 			}
+		}
+		i := slices.IndexFunc(list.Items, func(p v1.Pod) bool { return p.Name == name+"-"+nodeName })
+		switch {
+		case apiErr != nil:
+		case i < 0:
+			why += "not listed"
+		case list.Items[i].UID != want.uid:
+			why += fmt.Sprintf("UID %s, was %s", list.Items[i].UID, want.uid)
 		}
 		if why != "" {
 			s.restarted[name] = true
-			s.t.Errorf("healthy pod %s restarted or lost: %s; status: %s", name, why, statusJSON(p))
+			s.t.Errorf("healthy pod %s restarted or lost: %s", name, why)
 		}
 	}
 }
@@ -264,7 +273,7 @@ func (s *scenario) finish() {
 	t.Helper()
 	s.waitDesired(60 * time.Second)
 	s.checkHealthy()
-	leaks := 0
+	leaks := 0 // noderun's own; those on the host are added below
 	for file := range s.desired {
 		if !slices.Contains(s.base, file) {
 			s.remove(file)
@@ -295,15 +304,21 @@ func (s *scenario) finish() {
 	if len(l) > 0 {
 		t.Errorf("left behind after removing every pod:\n  %s", strings.Join(l, "\n  "))
 	}
-	leaks += len(l)
+	s.leaks = leaks + len(l)
+	s.completed = true
+}
 
+// report adds the scenario to the totals, also when it stopped early.
+func (s *scenario) report() {
 	c := &chaosTotals
 	c.Lock()
 	defer c.Unlock()
-	c.completed++
+	if s.completed {
+		c.completed++
+	}
 	c.pods += s.w.podCount()
 	c.restarts += len(s.restarted)
-	c.leaks += leaks
+	c.leaks += s.leaks
 }
 
 func steadyPods(s *scenario, n int) []string {
@@ -741,11 +756,11 @@ func chaosSecondInstance(t *testing.T) {
 	case !strings.Contains(string(out), fmt.Sprint(holder)):
 		t.Errorf("the second noderun failed (%v) without naming the holder's PID %d:\n%s", err, holder, tail(out))
 	}
+	s.checkHealthy()
 	if !n.running() {
 		t.Fatalf("the first noderun exited: %v", n.proc.ProcessState)
 	}
 	n.waitHealthy()
-	s.checkHealthy()
 	s.write("new0.yaml", "new0", chaosPod("new0", 1))
 	s.finish()
 }

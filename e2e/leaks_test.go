@@ -118,7 +118,8 @@ func (w *leakWatch) state() hostState {
 	leases, err := w.c.LeasesService().List(ctx)
 	must("leases", err)
 	for _, l := range leases {
-		add("leases", l.ID)
+		// The expiry says whether containerd would collect it, and when.
+		add("leases", fmt.Sprintf("%s (created %s, expires %q)", l.ID, l.CreatedAt.Format(time.TimeOnly), l.Labels["containerd.io/gc.expire"]))
 	}
 
 	// Each sandbox dir holds the pod's pinned namespaces.
