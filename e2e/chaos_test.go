@@ -344,15 +344,11 @@ func chaosKill9(t *testing.T) {
 	for range ops {
 		name := fmt.Sprintf("churn%d", rng.IntN(4))
 		file := name + ".yaml"
-		_, present := s.desired[file]
-		switch {
-		case !present:
+		// A start, or an edit or a removal in equal parts.
+		if _, present := s.desired[file]; !present || rng.IntN(2) == 0 {
 			gens[name]++
 			s.write(file, name, chaosPod(name, gens[name]))
-		case rng.IntN(2) == 0:
-			gens[name]++
-			s.write(file, name, chaosPod(name, gens[name]))
-		default:
+		} else {
 			s.remove(file)
 		}
 		// Up to 1.5 s lands in the notice, the start or the teardown.
@@ -427,18 +423,21 @@ func startOwnContainerd(t *testing.T) *ownContainerd {
 	cd := &ownContainerd{t: t, root: filepath.Join(dir, "root"), state: filepath.Join(dir, "state"),
 		socket: filepath.Join(dir, "c.sock"), log: filepath.Join(dir, "containerd.log")}
 	t.Cleanup(func() {
-		if cd.d != nil {
-			cd.clear()
-			cd.stop()
-		}
-		if cd.c != nil {
-			cd.c.Close()
-		}
 		if t.Failed() {
 			b, _ := os.ReadFile(cd.log)
 			t.Logf("containerd log (%s), last part:\n%s", cd.log, tail(b))
 		}
 		_ = os.RemoveAll(dir)
+	})
+	t.Cleanup(func() {
+		if cd.c != nil {
+			defer cd.c.Close()
+		}
+		if cd.d == nil { // stopped by a test that failed before restarting it
+			cd.start()
+		}
+		cd.clear()
+		cd.stop()
 	})
 	cd.start()
 	if cd.c, err = containerd.New(cd.socket, containerd.WithTimeout(10*time.Second)); err != nil {
@@ -623,8 +622,8 @@ spec:
 	if !n.running() {
 		t.Fatalf("noderun exited with the filesystems full: %v", n.proc.ProcessState)
 	}
-	if got := len(n.pods()); got != 4 {
-		t.Errorf("status API lists %d pods with the filesystems full, want 4", got)
+	if got := len(n.pods()); got != len(s.desired) {
+		t.Errorf("status API lists %d pods with the filesystems full, want %d (new0 too, pending)", got, len(s.desired))
 	}
 	s.checkHealthy()
 
@@ -711,6 +710,8 @@ func chaosStalled(t *testing.T) {
 	n.waitPodFor("new0", "Running while the URL and registry stall", 20*time.Second, running)
 
 	time.Sleep(time.Until(stalled.Add(time.Duration(chaosSize(15, 120)) * time.Second)))
+	// One manifest fetch and a pull or two may be waiting at any moment;
+	// more means given-up requests keep their connections.
 	if open := l.open(); open > 4 {
 		t.Errorf("%d connections to the stalled server are open after %s, want at most 4",
 			open, time.Since(stalled).Round(time.Second))
