@@ -809,6 +809,9 @@ func chaosHostPortChurn(t *testing.T) {
 	}
 	t.Logf("%d create/delete cycles with hostPorts", streams*cycles)
 	s.waitServes("keep", "kept\n", port, waitTimeout)
+	// A rule left by the churn would send the port to a pod long gone.
+	s.write("reuse.yaml", "reuse", webPod("reuse", "reused", ports[0]))
+	s.waitServes("reuse", "reused\n", ports[0], waitTimeout)
 	s.finish()
 }
 
