@@ -254,6 +254,32 @@ func (s *scenario) checkHealthy() {
 	}
 }
 
+// checkOneRunEach asserts containerd holds one container per container of
+// each listed pod, the current run: a crash in the wrong moment must not
+// leave an older run or a second one beside it.
+func (s *scenario) checkOneRunEach() {
+	s.t.Helper()
+	for _, p := range s.n.pods() {
+		var want []string
+		for _, cs := range p.Status.ContainerStatuses {
+			want = append(want, containerID(cs))
+		}
+		cs, err := s.c.ContainerService().List(s.n.ctx(), fmt.Sprintf(podUIDFilter, p.UID))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		var got []string
+		for _, c := range cs {
+			got = append(got, c.ID)
+		}
+		slices.Sort(want)
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			s.t.Errorf("pod %s: containerd holds %q, want its current runs %q", p.Name, got, want)
+		}
+	}
+}
+
 // waitDesired waits until every desired pod runs, at its latest edit.
 func (s *scenario) waitDesired(timeout time.Duration) {
 	s.t.Helper()
@@ -273,6 +299,7 @@ func (s *scenario) finish() {
 	t.Helper()
 	s.waitDesired(60 * time.Second)
 	s.checkHealthy()
+	s.checkOneRunEach()
 	leaks := 0 // noderun's own; those on the host are added below
 	for file := range s.desired {
 		if !slices.Contains(s.base, file) {
@@ -288,11 +315,13 @@ func (s *scenario) finish() {
 		}
 	}
 	if n.running() {
-		if st, ok := n.waitProcSettled(s.stats, 20*time.Second); !ok {
+		st, ok := n.waitProcSettled(s.stats, 20*time.Second)
+		if !ok {
 			leaks++
 			t.Errorf("noderun holds %d fds and %d goroutines, %d and %d before the fault with the same pods",
 				st.fds, st.goroutines, s.stats.fds, s.stats.goroutines)
 		}
+		t.Logf("noderun's fds %d -> %d, goroutines %d -> %d", s.stats.fds, st.fds, s.stats.goroutines, st.goroutines)
 	}
 	for file := range s.desired {
 		s.remove(file)

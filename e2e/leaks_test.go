@@ -236,7 +236,7 @@ func (n *node) procStats() procStats {
 
 // Growth allowed between two quiet moments with the same pods: connections
 // and timers come and go.
-const fdSlack, goroutineSlack = 8, 16
+const fdSlack, goroutineSlack = 4, 8
 
 // waitProcSettled waits until noderun holds no more than base plus the
 // slack, and returns the last reading if it never does.
