@@ -809,17 +809,14 @@ func tail(b []byte) string {
 func chaosHostPortChurn(t *testing.T) {
 	n := newNode(t)
 	s := newScenario(t, n, client)
-	port := freePort(t)
+	const streams = 4
+	ports := freePorts(t, streams+1)
+	port := ports[streams]
 	s.write("keep.yaml", "keep", webPod("keep", "kept", port))
 	s.markHealthy("keep")
 	s.waitServes("keep", "kept\n", port, waitTimeout)
 
-	const streams = 4
 	cycles := chaosSize(13, 250) // 52 or 1,000 in all
-	ports := make([]int, streams)
-	for i := range ports {
-		ports[i] = freePort(t)
-	}
 	errs := make(chan error, streams)
 	var wg sync.WaitGroup
 	for i := range streams {
@@ -836,7 +833,7 @@ func chaosHostPortChurn(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	t.Logf("%d create/delete cycles with hostPorts", streams*cycles)
+	t.Logf("%d create/delete cycles with hostPorts %v beside the kept pod's %d", streams*cycles, ports[:streams], port)
 	s.waitServes("keep", "kept\n", port, waitTimeout)
 	// A rule left by the churn would send the port to a pod long gone.
 	s.write("reuse.yaml", "reuse", webPod("reuse", "reused", ports[0]))
@@ -950,4 +947,20 @@ func (s *stall) open() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.conns)
+}
+
+// freePorts returns k distinct free ports: each listener stays open until
+// all are chosen, as one closed at once may be handed out again.
+func freePorts(t *testing.T, k int) []int {
+	t.Helper()
+	var ports []int
+	for range k {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
 }
