@@ -97,6 +97,13 @@ func runNode(c *cli.Context) error {
 	defer conn.Client.Close()
 	go conn.Supervise(ctx)
 	client := conn.Client
+	// Before any create, pull or import: what a killed noderun was doing
+	// holds leases (and snapshots, content) for a day otherwise.
+	if n, err := ctrdrt.ReleaseLeftoverLeases(ctx, client); err != nil {
+		log.Warn("leftover leases not released", "err", err)
+	} else if n > 0 {
+		log.Info("released leases left by an earlier run", "count", n)
+	}
 
 	imagesDir := c.String("images-dir")
 	if imagesDir == "" {

@@ -40,21 +40,24 @@ func ImportArchive(ctx context.Context, c *ctrd.Client, path, snapshotter string
 		return nil, err
 	}
 	defer f.Close()
-	imgs, err := c.Import(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("import %s: %w", path, err)
-	}
-	if len(imgs) == 0 {
-		return nil, fmt.Errorf("import %s: archive names no image", path)
-	}
-	names := make([]string, 0, len(imgs))
-	for _, img := range imgs {
-		if err := ctrd.NewImage(c, img).Unpack(ctx, snapshotter); err != nil {
-			return names, fmt.Errorf("unpack %s from %s: %w", img.Name, path, err)
+	var names []string
+	err = withLease(ctx, c, leaseImport, func(ctx context.Context) error {
+		imgs, err := c.Import(ctx, f)
+		if err != nil {
+			return fmt.Errorf("import %s: %w", path, err)
 		}
-		names = append(names, img.Name)
-	}
-	return names, nil
+		if len(imgs) == 0 {
+			return fmt.Errorf("import %s: archive names no image", path)
+		}
+		for _, img := range imgs {
+			if err := ctrd.NewImage(c, img).Unpack(ctx, snapshotter); err != nil {
+				return fmt.Errorf("unpack %s from %s: %w", img.Name, path, err)
+			}
+			names = append(names, img.Name)
+		}
+		return nil
+	})
+	return names, err
 }
 
 // ImportDir imports every *.tar in dir in name order, skipping dot-files
@@ -272,7 +275,11 @@ func unreachable(err error) bool {
 }
 
 func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string, opts ...ctrd.RemoteOpt) (ctrd.Image, error) {
-	img, err := c.Pull(ctx, name, append([]ctrd.RemoteOpt{ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(snapshotter)}, opts...)...)
+	var img ctrd.Image
+	err := withLease(ctx, c, leasePull, func(ctx context.Context) (err error) {
+		img, err = c.Pull(ctx, name, append([]ctrd.RemoteOpt{ctrd.WithPullUnpack, ctrd.WithPullSnapshotter(snapshotter)}, opts...)...)
+		return err
+	})
 	if err == nil {
 		return img, nil
 	}

@@ -233,14 +233,18 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	}
 	specOpts := append(r.specOpts(cfg), secOpts...)
 	runtimeOpts := &options.Options{Root: r.runcRoot}
-	newContainer := func() (ctrd.Container, error) {
-		return r.client.NewContainer(ctx, cfg.ID,
-			ctrd.WithImageName(cfg.Image.Ref),
-			withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
-			ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
-			ctrd.WithContainerLabels(labelsFor(cfg)),
-			ctrd.WithNewSpec(specOpts...),
-			r.withUserLabel(cfg))
+	newContainer := func() (c ctrd.Container, err error) {
+		err = withLease(ctx, r.client, leaseCreate, func(ctx context.Context) error {
+			c, err = r.client.NewContainer(ctx, cfg.ID,
+				ctrd.WithImageName(cfg.Image.Ref),
+				withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
+				ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
+				ctrd.WithContainerLabels(labelsFor(cfg)),
+				ctrd.WithNewSpec(specOpts...),
+				r.withUserLabel(cfg))
+			return err
+		})
+		return c, err
 	}
 	c, err := newContainer()
 	if errdefs.IsAlreadyExists(err) {

@@ -1,0 +1,89 @@
+package containerd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/leases"
+	"github.com/containerd/containerd/snapshots"
+)
+
+// A lease noderun takes is deleted even when the operation's context was
+// cancelled (a pull given up on); containerd's own is not.
+func TestLeaseDeletedAfterCancel(t *testing.T) {
+	rt := testRuntime(t)
+	ctx, cancel := context.WithCancel(rt.ctx(context.Background()))
+	var id string
+	err := withLease(ctx, rt.client, leasePull, func(ctx context.Context) error {
+		id, _ = leases.FromContext(ctx)
+		cancel() // the progress watchdog gave up
+		return ctx.Err()
+	})
+	if !errors.Is(err, context.Canceled) || id == "" {
+		t.Fatalf("err %v, lease %q", err, id)
+	}
+	all, err := rt.client.LeasesService().List(rt.ctx(context.Background()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range all {
+		if l.ID == id {
+			t.Fatalf("lease %s outlived its pull", id)
+		}
+	}
+}
+
+// What a noderun killed mid-create left (its lease and the snapshot the
+// lease held) is released at the next start, and containerd collects the
+// snapshot; another program's lease and a running import's stay.
+func TestReleaseLeftoverLeases(t *testing.T) {
+	rt := testRuntime(t)
+	ctx := rt.ctx(context.Background())
+	ls := rt.client.LeasesService()
+	left, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseCreate}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t, rt, "killed-mid-create", "true")
+	facts, _ := rt.imageFacts(digestOf(cfg.Image.ID))
+	if _, err := rt.client.SnapshotService(rt.snapshotter).Prepare(leases.WithLease(ctx, left.ID), cfg.ID, facts.chainID); err != nil {
+		t.Fatal(err)
+	}
+	foreign, err := ls.Create(ctx, leases.WithRandomID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	importing, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseImport}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Delete(ctx, foreign)
+	defer ls.Delete(ctx, importing)
+
+	n, err := ReleaseLeftoverLeases(ctx, rt.client)
+	if err != nil || n != 1 {
+		t.Fatalf("released %d, %v; want the create lease only", n, err)
+	}
+	all, _ := ls.List(ctx)
+	ids := map[string]bool{}
+	for _, l := range all {
+		ids[l.ID] = true
+	}
+	if ids[left.ID] || !ids[foreign.ID] || !ids[importing.ID] {
+		t.Fatalf("leases after release %v; want %s gone, %s and %s kept", ids, left.ID, foreign.ID, importing.ID)
+	}
+	sn := rt.client.SnapshotService(rt.snapshotter)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := sn.Stat(ctx, cfg.ID); errdefs.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var keys []string
+			_ = sn.Walk(ctx, func(_ context.Context, i snapshots.Info) error { keys = append(keys, i.Name); return nil })
+			t.Fatalf("the interrupted create's snapshot was not collected: %v", keys)
+		}
+	}
+}
