@@ -131,6 +131,10 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 		// is the best remaining guess.
 		m.log.Warn("ignoring unreadable CNI cache", "id", a.ID, "err", err)
 	}
+	var strays []string
+	if netns == "" {
+		strays = m.hostInterfaces(cached) // DEL forgets them
+	}
 	var networks []string
 	var errs []error
 	for _, c := range cached {
@@ -151,6 +155,9 @@ func (m *Manager) del(ctx context.Context, a Attachment, fallback *libcni.Networ
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := removeStrayVeths(strays); err != nil {
 		return err
 	}
 	if len(networks) > 0 && netns == "" {

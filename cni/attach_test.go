@@ -18,6 +18,7 @@ import (
 	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/internal/atomicfile"
@@ -538,5 +539,37 @@ func TestDelWithLiveNetnsLeavesNoRules(t *testing.T) {
 	}
 	if rules := natLines(t, a.ID); len(rules) > 0 {
 		t.Fatalf("rules left after DEL:\n%s", strings.Join(rules, "\n"))
+	}
+}
+
+// A netns whose pin is gone but that something still holds open (a stray
+// process, another tool's fd) keeps the pod's veth pair alive: DEL without
+// the netns cannot reach it, so the host end named in the cached result
+// is removed directly rather than left on the bridge with the old address.
+func TestDelRemovesHostVethOfAHeldNetns(t *testing.T) {
+	requirePlugins(t)
+	m, err := New(testNetwork(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := testPod(t, m, "held")
+	if _, err := m.Add(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	veth := hostVeth(t, m, a)
+	held, err := os.Open(a.NetNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if err := RemoveNamespaces(filepath.Dir(a.NetNS)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Del(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := netlink.LinkByName(veth); err == nil {
+		t.Fatalf("host veth %s left on the bridge after DEL", veth)
 	}
 }

@@ -2,6 +2,7 @@ package cni
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/containernetworking/cni/libcni"
@@ -18,6 +19,10 @@ func (m *Manager) HostInterfaces(a Attachment) []string {
 	if err != nil {
 		return nil
 	}
+	return m.hostInterfaces(cached)
+}
+
+func (m *Manager) hostInterfaces(cached []*libcni.NetworkAttachment) []string {
 	var out []string
 	for _, c := range cached {
 		list, err := libcni.NetworkConfFromBytes(c.Config)
@@ -73,4 +78,22 @@ func WatchLinkDeletions(ctx context.Context, gone func(name string)) error {
 			}
 		}
 	}
+}
+
+// removeStrayVeths deletes the named host interfaces that are veths: the
+// host ends of a pod whose netns is gone from its pin but still held open
+// elsewhere, which a DEL without the netns cannot reach. Left on the
+// bridge, such a veth keeps the old address's neighbour and traffic.
+func removeStrayVeths(names []string) error {
+	var errs []error
+	for _, name := range names {
+		l, err := netlink.LinkByName(name)
+		if err != nil || l.Type() != "veth" {
+			continue // gone with its netns, or the bridge
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("cni: remove %s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
