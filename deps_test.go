@@ -12,16 +12,17 @@ import (
 func TestPackageDependencies(t *testing.T) {
 	const mod = "github.com/noderun/noderun"
 	allowed := map[string][]string{
-		"manifests":                     {"internal/atomicfile"},
-		"cni":                           {"internal/atomicfile"},
+		"manifests":                     {"internal/atomicfile", "internal/bandwidth"},
+		"cni":                           {"internal/atomicfile", "internal/bandwidth"},
 		"crilog":                        nil,
 		"systemd":                       nil,
 		"internal/ociimage":             nil,
 		"internal/testenv":              nil,
-		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile"},
+		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile", "internal/bandwidth"},
 		"runner/prober":                 {"internal/expansion"},
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
+		"internal/bandwidth":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},

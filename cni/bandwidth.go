@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"k8s.io/apimachinery/pkg/api/resource"
+	"github.com/noderun/noderun/internal/bandwidth"
 )
 
 // Bandwidth limits a pod's traffic: rates in bits per second, bursts in
@@ -16,13 +16,6 @@ type Bandwidth struct {
 	EgressRate   uint64 `json:"egressRate,omitempty"`
 	EgressBurst  uint64 `json:"egressBurst,omitempty"`
 }
-
-// The kubelet's bounds for bandwidth annotations
-// (pkg/util/bandwidth.validateBandwidthIsReasonable).
-var (
-	minBandwidth = resource.MustParse("1k")
-	maxBandwidth = resource.MustParse("1P")
-)
 
 // defaultBurst is the burst the kubelet passed to the bandwidth plugin for
 // every limit (math.MaxInt32 bits, i.e. 256 MiB): pods have no annotation
@@ -39,10 +32,10 @@ func ParseBandwidth(ingress, egress string) (*Bandwidth, error) {
 	}
 	var bw Bandwidth
 	var err error
-	if bw.IngressRate, err = parseRate(ingress); err != nil {
+	if bw.IngressRate, err = bandwidth.ParseRate(ingress); err != nil {
 		return nil, fmt.Errorf("cni: ingress bandwidth: %w", err)
 	}
-	if bw.EgressRate, err = parseRate(egress); err != nil {
+	if bw.EgressRate, err = bandwidth.ParseRate(egress); err != nil {
 		return nil, fmt.Errorf("cni: egress bandwidth: %w", err)
 	}
 	if bw.IngressRate > 0 {
@@ -52,24 +45,4 @@ func ParseBandwidth(ingress, egress string) (*Bandwidth, error) {
 		bw.EgressBurst = defaultBurst
 	}
 	return &bw, nil
-}
-
-// parseRate parses one annotation value; "" is 0, no limit.
-func parseRate(s string) (uint64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	q, err := resource.ParseQuantity(s)
-	if err != nil {
-		return 0, fmt.Errorf("%q: %w", s, err)
-	}
-	// Value rounds up to a whole bit per second, as in the kubelet's check.
-	v := q.Value()
-	switch {
-	case v < minBandwidth.Value():
-		return 0, fmt.Errorf("%q is unreasonably small (< 1kbit)", s)
-	case v > maxBandwidth.Value():
-		return 0, fmt.Errorf("%q is unreasonably large (> 1Pbit)", s)
-	}
-	return uint64(v), nil
 }

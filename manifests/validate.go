@@ -9,6 +9,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/noderun/noderun/internal/bandwidth"
 )
 
 // validator collects ManifestErrors; each check adds to it and goes on, so
@@ -74,6 +76,14 @@ func (v *validator) metadata(pod *v1.Pod) {
 	}
 	if pod.GenerateName != "" {
 		v.add("metadata.generateName", "static pods need a fixed metadata.name")
+	}
+	// Checked here too, not only when the pod's network is attached.
+	for _, key := range []string{bandwidth.IngressAnnotation, bandwidth.EgressAnnotation} {
+		if val, ok := pod.Annotations[key]; ok {
+			if _, err := bandwidth.ParseRate(val); err != nil {
+				v.add(fmt.Sprintf("metadata.annotations[%s]", key), "%v", err)
+			}
+		}
 	}
 }
 

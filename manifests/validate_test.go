@@ -22,6 +22,20 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "minimal pod", in: podWith(oneContainer)},
 		{
+			name: "bandwidth annotations",
+			in:   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {kubernetes.io/ingress-bandwidth: 10M, kubernetes.io/egress-bandwidth: 1Gi}\nspec:\n" + oneContainer,
+		},
+		{
+			name:    "bandwidth annotation below the kubelet's bound",
+			in:      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {kubernetes.io/egress-bandwidth: \"10\"}\nspec:\n" + oneContainer,
+			wantErr: `metadata.annotations[kubernetes.io/egress-bandwidth]: "10" is unreasonably small (< 1kbit)`,
+		},
+		{
+			name:    "bandwidth annotation that is no quantity",
+			in:      "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {kubernetes.io/ingress-bandwidth: fast}\nspec:\n" + oneContainer,
+			wantErr: `metadata.annotations[kubernetes.io/ingress-bandwidth]: "fast": quantities must match the regular expression`,
+		},
+		{
 			name: "sidecar init container",
 			in:   podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always, readinessProbe: {tcpSocket: {port: 80}}}\n" + oneContainer),
 		},

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderun/noderun/internal/atomicfile"
+	"github.com/noderun/noderun/internal/bandwidth"
 )
 
 // sync brings one pod to its spec, the way the kubelet's SyncPod does:
@@ -468,8 +469,8 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		Dir:              w.podRunDir(),
 		Epoch:            w.st.epoch,
 		Ports:            hostPorts(pod),
-		IngressBandwidth: pod.Annotations["kubernetes.io/ingress-bandwidth"],
-		EgressBandwidth:  pod.Annotations["kubernetes.io/egress-bandwidth"],
+		IngressBandwidth: pod.Annotations[bandwidth.IngressAnnotation],
+		EgressBandwidth:  pod.Annotations[bandwidth.EgressAnnotation],
 	}
 }
 
