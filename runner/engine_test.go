@@ -523,3 +523,18 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 		return os.IsNotExist(err)
 	})
 }
+
+// An exit whose pod could not be read from the container's labels still
+// wakes the pod's worker (every worker), not only the next resync.
+func TestEngineExitWithoutPodWakesEveryWorker(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	id := f.rt.started[0].ID
+	f.rt.mu.Lock()
+	c := f.rt.containers[id]
+	c.State, c.ExitCode, c.FinishedAt = StateExited, 1, f.clock.Now()
+	f.rt.mu.Unlock()
+	f.rt.exits <- ExitEvent{ContainerID: id, ExitCode: 1} // no PodUID
+	waitFor(t, "restart without a resync", func() bool { return f.rt.startedCount() == 2 })
+}
