@@ -162,13 +162,17 @@ func (a *podActions) initActions(v podView) bool {
 		c := &spec.InitContainers[i]
 		run := v.runs[c.Name]
 		current := run != nil && v.current(run)
+		if run != nil && run.State == StateUnknown {
+			// Cannot tell, even for a run from a gone sandbox: it may
+			// still run, so nothing starts beside it.
+			a.unknown = true
+			if !initialized {
+				return false
+			}
+			continue
+		}
 		if isSidecar(c) {
 			switch {
-			case current && run.State == StateUnknown:
-				a.unknown = true
-				if !initialized {
-					return false
-				}
 			case !current || run.State != StateRunning:
 				a.start = append(a.start, startAction{c: c, init: true, prev: run})
 				if !initialized {
@@ -190,9 +194,6 @@ func (a *podActions) initActions(v podView) bool {
 			a.start = append(a.start, startAction{c: c, init: true, prev: run})
 			return false
 		case run.State == StateRunning:
-			return false
-		case run.State == StateUnknown:
-			a.unknown = true
 			return false
 		case run.State == StateExited && run.ExitCode == 0:
 			continue

@@ -234,6 +234,14 @@ func TestComputePodActions(t *testing.T) {
 				return runs(run(p, "side", StateUnknown, 0), running(p, "a"), running(p, "b"))
 			},
 			want: "kill: start: unknown"},
+		{name: "an unknown init run from a gone sandbox holds the pod, nothing starts beside it", pod: p(always, "init"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(run(p, "init", StateUnknown, 0)) },
+			epoch: "e2", want: "kill: start: init-pending unknown"},
+		{name: "an unknown sidecar from a gone sandbox is not started again; nothing acts until it is known", pod: p(always, "side"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(run(p, "side", StateUnknown, 0), running(p, "a"), running(p, "b"))
+			},
+			epoch: "e2", want: "kill: start: init-pending unknown"},
 		{name: "OnFailure pod that completed is not initialized again in a new sandbox", pod: p(onFailure, "init"),
 			runs: func(p *v1.Pod) map[string]*ContainerStatus {
 				return runs(exited(p, "init", 0), exited(p, "a", 0), exited(p, "b", 0))

@@ -347,9 +347,10 @@ const (
 )
 
 // desired merges every source's pods. A namespace/name or UID defined by
-// two sources runs once: the pod already running keeps it, else the first
-// source by name; the other is an error of its source in /manifests (both
-// would share a hostname, host ports and hostPaths).
+// two sources runs once: the pod already running (or with state on disk,
+// from before a noderun restart) keeps it, else the first source by name;
+// the other is an error of its source in /manifests (both would share a
+// hostname, host ports and hostPaths).
 func (e *Engine) desired() map[types.UID]*v1.Pod {
 	type candidate struct {
 		source string
@@ -367,9 +368,15 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 			cands = append(cands, candidate{name, p})
 		}
 	}
+	// Running: a worker has it, or (after a noderun restart, before any
+	// worker) it has state on disk.
+	ran := map[types.UID]bool{}
+	for _, uid := range e.podDirs() {
+		ran[uid] = true
+	}
 	e.mu.Lock()
 	slices.SortStableFunc(cands, func(a, b candidate) int {
-		ra, rb := e.workers[a.pod.UID] != nil, e.workers[b.pod.UID] != nil
+		ra, rb := ran[a.pod.UID] || e.workers[a.pod.UID] != nil, ran[b.pod.UID] || e.workers[b.pod.UID] != nil
 		switch {
 		case ra && !rb:
 			return -1

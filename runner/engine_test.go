@@ -538,3 +538,25 @@ func TestEngineExitWithoutPodWakesEveryWorker(t *testing.T) {
 	f.rt.exits <- ExitEvent{ContainerID: id, ExitCode: 1} // no PodUID
 	waitFor(t, "restart without a resync", func() bool { return f.rt.startedCount() == 2 })
 }
+
+// A kill that could not end the run (its shim stopped answering) leaves it
+// Unknown: no replacement starts beside it.
+func TestEngineNoReplacementBesideARunAKillLeftUnknown(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.mu.Lock()
+	f.rt.stopHangs = true
+	f.rt.mu.Unlock()
+	changed := pod.DeepCopy()
+	changed.Spec.Containers[0].Args = []string{"changed"}
+	f.send(changed)
+	waitFor(t, "the kill", func() bool { return len(f.rt.callLog()) > 0 })
+	time.Sleep(50 * time.Millisecond)
+	f.clock.Advance(time.Minute) // retries and backoffs pass
+	time.Sleep(50 * time.Millisecond)
+	if n := f.rt.startedCount(); n != 1 {
+		t.Fatalf("%d starts; a replacement started beside a run that may still be running", n)
+	}
+}

@@ -114,6 +114,7 @@ type fakeRuntime struct {
 	exits       chan ExitEvent
 	startErr    error
 	stopGate    chan struct{} // when set, stops wait for it to close
+	stopHangs   bool          // a stop leaves the run Unknown and fails, as with a stalled shim
 	exitsBroken bool
 	pingErr     error
 	exitsCalls  int
@@ -190,6 +191,10 @@ func (r *fakeRuntime) StopContainer(_ context.Context, id string, grace time.Dur
 	defer r.mu.Unlock()
 	r.stopped = append(r.stopped, id)
 	r.calls = append(r.calls, fmt.Sprintf("stop %s %s", id, grace))
+	if c := r.containers[id]; c != nil && r.stopHangs {
+		c.State = StateUnknown
+		return fmt.Errorf("stop %s: gave up (shim not answering)", id)
+	}
 	if c := r.containers[id]; c != nil && c.State == StateRunning {
 		c.State, c.ExitCode, c.FinishedAt = StateExited, 137, r.clock.Now()
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +94,35 @@ func TestSameNameFromTwoSourcesRunsOnce(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if n := f.rt.startedCount(); n != 1 || f.status("uid-a") != nil {
 		t.Fatalf("%d starts, status of a's pod %v; want only b's pod", n, f.status("uid-a"))
+	}
+	if calls := f.rt.callLog(); len(calls) != 0 {
+		t.Fatalf("runtime calls %v; the running pod must be left alone", calls)
+	}
+}
+
+// After a noderun restart no worker exists yet: the definition whose pod
+// has state on disk keeps the name, whichever source answers first.
+func TestSameNameFromTwoSourcesAfterARestart(t *testing.T) {
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	dir := t.TempDir()
+	cfg := Config{NodeName: "n1", StateDir: dir + "/state", RunDir: dir + "/run", PodLogDir: dir + "/logs",
+		ResolvConf: dir + "/none", Clock: clock}
+	fromB := testPod("uid-b", "web", v1.RestartPolicyAlways)
+	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "pods", "uid-b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.containers["b-main"] = &ContainerStatus{ID: "b-main", PodUID: "uid-b", PodName: fromB.Name, PodNamespace: "default",
+		Name: "main", SpecHash: specHash(&fromB.Spec.Containers[0]), State: StateRunning, PID: 42}
+	f.net.adopted = map[string]bool{"uid-b": true}
+	f.e = New(cfg, f.rt, f.net)
+	go f.e.Run(t.Context(), f.snaps, 2)
+	f.snaps <- manifests.Snapshot{Source: "file:/a", Pods: []*v1.Pod{testPod("uid-a", "web", v1.RestartPolicyAlways)}}
+	f.snaps <- manifests.Snapshot{Source: "http:/b", Pods: []*v1.Pod{fromB}}
+	waitFor(t, "b's pod adopted", func() bool { p := f.status("uid-b"); return p != nil && p.Status.Phase == v1.PodRunning })
+	time.Sleep(50 * time.Millisecond)
+	if n := f.rt.startedCount(); n != 0 || f.status("uid-a") != nil {
+		t.Fatalf("%d starts, a's status %v; the pod that ran must keep the name", n, f.status("uid-a"))
 	}
 	if calls := f.rt.callLog(); len(calls) != 0 {
 		t.Fatalf("runtime calls %v; the running pod must be left alone", calls)

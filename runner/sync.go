@@ -144,8 +144,11 @@ func (w *podWorker) act(ctx context.Context, pod *v1.Pod, acts podActions, lates
 	}
 	var requeue time.Duration
 	for _, s := range acts.start {
-		if run := latest[s.c.Name]; run != nil && run.State == StateRunning {
-			continue // a kill above did not take; the next sync sees it
+		if run := latest[s.c.Name]; run != nil && (run.State == StateRunning || run.State == StateUnknown) {
+			// A kill above did not take, or its shim does not answer:
+			// never a second instance; the next sync sees it.
+			requeue = minPositive(requeue, w.failDelay("unknown"))
+			continue
 		}
 		if cur := latest[s.c.Name]; cur != nil {
 			s.prev = cur // as it is after the kills
