@@ -74,6 +74,8 @@ func Serve(path string, stdout, stderr io.Reader, ready io.Closer) error {
 // that cannot be written (a full disk) is dropped and counted, never left
 // in the pipe: a container blocked on its next write would hang for good.
 func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
+	report, flush := async(report)
+	defer flush()
 	reported := func(err error) error {
 		if err != nil {
 			report(err)
@@ -98,6 +100,35 @@ func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(e
 		err = errors.Join(err, reported(cerr))
 	}
 	return err
+}
+
+// async sends reports from a goroutine of their own, dropping them when
+// it is behind: a report (to syslog, whose socket may be full under the
+// same pressure that made the write fail) must never hold up the copy,
+// or the container blocks. flush waits up to a second for what is queued.
+func async(report func(error)) (send func(error), flush func()) {
+	queue := make(chan error, 8)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for err := range queue {
+			report(err)
+		}
+	}()
+	send = func(err error) {
+		select {
+		case queue <- err:
+		default:
+		}
+	}
+	flush = func() {
+		close(queue)
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
+	}
+	return send, flush
 }
 
 func openLog(path string) (*os.File, error) {

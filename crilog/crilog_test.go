@@ -442,3 +442,28 @@ func TestServeNeverBlocksTheWriterOnAFullDisk(t *testing.T) {
 		t.Fatalf("serve = %v, want ENOSPC reported", err)
 	}
 }
+
+// A report that blocks (syslog's socket full) never holds up the copy.
+func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- serve("/dev/full", outR, strings.NewReader(""), &closeRecorder{}, func(error) { <-block })
+	}()
+	wrote := make(chan struct{})
+	go func() {
+		for range 1024 {
+			outW.Write([]byte(strings.Repeat("x", 1023) + "\n"))
+		}
+		outW.Close()
+		close(wrote)
+	}()
+	select {
+	case <-wrote:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the container's writes blocked behind a blocked report")
+	}
+	<-done
+}

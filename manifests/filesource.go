@@ -213,8 +213,8 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 	switch {
 	case ev.Has(fsnotify.Write):
 		r.written[ev.Name] = time.Now()
-	case ev.Has(fsnotify.Create):
-		delete(r.written, ev.Name) // a new file there, renamed in whole
+	case ev.Has(fsnotify.Create | fsnotify.Remove | fsnotify.Rename):
+		delete(r.written, ev.Name) // a new file there, renamed in whole; or none
 	}
 	if ev.Name == r.watched && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 		r.unwatch()

@@ -235,7 +235,7 @@ func TestComputePodActions(t *testing.T) {
 			},
 			want: "kill: start: unknown"},
 		{name: "an unknown init run from a gone sandbox holds the pod, nothing starts beside it", pod: p(always, "init"),
-			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(run(p, "init", StateUnknown, 0)) },
+			runs:  func(p *v1.Pod) map[string]*ContainerStatus { return runs(run(p, "init", StateUnknown, 0)) },
 			epoch: "e2", want: "kill: start: init-pending unknown"},
 		{name: "an unknown sidecar from a gone sandbox is not started again; nothing acts until it is known", pod: p(always, "side"),
 			runs: func(p *v1.Pod) map[string]*ContainerStatus {

@@ -444,7 +444,11 @@ func (e *Engine) apply(ctx context.Context) {
 // containers or state directory remain but that no source wants. Desired
 // pods already have workers, which adopt their running containers.
 func (e *Engine) removeOrphans(ctx context.Context) error {
-	existing, err := e.rt.ListContainers(ctx, "")
+	// On the loop: a containerd that hangs must not stall it (the
+	// watchdog would restart noderun, which cannot help); settle retries.
+	lctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	existing, err := e.rt.ListContainers(lctx, "")
 	if err != nil {
 		return fmt.Errorf("list containers: %w", err)
 	}

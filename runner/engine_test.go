@@ -509,7 +509,8 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 	cfg := Config{NodeName: "n1", StateDir: dir + "/state", RunDir: dir + "/run", PodLogDir: dir + "/logs",
 		ResolvConf: dir + "/none", Clock: clock}
 	logs := filepath.Join(cfg.PodLogDir, "default_old-n1_gone", "main")
-	for _, d := range []string{filepath.Join(cfg.StateDir, "pods", "gone"), logs} {
+	other := filepath.Join(cfg.PodLogDir, "default_x-n1_a_gone") // a UID may hold "_": not this pod's
+	for _, d := range []string{filepath.Join(cfg.StateDir, "pods", "gone"), logs, other} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -522,6 +523,9 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 		_, err := os.Stat(filepath.Dir(logs))
 		return os.IsNotExist(err)
 	})
+	if _, err := os.Stat(other); err != nil {
+		t.Fatalf("another pod's logs went too: %v", err)
+	}
 }
 
 // An exit whose pod could not be read from the container's labels still

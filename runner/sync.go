@@ -447,7 +447,8 @@ func (w *podWorker) podLogDirs() []string {
 	ents, _ := os.ReadDir(w.env.cfg.PodLogDir)
 	var out []string
 	for _, d := range ents {
-		if d.IsDir() && strings.HasSuffix(d.Name(), "_"+string(w.uid)) {
+		// <namespace>_<name>_<uid>: the first two hold no "_", a UID may.
+		if parts := strings.SplitN(d.Name(), "_", 3); d.IsDir() && len(parts) == 3 && parts[2] == string(w.uid) {
 			out = append(out, filepath.Join(w.env.cfg.PodLogDir, d.Name()))
 		}
 	}

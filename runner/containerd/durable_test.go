@@ -142,3 +142,20 @@ func TestForgetImageDropsItsUsers(t *testing.T) {
 		t.Fatalf("users %v, want only b's", r.users)
 	}
 }
+
+// A run started without its start recorded (noderun killed right after
+// task.Start, or started by an older noderun) gets the record when it is
+// next listed, so its exit stays durable.
+func TestStartRecordedWhenMissing(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "unrecorded", "sleep", "3600")
+	startContainer(t, rt, cfg)
+	if err := rt.setLabel(rt.ctx(context.Background()), cfg.ID, LabelStarted, ""); err != nil {
+		t.Fatal(err)
+	}
+	containerStatus(t, rt, cfg) // listed: recorded again
+	loseTask(t, rt, cfg.ID)
+	if st := containerStatus(t, rt, cfg); st.State != runner.StateExited || st.ExitCode != 255 {
+		t.Fatalf("state %v exit %d; want a lost run (exited 255), not one never started", st.State, st.ExitCode)
+	}
+}

@@ -216,7 +216,7 @@ func EnsureImage(ctx context.Context, c *ctrd.Client, ref string, policy v1.Pull
 	if err != nil || pulled {
 		return img, err
 	}
-	return img, ensureUnpacked(ctx, img, snapshotter)
+	return img, ensureUnpacked(ctx, c, img, snapshotter)
 }
 
 // resolveImage finds or pulls the image per policy; pulled images are
@@ -289,10 +289,10 @@ func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string, opts ..
 	return nil, fmt.Errorf("%w: %s: %w", ErrImagePull, name, err)
 }
 
-func ensureUnpacked(ctx context.Context, img ctrd.Image, snapshotter string) error {
+func ensureUnpacked(ctx context.Context, c *ctrd.Client, img ctrd.Image, snapshotter string) error {
 	unpacked, err := img.IsUnpacked(ctx, snapshotter)
 	if err == nil && !unpacked {
-		err = img.Unpack(ctx, snapshotter)
+		err = withLease(ctx, c, leasePull, func(ctx context.Context) error { return img.Unpack(ctx, snapshotter) })
 	}
 	if err != nil {
 		return fmt.Errorf("unpack %s: %w", img.Name(), err)

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	ctrd "github.com/containerd/containerd"
@@ -14,30 +15,39 @@ import (
 // lease of its own, expiring after 24 h. A noderun killed mid-operation
 // leaves that lease, and the snapshot or content it holds, for a day; a
 // pull given up on deletes it with the cancelled context and leaves it too.
-// So noderun takes these leases itself, labelled, deletes them with a fresh
-// context, and at start releases any a killed noderun left.
+// So noderun takes these leases itself, labelled with the operation and the
+// process, deletes them with a fresh context, and at start releases those
+// whose process is gone.
 
 // LabelLease marks a lease noderun took; its value is the operation.
 const LabelLease = labelPrefix + "lease"
 
-// Lease purposes. Imports may also come from `noderun images import`, which
-// runs beside the daemon, so only an old one is released at start.
+// Lease purposes.
 const (
 	leaseCreate = "create"
 	leasePull   = "pull"
 	leaseImport = "import"
 )
 
-// leftoverImportAge is the age past which an import lease counts as left
-// behind rather than in use by a running `noderun images import`.
-const leftoverImportAge = 10 * time.Minute
+// LabelLeaseOwner names the process that took a lease ("<boot id> <pid>
+// <pid start time>"): a lease whose owner is gone is left over, whatever
+// its age, and one whose owner lives (`noderun images import` beside the
+// daemon) is in use.
+const LabelLeaseOwner = labelPrefix + "lease.owner"
+
+// self is this process, as LabelLeaseOwner names it.
+var self = func() string {
+	pid := uint32(os.Getpid())
+	st, _ := procStartTime(pid)
+	return fmt.Sprintf("%s %d %d", bootID, pid, st)
+}()
 
 // withLease runs fn with a context carrying a new lease of noderun's, and
 // deletes the lease afterwards whatever became of ctx.
 func withLease(ctx context.Context, c *ctrd.Client, purpose string, fn func(context.Context) error) error {
 	ls := c.LeasesService()
 	l, err := ls.Create(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour),
-		leases.WithLabels(map[string]string{LabelLease: purpose}))
+		leases.WithLabels(map[string]string{LabelLease: purpose, LabelLeaseOwner: self}))
 	if err != nil {
 		return fmt.Errorf("create lease: %w", err)
 	}
@@ -49,9 +59,9 @@ func withLease(ctx context.Context, c *ctrd.Client, purpose string, fn func(cont
 	return fn(leases.WithLease(ctx, l.ID))
 }
 
-// ReleaseLeftoverLeases deletes the leases an earlier noderun took and did
-// not get to delete (it was killed); what they held is then collected by
-// containerd. Call it before anything starts a create, pull or import.
+// ReleaseLeftoverLeases deletes the leases of noderun processes that are
+// gone (killed mid-operation); what they held is then collected by
+// containerd.
 func ReleaseLeftoverLeases(ctx context.Context, c *ctrd.Client) (int, error) {
 	ls := c.LeasesService()
 	all, err := ls.List(ctx, fmt.Sprintf("labels.%q", LabelLease))
@@ -60,7 +70,7 @@ func ReleaseLeftoverLeases(ctx context.Context, c *ctrd.Client) (int, error) {
 	}
 	n := 0
 	for _, l := range all {
-		if l.Labels[LabelLease] == leaseImport && time.Since(l.CreatedAt) < leftoverImportAge {
+		if ownerAlive(l.Labels[LabelLeaseOwner]) {
 			continue
 		}
 		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
@@ -69,4 +79,17 @@ func ReleaseLeftoverLeases(ctx context.Context, c *ctrd.Client) (int, error) {
 		n++
 	}
 	return n, nil
+}
+
+// ownerAlive reads LabelLeaseOwner: the same boot, and a process with that
+// PID and start time.
+func ownerAlive(owner string) bool {
+	var boot string
+	var pid uint32
+	var start uint64
+	if _, err := fmt.Sscanf(owner, "%s %d %d", &boot, &pid, &start); err != nil || boot != bootID {
+		return false
+	}
+	got, ok := procStartTime(pid)
+	return ok && got == start
 }

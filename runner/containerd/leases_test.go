@@ -3,6 +3,8 @@ package containerd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -38,12 +40,14 @@ func TestLeaseDeletedAfterCancel(t *testing.T) {
 
 // What a noderun killed mid-create left (its lease and the snapshot the
 // lease held) is released at the next start, and containerd collects the
-// snapshot; another program's lease and a running import's stay.
+// snapshot; another program's lease and one of a live noderun process (an
+// import beside the daemon) stay, however old.
 func TestReleaseLeftoverLeases(t *testing.T) {
 	rt := testRuntime(t)
 	ctx := rt.ctx(context.Background())
 	ls := rt.client.LeasesService()
-	left, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseCreate}))
+	dead := fmt.Sprintf("%s %d %d", bootID, 1<<30, 1) // a PID that cannot exist
+	left, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseCreate, LabelLeaseOwner: dead}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +60,7 @@ func TestReleaseLeftoverLeases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	importing, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseImport}))
+	importing, err := ls.Create(ctx, leases.WithRandomID(), leases.WithLabels(map[string]string{LabelLease: leaseImport, LabelLeaseOwner: self}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +69,7 @@ func TestReleaseLeftoverLeases(t *testing.T) {
 
 	n, err := ReleaseLeftoverLeases(ctx, rt.client)
 	if err != nil || n != 1 {
-		t.Fatalf("released %d, %v; want the create lease only", n, err)
+		t.Fatalf("released %d, %v; want the dead process's lease only", n, err)
 	}
 	all, _ := ls.List(ctx)
 	ids := map[string]bool{}
@@ -84,6 +88,17 @@ func TestReleaseLeftoverLeases(t *testing.T) {
 			var keys []string
 			_ = sn.Walk(ctx, func(_ context.Context, i snapshots.Info) error { keys = append(keys, i.Name); return nil })
 			t.Fatalf("the interrupted create's snapshot was not collected: %v", keys)
+		}
+	}
+}
+
+func TestLeaseOwnerAlive(t *testing.T) {
+	if !ownerAlive(self) {
+		t.Fatalf("this process (%q) is not alive", self)
+	}
+	for _, owner := range []string{"", "garbage", "other-boot 1 1", fmt.Sprintf("%s %d 1", bootID, os.Getpid())} {
+		if ownerAlive(owner) {
+			t.Errorf("owner %q counts as alive", owner)
 		}
 	}
 }

@@ -143,7 +143,7 @@ func (r *Runtime) EnsureImage(ctx context.Context, ref string, policy v1.PullPol
 		return withPull(ctx, img, f.cfg, pulled, fellBack), nil
 	}
 	if !pulled {
-		if err := ensureUnpacked(ctx, img, r.snapshotter); err != nil {
+		if err := ensureUnpacked(ctx, r.client, img, r.snapshotter); err != nil {
 			return runner.ImageConfig{}, err
 		}
 	}
@@ -398,6 +398,13 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 	out := make([]runner.ContainerStatus, 0, len(recs))
 	for i := range recs {
 		p := procs[recs[i].ID]
+		if p != nil && p.Status != tasktypes.Status_CREATED && recs[i].Labels[LabelStarted] == "" {
+			// Started by a noderun killed before it recorded the start, or
+			// by one from before the record existed.
+			if err := r.setLabel(ctx, recs[i].ID, LabelStarted, startedRecord(p.Pid, recs[i].CreatedAt)); err != nil {
+				r.log.Warn("start not recorded", "container", recs[i].ID, "err", err)
+			}
+		}
 		st := statusOf(&recs[i], p)
 		if rec := exitToRecord(&recs[i], p, &st, time.Now()); rec != "" {
 			if err := r.setLabel(ctx, st.ID, LabelExit, rec); err != nil {
@@ -475,7 +482,9 @@ func (r *Runtime) tasks(ctx context.Context, recs []containers.Container) (map[s
 	}
 	for _, c := range recs {
 		resp, err := r.client.TaskService().Get(ctx, &tasksapi.GetRequest{ContainerID: c.ID})
-		if errdefs.IsNotFound(errdefs.FromGRPC(err)) {
+		if err := errdefs.FromGRPC(err); errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) {
+			// As List does: a dead shim not yet cleaned up is no task
+			// here; the run's records tell the rest.
 			continue
 		}
 		if err != nil {
