@@ -817,21 +817,8 @@ func chaosHostPortChurn(t *testing.T) {
 	s.waitServes("keep", "kept\n", port, waitTimeout)
 
 	cycles := chaosSize(13, 250) // 52 or 1,000 in all
-	errs := make(chan error, streams)
-	var wg sync.WaitGroup
-	for i := range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- n.churn(fmt.Sprintf("churn%d", i), ports[i], cycles)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Error(err)
-		}
+	if err := n.churnStreams(ports[:streams], cycles); err != nil {
+		t.Error(err)
 	}
 	t.Logf("%d create/delete cycles with hostPorts %v beside the kept pod's %d", streams*cycles, ports[:streams], port)
 	s.waitServes("keep", "kept\n", port, waitTimeout)

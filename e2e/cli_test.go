@@ -64,11 +64,11 @@ func TestNoContainerdIsAClearError(t *testing.T) {
 	}
 }
 
-// A managed containerd (asked for: this machine may have a containerd
-// service, which noderun would otherwise wait for) outlives noderun; a
-// restarted noderun reuses it, and the pods in it.
-func TestManagedContainerdReusedAfterCrash(t *testing.T) {
-	t.Parallel()
+// newManagedNode starts a node on a managed containerd of its own (asked
+// for: this machine may have a containerd service, which noderun would
+// otherwise wait for) and returns the daemon's PID; cleanup stops it.
+func newManagedNode(t *testing.T) (*node, int) {
+	t.Helper()
 	requireE2E(t)
 	var n *node
 	// Registered first so it runs last, after the node has torn pods down.
@@ -82,6 +82,14 @@ func TestManagedContainerdReusedAfterCrash(t *testing.T) {
 	if pid <= 0 {
 		t.Fatal("no managed containerd runs for the node")
 	}
+	return n, pid
+}
+
+// A managed containerd outlives noderun; a restarted noderun reuses it,
+// and the pods in it.
+func TestManagedContainerdReusedAfterCrash(t *testing.T) {
+	t.Parallel()
+	n, pid := newManagedNode(t)
 	n.writeManifest("p.yaml", sleeperPod("managed", "busybox:1.36", "managed"))
 	before := n.waitPod("managed", "Running", running)
 

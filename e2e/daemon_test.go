@@ -90,19 +90,7 @@ func TestImagesImportNeverStartsContainerd(t *testing.T) {
 // in it stay supervised: a container that exits afterwards is restarted.
 func TestManagedContainerdRestartedAfterKill(t *testing.T) {
 	t.Parallel()
-	requireE2E(t)
-	var n *node
-	// Registered first so it runs last, after the node has torn pods down.
-	t.Cleanup(func() {
-		if n != nil {
-			stopManaged(t, n.run)
-		}
-	})
-	n = newNode(t, "--containerd-address", "/nonexistent/containerd.sock", "--containerd-managed")
-	pid := managedPID(n)
-	if pid <= 0 {
-		t.Fatal("no managed containerd runs for the node")
-	}
+	n, pid := newManagedNode(t)
 	host := t.TempDir()
 	n.writeManifest("p.yaml", fmt.Sprintf(`apiVersion: v1
 kind: Pod

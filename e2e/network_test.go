@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -369,21 +370,8 @@ func TestChurnLeaksNothing(t *testing.T) {
 	for i := range ports {
 		ports[i] = freePort(t)
 	}
-	var wg sync.WaitGroup
-	errs := make(chan error, streams)
-	for s := range streams {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs <- n.churn(fmt.Sprintf("churn%d", s), ports[s], cycles)
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+	if err := n.churnStreams(ports, cycles); err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(waitTimeout)
 	got := n.netState()
@@ -401,6 +389,22 @@ func TestChurnLeaksNothing(t *testing.T) {
 
 // churn creates and deletes one pod cycles times; it reports instead of
 // failing because it runs on its own goroutine.
+// churnStreams runs one churn per port, all at once, and returns their
+// errors.
+func (n *node) churnStreams(ports []int, cycles int) error {
+	errs := make([]error, len(ports))
+	var wg sync.WaitGroup
+	for i, port := range ports {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = n.churn(fmt.Sprintf("churn%d", i), port, cycles)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 func (n *node) churn(name string, hostPort, cycles int) error {
 	manifest := fmt.Sprintf(`apiVersion: v1
 kind: Pod
