@@ -11,6 +11,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
+	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -117,7 +118,45 @@ func mayStillRun(l map[string]string) (started, alive bool) {
 		return true, true // unreadable: cannot tell
 	}
 	got, ok := procStartTime(uint32(pid))
-	return true, ok && (want == 0 || got == want)
+	// A start time of 0 was not readable: the process had already ended
+	// when its start was recorded.
+	return true, ok && want != 0 && got == want
+}
+
+// killLostProcess SIGKILLs a run's process that lives on although
+// containerd lost its task, and waits for it to end: it is found by the
+// PID and start time its start record holds, through a pidfd, so a later
+// process given the same PID is never hit.
+func killLostProcess(ctx context.Context, labels map[string]string) error {
+	var boot string
+	var pid uint32
+	var start uint64
+	if _, err := fmt.Sscanf(labels[LabelStarted], "%s %d %d", &boot, &pid, &start); err != nil || boot != bootID || start == 0 {
+		return nil // never started, another boot, or unknown: nothing of it runs
+	}
+	fd, err := unix.PidfdOpen(int(pid), 0)
+	if err != nil {
+		return nil // gone
+	}
+	defer unix.Close(fd)
+	// Checked after the pidfd pins the process: before, the PID could
+	// have been given to another one.
+	if got, ok := procStartTime(pid); !ok || got != start {
+		return nil
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {
+		return fmt.Errorf("kill lost process %d: %w", pid, err)
+	}
+	// The pidfd turns readable when the process has ended.
+	for {
+		n, err := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 100)
+		if n > 0 || (err != nil && err != unix.EINTR) {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("lost process %d not ended after SIGKILL: %w", pid, ctx.Err())
+		}
+	}
 }
 
 // taskless is the state of a run whose task containerd does not report.

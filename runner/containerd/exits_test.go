@@ -1,7 +1,11 @@
 package containerd
 
 import (
+	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,5 +97,34 @@ func TestProcStartTimeOfThisProcess(t *testing.T) {
 	}
 	if _, ok := readProcStartTime(1 << 30); ok {
 		t.Fatal("a PID that cannot exist has a start time")
+	}
+}
+
+// A process containerd lost the task of is killed through its start
+// record, and only if it is the same process (PID and start time).
+func TestKillLostProcess(t *testing.T) {
+	spawn := func() *exec.Cmd {
+		cmd := exec.Command("sleep", "100")
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd
+	}
+	other := spawn()
+	pid := uint32(other.Process.Pid)
+	st, _ := procStartTime(pid)
+	wrong := map[string]string{LabelStarted: fmt.Sprintf("%s %d %d x", bootID, pid, st+1)}
+	if err := killLostProcess(context.Background(), wrong); err != nil {
+		t.Fatal(err)
+	}
+	if _, alive := procStartTime(pid); !alive {
+		t.Fatal("a process with the same PID but another start time was killed")
+	}
+	if err := killLostProcess(context.Background(), map[string]string{LabelStarted: startedRecord(pid, time.Now())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("the lost process ended with %v, want killed", err)
 	}
 }

@@ -578,7 +578,12 @@ func (r *Runtime) stopContainer(ctx context.Context, id string, grace time.Durat
 	}
 	task, err := c.Task(ctx, nil)
 	if errdefs.IsNotFound(err) {
-		return nil
+		// containerd lost the task; its process may live on untracked.
+		labels, lerr := c.Labels(ctx)
+		if lerr != nil {
+			return fmt.Errorf("load container %s: %w", id, lerr)
+		}
+		return killLostProcess(ctx, labels)
 	} else if err != nil {
 		return fmt.Errorf("load task %s: %w", id, err)
 	}
