@@ -211,11 +211,20 @@ spec:
 `)
 	var sawBackoff, sawExit3 bool
 	lastCount := int32(0)
+	// Each run has its own log file; its first line dates the run's start.
+	// Only the current and previous runs' logs are kept, so each is read
+	// while it is there.
+	starts := make([]time.Time, 3)
 	p := n.waitPodFor("crash", "restarted twice", 45*time.Second, func(p *v1.Pod) bool {
 		if len(p.Status.ContainerStatuses) != 1 {
 			return false
 		}
 		cs := p.Status.ContainerStatuses[0]
+		for i := range min(int(cs.RestartCount)+1, len(starts)) {
+			if lines := n.readLog(n.logPath(p, "crash", i)); starts[i].IsZero() && len(lines) > 0 {
+				starts[i] = lines[0].time
+			}
+		}
 		if cs.RestartCount < lastCount {
 			t.Errorf("restartCount went down from %d to %d", lastCount, cs.RestartCount)
 		}
@@ -229,7 +238,7 @@ spec:
 			}
 			sawExit3 = true
 		}
-		return cs.RestartCount >= 2
+		return cs.RestartCount >= 2 && !starts[2].IsZero()
 	})
 	if !sawBackoff {
 		t.Errorf("never saw state.waiting.reason CrashLoopBackOff")
@@ -241,11 +250,11 @@ spec:
 		t.Errorf("phase = %s, want Running (restartPolicy Always)", p.Status.Phase)
 	}
 
-	// Each run has its own log file; its first line dates the run's start.
-	var starts []time.Time
-	for i := range 3 {
-		l := n.waitLogLine(n.logPath(p, "crash", i), "run")
-		starts = append(starts, l.time)
+	if starts[0].IsZero() || starts[1].IsZero() {
+		t.Fatalf("run starts %v: a run's log was not seen", starts)
+	}
+	if _, err := os.Stat(n.logPath(p, "crash", 0)); err == nil {
+		t.Errorf("run 0's log is still there with run 2 running; the kubelet keeps the current and the previous")
 	}
 	gap1, gap2 := starts[1].Sub(starts[0]), starts[2].Sub(starts[1])
 	t.Logf("restart gaps: %s, %s", gap1.Round(time.Millisecond), gap2.Round(time.Millisecond))

@@ -564,3 +564,33 @@ func TestEngineNoReplacementBesideARunAKillLeftUnknown(t *testing.T) {
 		t.Fatalf("%d starts; a replacement started beside a run that may still be running", n)
 	}
 }
+
+// Each restart keeps the current and the previous run's log, as the
+// kubelet does, and removes older ones (with any rotated pieces).
+func TestEngineKeepsTheCurrentAndPreviousRunsLogs(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	dir := filepath.Join(f.e.cfg.PodLogDir, "default_web-n1_u1", "main")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"0.log", "0.log.20260101-000000.gz", "1.log", "2.log", "other"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// An earlier run with restart count 2 ended: the next start is run 3.
+	f.rt.containers["old"] = &ContainerStatus{ID: "old", PodUID: "u1", PodName: pod.Name, PodNamespace: "default",
+		Name: "main", SpecHash: specHash(&pod.Spec.Containers[0]), RestartCount: 2, State: StateExited, ExitCode: 1,
+		FinishedAt: f.clock.Now().Add(-time.Hour), CreatedAt: f.clock.Now().Add(-2 * time.Hour)}
+	f.send(pod)
+	waitFor(t, "run 3 started", func() bool { return f.rt.startedCount() == 1 })
+	ents, _ := os.ReadDir(dir)
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{"2.log", "other"}; !slices.Equal(left, want) {
+		t.Fatalf("log dir holds %v, want %v (run 2, the previous, and what is not a run's log)", left, want)
+	}
+}

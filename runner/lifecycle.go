@@ -164,6 +164,24 @@ func (w *podWorker) forgetOldRuns(name string, restart int) {
 	}
 }
 
+// pruneLogs removes the log files of a container's runs older than the
+// previous one: the kubelet keeps the current run's log and the previous
+// one's (kubectl logs --previous), and removes older runs with their
+// containers.
+func (w *podWorker) pruneLogs(pod *v1.Pod, name string, restart int) {
+	dir := filepath.Join(w.podLogDir(pod), name)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		run, _, _ := strings.Cut(e.Name(), ".")
+		if r, err := strconv.Atoi(run); err == nil && r < restart-1 {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
 // readCapped reads the last n bytes at most of a regular file, never following a
 // link a container may have planted in its place.
 func readCapped(path string, n int64) string {

@@ -288,6 +288,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		w.remove(ctx, old.ID)
 	}
 	w.forgetOldRuns(c.Name, restart)
+	w.pruneLogs(pod, c.Name, restart)
 	e.log.Info("started container", "pod", podRef(pod), "container", c.Name, "restarts", restart)
 	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Started", "Started container "+c.Name)
