@@ -40,7 +40,7 @@ func main() {
 			imagesCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
-				Name: "log-driver", Hidden: true, ArgsUsage: "PATH",
+				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
 				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "") },
 			},
 			{
@@ -84,6 +84,8 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "registry-config-dir", Value: "/etc/containerd/certs.d", Usage: "per-registry <host>/hosts.toml (mirrors, TLS, capabilities), as containerd's config_path", EnvVars: env("REGISTRY_CONFIG_DIR")},
 		&cli.StringSliceFlag{Name: "registry-auth-file", Usage: "docker config.json with registry credentials; the first that exists is used (default <state-dir>/config.json, /root/.docker/config.json)", EnvVars: env("REGISTRY_AUTH_FILE")},
 		&cli.DurationFlag{Name: "image-pull-progress-timeout", Value: time.Minute, Usage: "cancel a pull that received nothing for this long (0: never)", EnvVars: env("IMAGE_PULL_PROGRESS_TIMEOUT")},
+		&cli.StringFlag{Name: "container-log-max-size", Value: "10Mi", Usage: "rotate a container's log at this size, as the kubelet's containerLogMaxSize (0: never)", EnvVars: env("CONTAINER_LOG_MAX_SIZE")},
+		&cli.IntFlag{Name: "container-log-max-files", Value: 5, Usage: "log files kept per container run, the current one included (at least 2)", EnvVars: env("CONTAINER_LOG_MAX_FILES")},
 		&cli.IntFlag{Name: "image-gc-high-threshold", Value: 85, Usage: "remove unused images when the image filesystem is this full (percent)", EnvVars: env("IMAGE_GC_HIGH_THRESHOLD")},
 		&cli.IntFlag{Name: "image-gc-low-threshold", Value: 80, Usage: "... down to this (percent)", EnvVars: env("IMAGE_GC_LOW_THRESHOLD")},
 		&cli.DurationFlag{Name: "image-minimum-gc-age", Value: 2 * time.Minute, Usage: "an image seen for less time is never removed", EnvVars: env("IMAGE_MINIMUM_GC_AGE")},

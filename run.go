@@ -15,8 +15,10 @@ import (
 
 	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -134,9 +136,13 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	rotation, err := logRotation(c)
+	if err != nil {
+		return err
+	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(rotation))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -288,6 +294,20 @@ func registryConfig(c *cli.Context, stateDir string) ctrdrt.RegistryConfig {
 		AuthFiles:       auth,
 		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
 	}
+}
+
+// logRotation reads the kubelet's containerLogMaxSize and
+// containerLogMaxFiles from their flags.
+func logRotation(c *cli.Context) (crilog.Rotation, error) {
+	q, err := resource.ParseQuantity(c.String("container-log-max-size"))
+	if err != nil || q.Sign() < 0 {
+		return crilog.Rotation{}, fmt.Errorf("--container-log-max-size %q: want a size such as 10Mi, or 0", c.String("container-log-max-size"))
+	}
+	files := c.Int("container-log-max-files")
+	if files < 2 {
+		return crilog.Rotation{}, fmt.Errorf("--container-log-max-files %d: want at least 2 (the current file and one rotated)", files)
+	}
+	return crilog.Rotation{MaxSize: q.Value(), MaxFiles: files}, nil
 }
 
 // imageGCPolicy reads the kubelet-style image GC flags.

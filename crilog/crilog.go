@@ -54,26 +54,30 @@ func URI(exe, logPath string) string {
 // happens, to syslog at syslogAddr ("" for the local one, the journal on a
 // systemd host; see Syslog): the shim gives the driver no stderr, and
 // noderun may be down.
-func ServeFDs(path, syslogAddr string) error {
+func ServeFDs(arg, syslogAddr string) error {
+	path, rot, err := ParseArg(arg)
+	if err != nil {
+		return err
+	}
 	stdout := os.NewFile(3, "stdout")
 	stderr := os.NewFile(4, "stderr")
 	ready := os.NewFile(5, "ready")
 	defer stdout.Close()
 	defer stderr.Close()
-	return serve(path, stdout, stderr, ready, Syslog(syslogAddr, path))
+	return serve(path, rot, stdout, stderr, ready, Syslog(syslogAddr, path))
 }
 
 // Serve appends stdout and stderr to the CRI log file at path until both
 // reach EOF. It closes ready once the file is open so the shim starts the
 // container only when no output can be lost.
 func Serve(path string, stdout, stderr io.Reader, ready io.Closer) error {
-	return serve(path, stdout, stderr, ready, func(error) {})
+	return serve(path, Rotation{}, stdout, stderr, ready, func(error) {})
 }
 
 // serve is Serve, telling report of each failure when it happens. Output
 // that cannot be written (a full disk) is dropped and counted, never left
 // in the pipe: a container blocked on its next write would hang for good.
-func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
+func serve(path string, rot Rotation, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
 	report, flush := async(report)
 	defer flush()
 	reported := func(err error) error {
@@ -86,17 +90,23 @@ func serve(path string, stdout, stderr io.Reader, ready io.Closer, report func(e
 	if err != nil {
 		return reported(err)
 	}
-	defer f.Close()
+	w := &recordWriter{w: f, now: time.Now, report: report}
+	if rot.MaxSize > 0 {
+		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
+		if fi, err := f.Stat(); err == nil {
+			w.rot.size = fi.Size()
+		}
+	}
 	if err := ready.Close(); err != nil {
+		f.Close()
 		return reported(fmt.Errorf("crilog: signal ready: %w", err))
 	}
 
-	w := &recordWriter{w: f, now: time.Now, report: report}
 	errs := make(chan error, 2)
 	go func() { errs <- reported(copyStream(w, stdout, Stdout)) }()
 	go func() { errs <- reported(copyStream(w, stderr, Stderr)) }()
 	err = errors.Join(<-errs, <-errs, w.firstErr)
-	if cerr := f.Close(); cerr != nil {
+	if cerr := w.w.(*os.File).Close(); cerr != nil {
 		err = errors.Join(err, reported(cerr))
 	}
 	return err
@@ -151,8 +161,9 @@ type recordWriter struct {
 	now      func() time.Time
 	report   func(error)
 	buf      []byte
-	dropped  int   // records dropped since writing last failed
-	firstErr error // the first write failure
+	rot      *rotator // nil: the file is never rotated
+	dropped  int      // records dropped since writing last failed
+	firstErr error    // the first write failure
 }
 
 func (rw *recordWriter) write(stream, tag string, content []byte) {
@@ -172,6 +183,11 @@ func (rw *recordWriter) write(stream, tag string, content []byte) {
 		if rw.dropped > 0 {
 			rw.report(fmt.Errorf("crilog: writing again after dropping %d records", rw.dropped))
 			rw.dropped = 0
+		}
+		if rw.rot != nil {
+			if rw.rot.size += int64(n); rw.rot.size >= rw.rot.r.MaxSize {
+				rw.w = rw.rot.rotate(rw.w.(*os.File))
+			}
 		}
 		return
 	}

@@ -364,7 +364,7 @@ func TestServeReportsWriteFailureAtOnce(t *testing.T) {
 	defer errW.Close()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", strings.NewReader("line\n"), errR, &closeRecorder{}, func(err error) { reports <- err })
+		done <- serve("/dev/full", Rotation{}, strings.NewReader("line\n"), errR, &closeRecorder{}, func(err error) { reports <- err })
 	}()
 	select {
 	case err := <-reports:
@@ -422,7 +422,7 @@ func TestServeNeverBlocksTheWriterOnAFullDisk(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", outR, strings.NewReader(""), &closeRecorder{}, func(error) {})
+		done <- serve("/dev/full", Rotation{}, outR, strings.NewReader(""), &closeRecorder{}, func(error) {})
 	}()
 	line := []byte(strings.Repeat("x", 1023) + "\n")
 	wrote := make(chan struct{})
@@ -450,7 +450,7 @@ func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", outR, strings.NewReader(""), &closeRecorder{}, func(error) { <-block })
+		done <- serve("/dev/full", Rotation{}, outR, strings.NewReader(""), &closeRecorder{}, func(error) { <-block })
 	}()
 	wrote := make(chan struct{})
 	go func() {

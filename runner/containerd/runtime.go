@@ -44,6 +44,7 @@ type Runtime struct {
 	runcRoot     string // private runc state root, so several containerds never share one
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	logDriver    string // absolute path of the binary containerd runs as log driver
+	logRotation  crilog.Rotation
 	ownOOM       int
 	pullFallback bool // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
@@ -87,6 +88,9 @@ func WithPullFallback(on bool) Option { return func(r *Runtime) { r.pullFallback
 // WithImportLedger tells image GC which images came from tarballs in the
 // images dir.
 func WithImportLedger(l *ImportLedger) Option { return func(r *Runtime) { r.ledger = l } }
+
+// WithLogRotation has the log driver rotate each container's log.
+func WithLogRotation(rot crilog.Rotation) Option { return func(r *Runtime) { r.logRotation = rot } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
@@ -272,7 +276,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 			}
 		}
 	}()
-	logURI, err := url.Parse(crilog.URI(r.logDriver, cfg.LogPath))
+	logURI, err := url.Parse(crilog.URI(r.logDriver, r.logRotation.Arg(cfg.LogPath)))
 	if err != nil {
 		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}

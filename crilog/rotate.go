@@ -1,0 +1,159 @@
+package crilog
+
+import (
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Rotation is the kubelet's containerLogMaxSize and containerLogMaxFiles:
+// once the log reaches MaxSize it is renamed to <log>.<timestamp> and a new
+// one started; the rotated files but the newest are gzipped, and only
+// MaxFiles files (the current one included) are kept. A zero MaxSize
+// never rotates.
+type Rotation struct {
+	MaxSize  int64
+	MaxFiles int
+}
+
+// rotatedTime is the kubelet's suffix format for rotated logs.
+const rotatedTime = "20060102-150405"
+
+// Arg encodes path and r as the log driver's single argument:
+// "<max size>:<max files>:<path>", or path alone without rotation.
+func (r Rotation) Arg(path string) string {
+	if r.MaxSize <= 0 {
+		return path
+	}
+	return fmt.Sprintf("%d:%d:%s", r.MaxSize, r.MaxFiles, path)
+}
+
+// ParseArg reads what Arg wrote.
+func ParseArg(arg string) (string, Rotation, error) {
+	if strings.HasPrefix(arg, "/") || !strings.Contains(arg, ":") {
+		return arg, Rotation{}, nil
+	}
+	parts := strings.SplitN(arg, ":", 3)
+	if len(parts) != 3 {
+		return "", Rotation{}, fmt.Errorf("crilog: bad argument %q", arg)
+	}
+	size, err1 := strconv.ParseInt(parts[0], 10, 64)
+	files, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil || size <= 0 || files < 2 {
+		return "", Rotation{}, fmt.Errorf("crilog: bad rotation in argument %q", arg)
+	}
+	return parts[2], Rotation{MaxSize: size, MaxFiles: files}, nil
+}
+
+// rotator renames and compresses a log file as it grows; it is driven by
+// the recordWriter, under its lock, so no record is split across files.
+type rotator struct {
+	path   string
+	r      Rotation
+	size   int64
+	now    func() time.Time
+	report func(error)
+	gz     sync.Mutex // one compression at a time, off the copy path
+}
+
+// rotate moves the full log aside and returns the new one to write to; on
+// a failure it reports it and goes on writing to f.
+func (rt *rotator) rotate(f *os.File) *os.File {
+	stamp := rt.now().Format(rotatedTime)
+	aside := rt.path + "." + stamp
+	for i := 1; exists(aside) || exists(aside+".gz"); i++ { // two rotations in one second
+		aside = fmt.Sprintf("%s.%s-%03d", rt.path, stamp, i) // padded: names sort in time order
+	}
+	if err := os.Rename(rt.path, aside); err != nil {
+		rt.report(fmt.Errorf("crilog: rotate: %w", err))
+		return f
+	}
+	nf, err := os.OpenFile(rt.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		rt.report(fmt.Errorf("crilog: rotate: %w", err))
+		return f // goes on into the file moved aside
+	}
+	f.Close()
+	rt.size = 0
+	go rt.tidy()
+	return nf
+}
+
+// tidy gzips the rotated files but the newest, which a reader may still
+// follow, and removes the oldest past MaxFiles.
+func (rt *rotator) tidy() {
+	rt.gz.Lock()
+	defer rt.gz.Unlock()
+	matches, _ := filepath.Glob(rt.path + ".*")
+	var rotated []string
+	for _, p := range matches {
+		if strings.HasSuffix(p, ".tmp") {
+			os.Remove(p) // a compression cut short
+			continue
+		}
+		rotated = append(rotated, p)
+	}
+	// Timestamps sort in time order, gzipped or not.
+	slices.SortFunc(rotated, func(a, b string) int {
+		return strings.Compare(strings.TrimSuffix(a, ".gz"), strings.TrimSuffix(b, ".gz"))
+	})
+	for i, p := range rotated {
+		if i == len(rotated)-1 || strings.HasSuffix(p, ".gz") {
+			continue
+		}
+		gzp, err := compress(p)
+		if err != nil {
+			rt.report(err)
+			continue
+		}
+		rotated[i] = gzp
+	}
+	for len(rotated) > rt.r.MaxFiles-1 {
+		os.Remove(rotated[0])
+		rotated = rotated[1:]
+	}
+}
+
+// compress gzips p into p.gz (through p.gz.tmp, so a crash leaves no
+// half file under the final name) and removes p.
+func compress(p string) (string, error) {
+	in, err := os.Open(p)
+	if err != nil {
+		return "", fmt.Errorf("crilog: compress: %w", err)
+	}
+	defer in.Close()
+	tmp := p + ".gz.tmp"
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	if err != nil {
+		return "", fmt.Errorf("crilog: compress: %w", err)
+	}
+	zw := gzip.NewWriter(out)
+	_, err = io.Copy(zw, in)
+	if cerr := zw.Close(); err == nil {
+		err = cerr
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p+".gz")
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", fmt.Errorf("crilog: compress %s: %w", p, err)
+	}
+	os.Remove(p)
+	return p + ".gz", nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}

@@ -1,0 +1,123 @@
+package crilog
+
+import (
+	"bufio"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRotationArg(t *testing.T) {
+	r := Rotation{MaxSize: 10 << 20, MaxFiles: 5}
+	path, got, err := ParseArg(r.Arg("/var/log/pods/a_b_c/x/0.log"))
+	if err != nil || path != "/var/log/pods/a_b_c/x/0.log" || got != r {
+		t.Fatalf("round trip: %q %+v %v", path, got, err)
+	}
+	if path, got, err := ParseArg("/plain/0.log"); err != nil || path != "/plain/0.log" || got != (Rotation{}) {
+		t.Fatalf("a plain path: %q %+v %v", path, got, err)
+	}
+	for _, bad := range []string{"x:5:/p", "100:1:/p", "0:5:/p", "1:2"} {
+		if _, _, err := ParseArg(bad); err == nil {
+			t.Errorf("ParseArg(%q) accepted", bad)
+		}
+	}
+}
+
+// readLines reads a log file, gunzipping a .gz one.
+func readLines(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if strings.HasSuffix(path, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		r = zr
+	}
+	var out []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		_, _, _, content, err := ParseLine(sc.Text())
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		out = append(out, content)
+	}
+	return out
+}
+
+// The log is rotated at MaxSize with the kubelet's names: the newest
+// rotated file stays plain, older ones are gzipped, MaxFiles are kept in
+// all, and the lines they hold are the latest, whole and in order.
+func TestServeRotates(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- serve(path, Rotation{MaxSize: 4096, MaxFiles: 3}, outR, strings.NewReader(""), &closeRecorder{}, func(err error) { t.Error(err) })
+	}()
+	const n = 400
+	for i := range n {
+		fmt.Fprintf(outW, "line %d %s\n", i, strings.Repeat("x", 60))
+	}
+	outW.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		files, _ = filepath.Glob(filepath.Join(dir, "0.log*"))
+		gz := slices.ContainsFunc(files, func(f string) bool { return strings.HasSuffix(f, ".gz") })
+		if len(files) == 3 && gz {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("files %v: want 0.log, a plain rotated file and a gzipped one", files)
+		}
+	}
+	slices.SortFunc(files, func(a, b string) int { // oldest first, the current log last
+		if a == path {
+			return 1
+		}
+		if b == path {
+			return -1
+		}
+		return strings.Compare(strings.TrimSuffix(a, ".gz"), strings.TrimSuffix(b, ".gz"))
+	})
+	if !strings.HasSuffix(files[0], ".gz") || strings.HasSuffix(files[1], ".gz") {
+		t.Fatalf("files %v: the older rotated file should be gzipped, the newest plain", files)
+	}
+	var lines []string
+	for _, f := range files {
+		if f != path {
+			if fi, _ := os.Stat(f); !strings.HasSuffix(f, ".gz") && fi.Size() < 4096 {
+				t.Errorf("%s has %d bytes, rotated before MaxSize", f, fi.Size())
+			}
+		}
+		lines = append(lines, readLines(t, f)...)
+	}
+	last := -1
+	for _, l := range lines {
+		i, err := strconv.Atoi(strings.Fields(l)[1])
+		if err != nil || i != last+1 && last != -1 {
+			t.Fatalf("line %q after %d: lines lost or out of order within what is kept", l, last)
+		}
+		last = i
+	}
+	if last != n-1 {
+		t.Fatalf("the last line kept is %d, want %d", last, n-1)
+	}
+}
