@@ -114,7 +114,7 @@ func setup(ctx context.Context, cfg Config) (b *bench, teardown func() error, er
 		return nil, nil, err
 	}
 	b = &bench{cfg: cfg, env: e, m: measurements{
-		burst: map[int]*pair{}, teardown: map[int]*pair{}, rss: map[int][]float64{}, anon: map[int][]float64{}, heap: map[int][]float64{},
+		burst: map[int]*pair{}, teardown: map[int]*pair{}, rss: map[int][]float64{}, anon: map[int][]float64{}, heap: map[int][]float64{}, pss: map[int][]nodePSS{},
 	}}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	teardown = func() error {

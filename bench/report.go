@@ -154,6 +154,7 @@ func (m *measurements) rows(cfg Config) []Row {
 	for _, n := range append([]int{0}, cfg.Bursts...) {
 		add(Row{Key: fmt.Sprintf("rss_anon_%d_pods", n), Measure: fmt.Sprintf("RSS anonymous (not the binary's pages), %d pods", n), Unit: "MiB", Noderun: statsOf(m.anon[n])})
 	}
+	rows = append(rows, m.pssRows(cfg)...)
 	for _, n := range append([]int{0}, cfg.Bursts...) {
 		add(Row{Key: fmt.Sprintf("heap_%d_pods", n), Measure: fmt.Sprintf("Go heap after GC, %d pods", n), Unit: "MiB", Noderun: statsOf(m.heap[n])})
 	}
@@ -334,4 +335,60 @@ func machineInfo(ctx context.Context, client *containerd.Client) Machine {
 		m.Runc, _, _ = strings.Cut(string(out), "\n")
 	}
 	return m
+}
+
+// pssRows are the whole node's memory (issue 12): the PSS of noderun, of
+// its log drivers, of containerd and of the shims, their sum, and the
+// logging cost per container.
+func (m *measurements) pssRows(cfg Config) []Row {
+	var rows []Row
+	part := func(samples []nodePSS, f func(nodePSS) float64) *Stats {
+		var v []float64
+		for _, s := range samples {
+			v = append(v, f(s))
+		}
+		return statsOf(v)
+	}
+	for _, n := range append([]int{0}, cfg.Bursts...) {
+		samples := m.pss[n]
+		for _, p := range []struct {
+			key, what string
+			f         func(nodePSS) float64
+			target    *target
+		}{
+			{"noderun", "noderun", func(p nodePSS) float64 { return p.noderun }, nil},
+			{"logging", "its log drivers", func(p nodePSS) float64 { return p.logging }, nil},
+			{"containerd", "containerd", func(p nodePSS) float64 { return p.containerd }, nil},
+			{"shims", "the shims", func(p nodePSS) float64 { return p.shims }, nil},
+			{"noderun_logging", "noderun and its logging", func(p nodePSS) float64 { return p.noderun + p.logging },
+				map[int]*target{30: atMost(25, "MiB"), 100: atMost(40, "MiB")}[n]},
+			{"node", "whole node (all four)", nodePSS.sum, nil},
+		} {
+			rows = append(rows, Row{Key: fmt.Sprintf("pss_%s_%d_pods", p.key, n), Measure: fmt.Sprintf("PSS, %s, %d pods", p.what, n),
+				Unit: "MiB", Noderun: part(samples, p.f), target: p.target}.finish())
+		}
+		if n > 0 {
+			rows = append(rows, Row{Key: fmt.Sprintf("pss_logging_per_container_%d_pods", n), Measure: fmt.Sprintf("PSS of logging per container, %d pods", n),
+				Unit: "MiB", Noderun: part(samples, func(p nodePSS) float64 { return p.logging / float64(max(p.drivers, 1)) }), target: atMost(0.3, "MiB")}.finish())
+		}
+	}
+	// The cost of one more container: the growth of the whole node from
+	// the smallest burst to the largest, per pod.
+	if bs := cfg.Bursts; len(bs) > 1 {
+		lo, hi := statsOf(sums(m.pss[bs[0]])), statsOf(sums(m.pss[bs[len(bs)-1]]))
+		if lo != nil && hi != nil {
+			per := (hi.Median - lo.Median) / float64(bs[len(bs)-1]-bs[0])
+			rows = append(rows, Row{Key: "pss_node_per_pod", Measure: fmt.Sprintf("PSS of the whole node per added pod, %d → %d pods", bs[0], bs[len(bs)-1]),
+				Unit: "MiB", Noderun: statsOf([]float64{per})}.finish())
+		}
+	}
+	return rows
+}
+
+func sums(samples []nodePSS) []float64 {
+	var out []float64
+	for _, s := range samples {
+		out = append(out, s.sum())
+	}
+	return out
 }

@@ -27,6 +27,7 @@ type measurements struct {
 	burst           map[int]*pair     // by pod count: start of all
 	teardown        map[int]*pair     // by pod count: nothing left
 	rss, anon, heap map[int][]float64 // by pod count, MiB
+	pss             map[int][]nodePSS // whole node, by pod count
 	cpuPercent      float64
 	cpuPods         int
 	hostBusyPercent float64 // all CPUs, same window
@@ -181,6 +182,11 @@ func (b *bench) sampleMemory(ctx context.Context, pods int) error {
 	if err != nil {
 		return err
 	}
+	pss, err := b.measurePSS()
+	if err != nil {
+		return err
+	}
+	b.m.pss[pods] = append(b.m.pss[pods], pss)
 	b.m.rss[pods] = append(b.m.rss[pods], rss)
 	b.m.anon[pods] = append(b.m.anon[pods], anon)
 	b.m.heap[pods] = append(b.m.heap[pods], heap)

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// nodePSS is the proportional set size, in MiB, of every process a noderun
+// node runs besides the containers: noderun, its log drivers, containerd
+// and the shims. PSS shares each page among the processes mapping it, so
+// the parts add up to what the node costs.
+type nodePSS struct {
+	noderun, logging, containerd, shims float64
+	drivers                             int // log driver processes
+}
+
+func (p nodePSS) sum() float64 { return p.noderun + p.logging + p.containerd + p.shims }
+
+// measurePSS finds the node's processes in /proc: noderun by PID, the log
+// drivers as noderun's binary run with "log-driver", containerd by PID and
+// the shims as those started for its socket.
+func (b *bench) measurePSS() (nodePSS, error) {
+	var out nodePSS
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return out, err
+	}
+	noderun, ctrd := b.node.cmd.Process.Pid, b.env.daemon.PID()
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		args := cmdline(pid)
+		var into *float64
+		switch {
+		case pid == noderun:
+			into = &out.noderun
+		case pid == ctrd:
+			into = &out.containerd
+		case len(args) > 1 && args[0] == b.env.bin && args[1] == "log-driver":
+			into = &out.logging
+			out.drivers++
+		case len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && contains(args, b.env.daemon.Address()):
+			into = &out.shims
+		default:
+			continue
+		}
+		kib, err := pssKiB(pid)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		*into += float64(kib) / 1024
+	}
+	return out, nil
+}
+
+func cmdline(pid int) []string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+}
+
+func contains(args []string, s string) bool {
+	for _, a := range args {
+		if a == s {
+			return true
+		}
+	}
+	return false
+}
+
+// pssKiB reads a process's Pss from /proc/<pid>/smaps_rollup.
+func pssKiB(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/smaps_rollup", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			return strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no Pss in /proc/%d/smaps_rollup", pid)
+}
