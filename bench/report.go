@@ -364,6 +364,9 @@ func (m *measurements) pssRows(cfg Config) []Row {
 				map[int]*target{30: atMost(25, "MiB"), 100: atMost(40, "MiB")}[n]},
 			{"node", "whole node (all four)", nodePSS.sum, nil},
 		} {
+			if n == 0 && (p.key == "logging" || p.key == "shims") {
+				continue // none without pods
+			}
 			rows = append(rows, Row{Key: fmt.Sprintf("pss_%s_%d_pods", p.key, n), Measure: fmt.Sprintf("PSS, %s, %d pods", p.what, n),
 				Unit: "MiB", Noderun: part(samples, p.f), target: p.target}.finish())
 		}
