@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -45,7 +46,7 @@ func (b *bench) measurePSS() (nodePSS, error) {
 		case len(args) > 1 && args[0] == b.env.bin && args[1] == "log-driver":
 			into = &out.logging
 			out.drivers++
-		case len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && contains(args, b.env.daemon.Address()):
+		case len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && slices.Contains(args, b.env.daemon.Address()):
 			into = &out.shims
 		default:
 			continue
@@ -65,15 +66,6 @@ func cmdline(pid int) []string {
 		return nil
 	}
 	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-}
-
-func contains(args []string, s string) bool {
-	for _, a := range args {
-		if a == s {
-			return true
-		}
-	}
-	return false
 }
 
 // pssKiB reads a process's Pss from /proc/<pid>/smaps_rollup.

@@ -69,10 +69,42 @@ func readProcStartTime(pid uint32) (uint64, bool) {
 	return t, err == nil
 }
 
+// procID names one process across PID reuse and reboots, as
+// "<boot id> <pid> <pid start time>": a run's start record and a lease's
+// owner.
+type procID struct {
+	boot  string
+	pid   uint32
+	start uint64 // 0: not readable, the process had already ended
+}
+
+func procIDOf(pid uint32) procID {
+	st, _ := procStartTime(pid)
+	return procID{bootID, pid, st}
+}
+
+func (p procID) String() string { return fmt.Sprintf("%s %d %d", p.boot, p.pid, p.start) }
+
+// parseProcID reads the first three fields of s as a procID.
+func parseProcID(s string) (procID, bool) {
+	var p procID
+	_, err := fmt.Sscanf(s, "%s %d %d", &p.boot, &p.pid, &p.start)
+	return p, err == nil
+}
+
+// alive reports whether the process still runs: this boot, and a process
+// with its PID and start time.
+func (p procID) alive() bool {
+	if p.boot != bootID || p.start == 0 {
+		return false // every process of another boot is gone
+	}
+	got, ok := procStartTime(p.pid)
+	return ok && got == p.start
+}
+
 // startedRecord is LabelStarted's value for a task just started.
 func startedRecord(pid uint32, at time.Time) string {
-	st, _ := procStartTime(pid)
-	return fmt.Sprintf("%s %d %d %s", bootID, pid, st, at.UTC().Format(time.RFC3339Nano))
+	return procIDOf(pid).String() + " " + at.UTC().Format(time.RFC3339Nano)
 }
 
 // exitRecord is LabelExit's value.
@@ -105,22 +137,11 @@ func recordedExit(l map[string]string) (code int, at time.Time, reason string, o
 // be running (same boot, a process with its PID and start time exists),
 // and whether the run started at all.
 func mayStillRun(l map[string]string) (started, alive bool) {
-	f := strings.Fields(l[LabelStarted])
-	if len(f) < 3 {
+	if l[LabelStarted] == "" {
 		return false, false
 	}
-	if f[0] != bootID {
-		return true, false // every process of another boot is gone
-	}
-	pid, err1 := strconv.ParseUint(f[1], 10, 32)
-	want, err2 := strconv.ParseUint(f[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return true, true // unreadable: cannot tell
-	}
-	got, ok := procStartTime(uint32(pid))
-	// A start time of 0 was not readable: the process had already ended
-	// when its start was recorded.
-	return true, ok && want != 0 && got == want
+	p, ok := parseProcID(l[LabelStarted])
+	return true, !ok || p.alive() // unreadable: cannot tell
 }
 
 // killLostProcess SIGKILLs a run's process that lives on although
@@ -128,20 +149,19 @@ func mayStillRun(l map[string]string) (started, alive bool) {
 // PID and start time its start record holds, through a pidfd, so a later
 // process given the same PID is never hit.
 func killLostProcess(ctx context.Context, labels map[string]string) error {
-	var boot string
-	var pid uint32
-	var start uint64
-	if _, err := fmt.Sscanf(labels[LabelStarted], "%s %d %d", &boot, &pid, &start); err != nil || boot != bootID || start == 0 {
-		return nil // never started, another boot, or unknown: nothing of it runs
+	p, ok := parseProcID(labels[LabelStarted])
+	if !ok || !p.alive() {
+		return nil // never started, or nothing of it runs
 	}
+	pid := p.pid
 	fd, err := unix.PidfdOpen(int(pid), 0)
 	if err != nil {
 		return nil // gone
 	}
 	defer unix.Close(fd)
-	// Checked after the pidfd pins the process: before, the PID could
-	// have been given to another one.
-	if got, ok := procStartTime(pid); !ok || got != start {
+	// Checked again once the pidfd pins the process: before, the PID
+	// could have been given to another one.
+	if !p.alive() {
 		return nil
 	}
 	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && err != unix.ESRCH {

@@ -36,11 +36,7 @@ const (
 const LabelLeaseOwner = labelPrefix + "lease.owner"
 
 // self is this process, as LabelLeaseOwner names it.
-var self = func() string {
-	pid := uint32(os.Getpid())
-	st, _ := procStartTime(pid)
-	return fmt.Sprintf("%s %d %d", bootID, pid, st)
-}()
+var self = procIDOf(uint32(os.Getpid())).String()
 
 // withLease runs fn with a context carrying a new lease of noderun's, and
 // deletes the lease afterwards whatever became of ctx.
@@ -70,7 +66,7 @@ func ReleaseLeftoverLeases(ctx context.Context, c *ctrd.Client) (int, error) {
 	}
 	n := 0
 	for _, l := range all {
-		if ownerAlive(l.Labels[LabelLeaseOwner]) {
+		if owner, ok := parseProcID(l.Labels[LabelLeaseOwner]); ok && owner.alive() {
 			continue
 		}
 		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
@@ -79,17 +75,4 @@ func ReleaseLeftoverLeases(ctx context.Context, c *ctrd.Client) (int, error) {
 		n++
 	}
 	return n, nil
-}
-
-// ownerAlive reads LabelLeaseOwner: the same boot, and a process with that
-// PID and start time.
-func ownerAlive(owner string) bool {
-	var boot string
-	var pid uint32
-	var start uint64
-	if _, err := fmt.Sscanf(owner, "%s %d %d", &boot, &pid, &start); err != nil || boot != bootID {
-		return false
-	}
-	got, ok := procStartTime(pid)
-	return ok && got == start
 }

@@ -93,10 +93,12 @@ func TestReleaseLeftoverLeases(t *testing.T) {
 }
 
 func TestLeaseOwnerAlive(t *testing.T) {
+	ownerAlive := func(s string) bool { p, ok := parseProcID(s); return ok && p.alive() }
 	if !ownerAlive(self) {
 		t.Fatalf("this process (%q) is not alive", self)
 	}
-	for _, owner := range []string{"", "garbage", "other-boot 1 1", fmt.Sprintf("%s %d 1", bootID, os.Getpid())} {
+	for _, owner := range []string{"", "garbage", "other-boot 1 1", fmt.Sprintf("%s %d 1", bootID, os.Getpid()),
+		fmt.Sprintf("%s %d 0", bootID, os.Getpid())} {
 		if ownerAlive(owner) {
 			t.Errorf("owner %q counts as alive", owner)
 		}
