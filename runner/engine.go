@@ -190,6 +190,9 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	}
 	e.apply(ctx)
 	e.settle(ctx)
+	// The loop's first turn counts from now: ready never shows before it.
+	now := e.clock.Now()
+	e.lastLoop.Store(&now)
 	e.ready.Store(true)
 	if e.cfg.OnReady != nil {
 		e.cfg.OnReady()
