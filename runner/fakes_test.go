@@ -275,6 +275,7 @@ type fakeNetwork struct {
 	gcBlock    chan struct{} // if not nil, GC returns only once it is closed
 	deepChecks int
 	teardowns  []string
+	tearErr    error // what Teardown fails with
 }
 
 func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, error) {
@@ -349,7 +350,7 @@ func (n *fakeNetwork) Teardown(_ context.Context, sb *Sandbox) error {
 	defer n.mu.Unlock()
 	n.teardowns = append(n.teardowns, sb.PodUID)
 	delete(n.broken, sb.PodUID)
-	return nil
+	return n.tearErr
 }
 
 func (n *fakeNetwork) tornDown() []string {
