@@ -45,6 +45,8 @@ type Config struct {
 	ConfDir  string   // --cni-conf-dir
 	BinDirs  []string // --cni-bin-dir split on ':'
 	CacheDir string   // libcni's result cache, under noderun's state dir
+	// NoDefault never writes the default config (noderun reset).
+	NoDefault bool
 	// DefaultSubnet and DefaultBridge shape the config written when ConfDir
 	// holds none; empty means DefaultSubnet / DefaultBridge.
 	DefaultSubnet string
@@ -133,7 +135,7 @@ func New(cfg Config) (*Manager, error) {
 		bounds: defaultTimeouts,
 	}
 	// An unreadable ConfDir is left for Ready to report.
-	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
+	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" && !cfg.NoDefault {
 		if path, err = writeDefaultConfig(cfg); err != nil {
 			return nil, err
 		}
@@ -362,7 +364,11 @@ func writeDefaultConfig(cfg Config) (string, error) {
 	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	data = append(data, '\n')
+	if err := recordDefault(cfg, path, data); err != nil {
+		return "", fmt.Errorf("cni: record default config %s: %w", path, err)
+	}
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
 	return path, nil
