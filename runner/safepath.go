@@ -211,3 +211,16 @@ func unmountAll(dir string) error {
 	}
 	return nil
 }
+
+// RemoveTree unmounts everything at or below dir, then removes dir, so that
+// removing noderun's directories never descends into a host path bound
+// beneath them (a volume, a pinned namespace, a rootfs).
+func RemoveTree(dir string) error {
+	if err := unmountAll(dir); err != nil {
+		return err
+	}
+	if left := mountsUnder(dir); len(left) > 0 {
+		return fmt.Errorf("remove %s: %s is still mounted", dir, left[0])
+	}
+	return os.RemoveAll(dir)
+}
