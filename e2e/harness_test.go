@@ -246,6 +246,27 @@ func newNode(t *testing.T, extraArgs ...string) *node {
 // image tarballs (built by the test), so they are there before any pod.
 func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 	t.Helper()
+	n := prepareNode(t, extraArgs...)
+	for _, d := range []string{n.state, n.run, n.logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.writeCNIConfig()
+	for i, tar := range tars {
+		if err := os.Link(tar, filepath.Join(n.images, fmt.Sprintf("extra-%d.tar", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n.start()
+	return n
+}
+
+// prepareNode gives a node its names, an images dir with the busybox
+// tarball, and empty manifest and CNI config dirs; noderun's own dirs and
+// the network config are left to the caller, and it is not started.
+func prepareNode(t *testing.T, extraArgs ...string) *node {
+	t.Helper()
 	requireE2E(t)
 	root, err := os.MkdirTemp("/tmp", "nre")
 	if err != nil {
@@ -276,21 +297,14 @@ func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 		},
 	}}
 	t.Cleanup(n.cleanup)
-	for _, d := range []string{n.state, n.run, n.logs, n.images, n.podsDir, n.cniConf} {
+	for _, d := range []string{n.images, n.podsDir, n.cniConf} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	n.writeCNIConfig()
 	if err := os.Link(imageTar, filepath.Join(n.images, "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
-	for i, tar := range tars {
-		if err := os.Link(tar, filepath.Join(n.images, fmt.Sprintf("extra-%d.tar", i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	n.start()
 	return n
 }
 
@@ -341,15 +355,8 @@ func (n *node) writeCNIConfigWith(extra ...map[string]any) {
 
 func (n *node) ipamDir() string { return filepath.Join(n.state, "cni", "networks") }
 
-// start runs noderun and waits until its status API reports healthy.
-func (n *node) start() {
-	t := n.t
-	t.Helper()
-	f, err := os.OpenFile(n.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close() // the child has its own copy
+// flags are the node's noderun flags; subcommands take them too.
+func (n *node) flags() []string {
 	args := []string{
 		"--manifests", n.podsDir,
 		"--node-name", nodeName,
@@ -369,7 +376,19 @@ func (n *node) start() {
 		"--file-check-interval", "2s",
 		"--log-level", "debug",
 	}
-	cmd := exec.Command(noderunBin, append(args, n.extraArgs...)...)
+	return append(args, n.extraArgs...)
+}
+
+// start runs noderun and waits until its status API reports healthy.
+func (n *node) start() {
+	t := n.t
+	t.Helper()
+	f, err := os.OpenFile(n.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close() // the child has its own copy
+	cmd := exec.Command(noderunBin, n.flags()...)
 	// Tests reach nothing off this machine: a pull from a public registry
 	// (imagePullPolicy Always) meets a proxy nothing listens on instead
 	// (loopback registries are never proxied).
