@@ -209,3 +209,31 @@ func stockDiff(before, after hostState) []string {
 	}
 	return out
 }
+
+// A managed containerd is noderun's: reset starts nothing new, removes the
+// pod through it, then stops it and removes its directories.
+func TestResetStopsTheManagedContainerd(t *testing.T) {
+	n, pid := newManagedNode(t)
+	n.writeManifest("p.yaml", sleeperPod("managed", "busybox:1.36", "managed"))
+	p := n.waitPod("managed", "Running", running)
+	id := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	n.stop()
+	out, err := exec.Command(noderunBin, append(n.flags(), "reset")...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("noderun reset: %v\n%s", err, out)
+	}
+	if alive(pid) {
+		t.Fatalf("managed containerd %d still runs after reset:\n%s", pid, out)
+	}
+	if shims := pgrep(id); shims > 0 {
+		t.Errorf("the pod's shim (pid %d) still runs", shims)
+	}
+	for _, dir := range []string{n.state, n.run} {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want removed", dir, err)
+		}
+	}
+	if !strings.Contains(string(out), "stopped the managed containerd") {
+		t.Errorf("reset does not say it stopped the managed containerd:\n%s", out)
+	}
+}
