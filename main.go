@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/systemd"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -102,7 +103,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
-		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("LOG_FORMAT")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
 	}, urlFlags()...)
 }
 
@@ -115,13 +116,19 @@ func newLogger(c *cli.Context) (*slog.Logger, error) {
 	// attempt at info level); our own log says what matters.
 	_ = ctrdlog.SetLevel("warn")
 	opts := &slog.HandlerOptions{Level: level}
-	switch c.String("log-format") {
+	format := c.String("log-format")
+	if !c.IsSet("log-format") && systemd.StderrIsJournal() {
+		format = "journal"
+	}
+	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
 	case "json":
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	case "journal":
+		return slog.New(systemd.NewJournalHandler(level, "noderun", nil, slog.NewTextHandler(os.Stderr, opts))), nil
 	}
-	return nil, fmt.Errorf("--log-format: %q is neither text nor json", c.String("log-format"))
+	return nil, fmt.Errorf("--log-format: %q is not text, json or journal", format)
 }
 
 // statusSocket resolves the API socket path from flags.

@@ -165,11 +165,11 @@ func runNode(c *cli.Context) error {
 		OnReady: func() {
 			started()
 			log.Info("ready", "node", nodeName, "sources", nSources)
-			_, _ = systemd.Status("ready")
 			if _, err := systemd.Ready(); err != nil {
 				log.Warn("sd_notify", "err", err)
 			}
 			go watchdog(ctx, engine, log)
+			go podStatus(ctx, engine, log)
 		},
 	}, rt, net)
 	net.changed = engine.NetworkChanged
@@ -204,6 +204,25 @@ func watchdog(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
 	})
 	if err != nil {
 		log.Warn("sd_notify watchdog", "err", err)
+	}
+}
+
+// podStatus keeps systemd's status line (systemctl status) at the pod
+// counts, sent when they change.
+func podStatus(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
+	last := ""
+	for {
+		if s := engine.PodCounts().String(); s != last {
+			if _, err := systemd.Status(s); err != nil {
+				log.Warn("sd_notify status", "err", err)
+			}
+			last = s
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-engine.CountsChanged():
+		}
 	}
 }
 

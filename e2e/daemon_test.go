@@ -175,22 +175,39 @@ func TestSystemdNotifications(t *testing.T) {
 	defer conn.Close()
 	t.Setenv("NOTIFY_SOCKET", sock)
 	t.Setenv("WATCHDOG_USEC", "400000")
-	newNode(t)
+	n := newNode(t)
 	var got []string
 	buf := make([]byte, 4096)
-	for !slices.Contains(got, "WATCHDOG=1") {
-		if err := conn.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
-			t.Fatal(err)
+	readUntil := func(want string) {
+		t.Helper()
+		for !slices.Contains(got, want) {
+			if err := conn.SetReadDeadline(time.Now().Add(waitTimeout)); err != nil {
+				t.Fatal(err)
+			}
+			k, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				t.Fatalf("waiting for %q after %q: %v", want, got, err)
+			}
+			got = append(got, string(buf[:k]))
 		}
-		k, _, err := conn.ReadFromUnix(buf)
-		if err != nil {
-			t.Fatalf("after %q: %v", got, err)
-		}
-		got = append(got, string(buf[:k]))
 	}
+	readUntil("WATCHDOG=1")
 	ready := slices.Index(got, "READY=1")
 	if ready < 0 || !strings.HasPrefix(got[0], "EXTEND_TIMEOUT_USEC=") || slices.Index(got, "WATCHDOG=1") < ready {
 		t.Fatalf("notifications %q, want EXTEND_TIMEOUT_USEC first, then READY=1, then WATCHDOG=1", got)
+	}
+	// The status line shows the pod counts, sent only when they change.
+	readUntil("STATUS=0 pods")
+	n.writeManifest("p.yaml", sleeperPod("counted", "busybox:1.36", "counted"))
+	readUntil("STATUS=1 pod: 1 running")
+	var statuses []string
+	for _, s := range got {
+		if strings.HasPrefix(s, "STATUS=") {
+			statuses = append(statuses, s)
+		}
+	}
+	if len(slices.Compact(slices.Clone(statuses))) != len(statuses) {
+		t.Errorf("status lines %q: one repeated without a change", statuses)
 	}
 }
 

@@ -70,10 +70,12 @@ type Engine struct {
 	sources map[string]manifests.Snapshot
 	// conflicts holds, by source, the pods refused because another
 	// source defines the same namespace/name or UID.
-	conflicts map[string][]error
-	workers   map[types.UID]*podWorker
-	statuses  map[types.UID]*v1.Pod
-	wg        sync.WaitGroup
+	conflicts     map[string][]error
+	workers       map[types.UID]*podWorker
+	statuses      map[types.UID]*v1.Pod
+	counts        PodCounts     // of statuses
+	countsChanged chan struct{} // one slot: the counts changed since the last read
+	wg            sync.WaitGroup
 
 	// Touched only by Run's goroutine.
 	settled, waitLogged bool // orphans removed; the wait for sources logged
@@ -112,9 +114,10 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	}
 	e := &Engine{
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
-		sources:  map[string]manifests.Snapshot{},
-		workers:  map[types.UID]*podWorker{},
-		statuses: map[types.UID]*v1.Pod{},
+		sources:       map[string]manifests.Snapshot{},
+		workers:       map[types.UID]*podWorker{},
+		statuses:      map[types.UID]*v1.Pod{},
+		countsChanged: make(chan struct{}, 1),
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
 		netGCTimeout: 2 * time.Minute,
 	}
@@ -148,7 +151,7 @@ func (e *Engine) markTerminating(uid types.UID, pod *v1.Pod, now time.Time) {
 	ts := metav1.NewTime(now)
 	out.DeletionTimestamp = &ts
 	out.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
-	e.statuses[uid] = out
+	e.putStatusLocked(uid, out)
 }
 
 // probeFailed records a failed probe attempt as the kubelet's Unhealthy
@@ -556,7 +559,7 @@ func (e *Engine) workerDone(w *podWorker) {
 	if e.workers[w.uid] == w {
 		delete(e.workers, w.uid)
 	}
-	delete(e.statuses, w.uid)
+	e.putStatusLocked(w.uid, nil)
 	// A pod of the same name may be waiting for this one to finish.
 	for _, o := range e.workers {
 		o.poke()
@@ -599,7 +602,7 @@ func (e *Engine) pokeAll() {
 func (e *Engine) setStatus(pod *v1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	e.statuses[pod.UID] = pod
+	e.putStatusLocked(pod.UID, pod)
 }
 
 // Pods returns every pod with its current status, sorted by namespace/name.

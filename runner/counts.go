@@ -1,0 +1,88 @@
+package runner
+
+import (
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// PodCounts is how many pods are in each phase, and how many are being
+// torn down, for systemd's one-line status.
+type PodCounts struct {
+	Pending, Running, Succeeded, Failed, Terminating int
+}
+
+// String reads like "3 pods: 2 running, 1 pending".
+func (c PodCounts) String() string {
+	total := c.Pending + c.Running + c.Succeeded + c.Failed + c.Terminating
+	var parts []string
+	for _, p := range []struct {
+		n    int
+		name string
+	}{{c.Running, "running"}, {c.Pending, "pending"}, {c.Failed, "failed"}, {c.Succeeded, "succeeded"}, {c.Terminating, "terminating"}} {
+		if p.n > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", p.n, p.name))
+		}
+	}
+	s := fmt.Sprintf("%d pods", total)
+	if total == 1 {
+		s = "1 pod"
+	}
+	if len(parts) > 0 {
+		s += ": " + strings.Join(parts, ", ")
+	}
+	return s
+}
+
+// field is the count pod falls in; nil for none.
+func (c *PodCounts) field(pod *v1.Pod) *int {
+	switch {
+	case pod == nil:
+		return nil
+	case pod.DeletionTimestamp != nil:
+		return &c.Terminating
+	case pod.Status.Phase == v1.PodRunning:
+		return &c.Running
+	case pod.Status.Phase == v1.PodSucceeded:
+		return &c.Succeeded
+	case pod.Status.Phase == v1.PodFailed:
+		return &c.Failed
+	}
+	return &c.Pending
+}
+
+// putStatusLocked replaces uid's status (nil removes it) and keeps the
+// counts, telling CountsChanged when they change. e.mu is held.
+func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
+	before := e.counts
+	if f := e.counts.field(e.statuses[uid]); f != nil {
+		*f--
+	}
+	if pod == nil {
+		delete(e.statuses, uid)
+	} else {
+		e.statuses[uid] = pod
+	}
+	if f := e.counts.field(pod); f != nil {
+		*f++
+	}
+	if e.counts != before {
+		select {
+		case e.countsChanged <- struct{}{}:
+		default: // a change is already pending; the reader takes the latest counts
+		}
+	}
+}
+
+// PodCounts returns how many pods are in each phase now.
+func (e *Engine) PodCounts() PodCounts {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.counts
+}
+
+// CountsChanged receives after the pod counts changed; several changes
+// between two reads come as one.
+func (e *Engine) CountsChanged() <-chan struct{} { return e.countsChanged }
