@@ -113,15 +113,19 @@ func resetPods(ctx context.Context, c *cli.Context, conn *ctrdrt.Conn, netCfg cn
 	if err != nil {
 		return nil, err
 	}
+	cg, err := cgroupLayout(c)
+	if err != nil {
+		return nil, err
+	}
 	rt := ctrdrt.New(conn.Client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
-		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log))
+		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithCgroups(cg))
 	cniMgr, err := cni.New(netCfg)
 	if err != nil {
 		return nil, err
 	}
 	engine := runner.New(runner.Config{
 		NodeName: c.String("node-name"), StateDir: stateDir, RunDir: runDir,
-		PodLogDir: c.String("pod-log-dir"), Logger: log,
+		PodLogDir: c.String("pod-log-dir"), Logger: log, Cgroups: cg,
 	}, rt, newNetwork(cniMgr, filepath.Join(runDir, "pods"), nil, log))
 	if err := engine.RemoveAll(ctx); err != nil {
 		return nil, err

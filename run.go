@@ -19,6 +19,7 @@ import (
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -141,9 +142,14 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	cg, err := cgroupLayout(c)
+	if err != nil {
+		return err
+	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(rotation))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(rotation),
+		ctrdrt.WithCgroups(cg))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -156,7 +162,7 @@ func runNode(c *cli.Context) error {
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
-		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log,
+		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cg,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
 		ImageGC:              gcPolicy,
@@ -314,6 +320,12 @@ func registryConfig(c *cli.Context, stateDir string) ctrdrt.RegistryConfig {
 		AuthFiles:       auth,
 		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
 	}
+}
+
+// cgroupLayout reads --cgroup-driver; the hierarchy is the host's.
+func cgroupLayout(c *cli.Context) (cgroups.Layout, error) {
+	d, err := cgroups.ParseDriver(c.String("cgroup-driver"))
+	return cgroups.Detect(d), err
 }
 
 // logRotation reads the kubelet's containerLogMaxSize and

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner/prober"
 )
@@ -30,8 +31,8 @@ type Config struct {
 	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
 	RunDir     string // pinned namespaces: <RunDir>/pods/<uid>
 	PodLogDir  string
-	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
-	CgroupRoot string // parent of every pod cgroup, e.g. /noderun
+	ResolvConf string         // the host resolv.conf that pods with dnsPolicy Default get
+	Cgroups    cgroups.Layout // where pod cgroups are (zero: cgroupfs, /noderun)
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string
@@ -108,9 +109,6 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	}
 	if cfg.GCInterval == 0 {
 		cfg.GCInterval = 10 * time.Minute
-	}
-	if cfg.CgroupRoot == "" {
-		cfg.CgroupRoot = "/noderun"
 	}
 	e := &Engine{
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,

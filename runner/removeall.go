@@ -37,7 +37,9 @@ func (e *Engine) RemoveAll(ctx context.Context) error {
 	if err := e.net.GC(ctx, map[string]bool{}); err != nil {
 		return fmt.Errorf("network garbage collection: %w", err)
 	}
-	removeCgroup(e.cfg.CgroupRoot)
+	if err := e.cfg.Cgroups.RemoveRoot(ctx); err != nil {
+		return fmt.Errorf("cgroup root: %w", err)
+	}
 	return nil
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/noderun/noderun/internal/cgroups"
 )
 
 func newIdleEngine(t *testing.T, preload ...ContainerStatus) (*Engine, *fakeRuntime, *fakeNetwork) {
@@ -20,7 +22,7 @@ func newIdleEngine(t *testing.T, preload ...ContainerStatus) (*Engine, *fakeRunt
 	dir := t.TempDir()
 	e := New(Config{
 		NodeName: "n1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
-		PodLogDir: filepath.Join(dir, "logs"), Clock: clock, CgroupRoot: "/noderun-test-" + filepath.Base(dir),
+		PodLogDir: filepath.Join(dir, "logs"), Clock: clock, Cgroups: cgroups.Layout{Root: "noderun-test-" + filepath.Base(dir)},
 	}, rt, net)
 	return e, rt, net
 }

@@ -416,7 +416,9 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	removeCgroup(w.cgroupParent())
+	if err := e.cfg.Cgroups.RemovePod(ctx, w.cgroupParent()); err != nil {
+		e.log.Warn("pod cgroup not removed", "pod", podRef(pod), "err", err)
+	}
 	errs = append(errs,
 		os.RemoveAll(w.podStateDir()),
 		os.RemoveAll(w.podRunDir()))
@@ -457,7 +459,7 @@ func (w *podWorker) podLogDirs() []string {
 }
 
 func (w *podWorker) cgroupParent() string {
-	return w.env.cfg.CgroupRoot + "/pod" + SandboxID(string(w.uid))
+	return w.env.cfg.Cgroups.PodParent(SandboxID(string(w.uid)))
 }
 
 func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {

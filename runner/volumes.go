@@ -1,7 +1,6 @@
 package runner
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"maps"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -260,38 +258,6 @@ func isMountPoint(dir string) bool {
 	}
 	return st.Dev != parent.Dev
 }
-
-// removeCgroup removes the pod's parent cgroup from every hierarchy; runc
-// removes the containers' own cgroups but not the parent it created.
-func removeCgroup(path string) {
-	for _, root := range cgroupRoots() {
-		_ = unix.Rmdir(filepath.Join(root, path))
-	}
-}
-
-// cgroupRoots lists the mount points of cgroup v1 hierarchies and cgroup2,
-// read once: mountinfo grows with every pod (pinned namespaces, rootfs).
-var cgroupRoots = sync.OnceValue(func() []string {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// Fields: id parent maj:min root mountpoint opts ... - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		if !ok {
-			continue
-		}
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if len(fields) > 4 && len(fstype) > 0 && (fstype[0] == "cgroup" || fstype[0] == "cgroup2") {
-			out = append(out, fields[4])
-		}
-	}
-	return out
-})
 
 // memTotal is the node's memory in bytes, from /proc/meminfo.
 func memTotal() int64 {

@@ -1,8 +1,6 @@
 package containerd
 
 import (
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -95,26 +93,5 @@ func TestOOMKilledFromCgroup(t *testing.T) {
 	rec, err := rt.client.ContainerService().Get(rt.ctx(t.Context()), hog.ID)
 	if err != nil || rec.Labels[LabelOOMKilled] != "true" {
 		t.Fatalf("label %q, err %v; want it set", rec.Labels[LabelOOMKilled], err)
-	}
-}
-
-func TestReadCount(t *testing.T) {
-	dir := t.TempDir()
-	v1file := filepath.Join(dir, "oom_control")
-	if err := os.WriteFile(v1file, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if n, ok := readCount(v1file, "oom_kill"); !ok || n != 2 {
-		t.Errorf("v1: %d %t, want 2", n, ok)
-	}
-	v2file := filepath.Join(dir, "events")
-	if err := os.WriteFile(v2file, []byte("low 0\nhigh 0\nmax 5\noom 1\noom_kill 0\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if n, ok := readCount(v2file, "oom_kill"); !ok || n != 0 {
-		t.Errorf("v2: %d %t, want 0", n, ok)
-	}
-	if _, ok := readCount(filepath.Join(dir, "missing"), "oom_kill"); ok {
-		t.Error("a missing file gave a count")
 	}
 }

@@ -33,6 +33,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -53,6 +54,7 @@ type Runtime struct {
 	ledger       *ImportLedger // images from the images dir, kept by image GC
 	use          imageUse
 	security     hostSecurity
+	cgroups      cgroups.Layout
 	log          *slog.Logger
 
 	// What an image digest always yields, so starting the next container
@@ -92,6 +94,10 @@ func WithImportLedger(l *ImportLedger) Option { return func(r *Runtime) { r.ledg
 // WithLogRotation has the log driver rotate each container's log.
 func WithLogRotation(rot crilog.Rotation) Option { return func(r *Runtime) { r.logRotation = rot } }
 
+// WithCgroups sets the cgroup driver and hierarchy (default: cgroupfs on
+// this host's).
+func WithCgroups(l cgroups.Layout) Option { return func(r *Runtime) { r.cgroups = l } }
+
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
@@ -107,6 +113,7 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 		fifoDir:     filepath.Join(filepath.Dir(runcRoot), "exec-fifo"),
 		logDriver:   logDriver,
 		ownOOM:      OwnOOMScoreAdj(),
+		cgroups:     cgroups.Detect(cgroups.Cgroupfs),
 		log:         slog.New(slog.DiscardHandler),
 		images:      map[string]imageFacts{},
 		users:       map[string]specs.User{},
@@ -236,7 +243,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
 	}
 	specOpts := append(r.specOpts(cfg), secOpts...)
-	runtimeOpts := &options.Options{Root: r.runcRoot}
+	runtimeOpts := r.runtimeOptions()
 	newContainer := func() (c ctrd.Container, err error) {
 		err = withLease(ctx, r.client, leaseCreate, func(ctx context.Context) error {
 			c, err = r.client.NewContainer(ctx, cfg.ID,
@@ -323,7 +330,7 @@ func digestOf(imageID string) string {
 // up in the image's passwd and group files (a rootfs mount) only the first
 // time an image is run with given user settings.
 func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
-	opts := specOpts(cfg, r.ownOOM)
+	opts := specOpts(cfg, r.ownOOM, r.cgroups)
 	key := userKey(cfg)
 	r.mu.Lock()
 	u, ok := r.users[key]
@@ -338,6 +345,12 @@ func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 		r.mu.Unlock()
 		return nil
 	})
+}
+
+// runtimeOptions are runc's: noderun's private state root, and systemd
+// managing the cgroups with the systemd driver.
+func (r *Runtime) runtimeOptions() *options.Options {
+	return &options.Options{Root: r.runcRoot, SystemdCgroup: r.cgroups.Driver == cgroups.Systemd}
 }
 
 // withTaskOptions repeats the runtime options on the task so every daemon
@@ -415,7 +428,7 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 				r.log.Warn("exit not recorded", "container", st.ID, "err", err)
 			}
 		}
-		if st.State == runner.StateExited && st.ExitCode == 137 && !st.OOMKilled && oomKilledInCgroup(&recs[i]) {
+		if st.State == runner.StateExited && st.ExitCode == 137 && !st.OOMKilled && r.oomKilledInCgroup(&recs[i]) {
 			// The event was missed (noderun was down): the kernel's count
 			// in the cgroup, kept until the task is deleted, says so too.
 			st.OOMKilled = true
@@ -426,13 +439,9 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 	return out, nil
 }
 
-// cgroupFS is where the cgroup hierarchies are mounted; tests move it.
-var cgroupFS = "/sys/fs/cgroup"
-
 // oomKilledInCgroup reports whether the kernel's OOM killer killed a process
-// in the container's memory cgroup: oom_kill in memory.oom_control (cgroup
-// v1) or memory.events (v2).
-func oomKilledInCgroup(c *containers.Container) bool {
+// in the container's memory cgroup.
+func (r *Runtime) oomKilledInCgroup(c *containers.Container) bool {
 	if c.Spec == nil {
 		return false
 	}
@@ -444,30 +453,8 @@ func oomKilledInCgroup(c *containers.Container) bool {
 	if !ok || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
 		return false
 	}
-	for _, f := range []string{
-		filepath.Join(cgroupFS, "memory", spec.Linux.CgroupsPath, "memory.oom_control"),
-		filepath.Join(cgroupFS, spec.Linux.CgroupsPath, "memory.events"),
-	} {
-		if n, ok := readCount(f, "oom_kill"); ok {
-			return n > 0
-		}
-	}
-	return false
-}
-
-// readCount finds "key N" in a cgroup key-value file.
-func readCount(path, key string) (int, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if k, v, ok := strings.Cut(line, " "); ok && k == key {
-			n, err := strconv.Atoi(strings.TrimSpace(v))
-			return n, err == nil
-		}
-	}
-	return 0, false
+	n, ok := r.cgroups.OOMKills(spec.Linux.CgroupsPath)
+	return ok && n > 0
 }
 
 // tasks fetches task state: one Get per container for a single pod, one

@@ -13,6 +13,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/manifests"
 
 	"github.com/noderun/noderun/runner"
@@ -20,14 +21,14 @@ import (
 
 // specOpts turns an engine-resolved container config into OCI spec options.
 // Each tweak is a small function so it can be tested on an empty spec.
-func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
+func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int, cg cgroups.Layout) []oci.SpecOpts {
 	opts := []oci.SpecOpts{
 		oci.WithProcessArgs(cfg.Args...),
 		oci.WithEnv(cfg.Env),
 		withCwd(cfg.WorkingDir),
 		withSandboxNamespaces(cfg.Sandbox),
 		withMounts(cfg.Mounts, readMountinfo),
-		oci.WithCgroup(cfg.CgroupParent + "/" + cfg.ID),
+		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
 		withOOMScoreAdj(cfg.OOMScoreAdj, ownOOMScoreAdj),
 		withResources(cfg.Resources),
 		withoutDefaultRlimits,
@@ -239,7 +240,11 @@ func OwnOOMScoreAdj() int {
 	return v
 }
 
-// withResources applies the cgroup settings the runner computed.
+// withResources applies the cgroup settings the runner computed, in the
+// spec's v1 terms on every host: runc (cgroupfs or systemd driver) turns
+// them into v2's as containerd and the kubelet rely on: shares into
+// cpu.weight (1 + (shares-2)*9999/262142), quota and period into cpu.max,
+// the limit into memory.max.
 func withResources(r runner.Resources) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux == nil {

@@ -6,12 +6,14 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/containerd/cgroups/v3/cgroup2"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -183,5 +185,52 @@ func TestWithMountsPropagation(t *testing.T) {
 		if !slices.Contains(m.Options, tc.wantOpt) || s.Linux.RootfsPropagation != tc.wantRoot {
 			t.Errorf("%s %s: options %v root %q, want %s and root %q", tc.src, tc.prop, m.Options, s.Linux.RootfsPropagation, tc.wantOpt, tc.wantRoot)
 		}
+	}
+}
+
+// The spec and runc's options are right for both cgroup drivers on both
+// hierarchies: the cgroupsPath's form, SystemdCgroup, and resources that
+// come out on v2 as the kubelet's do (containerd's own v1-to-v2 conversion,
+// the one runc applies too).
+func TestCgroupSpecPerLayout(t *testing.T) {
+	const sandbox = "0123456789abcdef0123456789abcdef"
+	for _, tc := range []struct {
+		name        string
+		layout      cgroups.Layout
+		cgroupsPath string
+	}{
+		{"cgroupfs v1", cgroups.Layout{Driver: cgroups.Cgroupfs}, "/noderun/pod" + sandbox + "/ctr"},
+		{"cgroupfs v2", cgroups.Layout{Driver: cgroups.Cgroupfs, Unified: true}, "/noderun/pod" + sandbox + "/ctr"},
+		{"systemd v1", cgroups.Layout{Driver: cgroups.Systemd}, "noderun-pod" + sandbox + ".slice:noderun:ctr"},
+		{"systemd v2", cgroups.Layout{Driver: cgroups.Systemd, Unified: true}, "noderun-pod" + sandbox + ".slice:noderun:ctr"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &runner.ContainerConfig{
+				ID: "ctr", Pod: &v1.Pod{}, Sandbox: &runner.Sandbox{ID: sandbox, Dir: "/run/noderun/pods/" + sandbox},
+				CgroupParent: tc.layout.PodParent(sandbox),
+				Resources:    runner.Resources{CPUShares: 512, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20},
+			}
+			s := genSpec(t, specOpts(cfg, 0, tc.layout)...)
+			if s.Linux.CgroupsPath != tc.cgroupsPath {
+				t.Errorf("cgroupsPath %q, want %q", s.Linux.CgroupsPath, tc.cgroupsPath)
+			}
+			rt := &Runtime{runcRoot: "/run/noderun/runc", cgroups: tc.layout}
+			if got := rt.runtimeOptions().SystemdCgroup; got != (tc.layout.Driver == cgroups.Systemd) {
+				t.Errorf("runc option SystemdCgroup = %t", got)
+			}
+			res := s.Linux.Resources
+			if !tc.layout.Unified {
+				if *res.CPU.Shares != 512 || *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 || *res.Memory.Limit != 64<<20 {
+					t.Errorf("v1 resources: shares %d quota %d period %d memory %d", *res.CPU.Shares, *res.CPU.Quota, *res.CPU.Period, *res.Memory.Limit)
+				}
+				return
+			}
+			v2 := cgroup2.ToResources(res)
+			// cpu.weight 1 + (512-2)*9999/262142 = 20, as runc and the kubelet compute it.
+			if *v2.CPU.Weight != 20 || string(v2.CPU.Max) != "50000 100000" || *v2.Memory.Max != 64<<20 {
+				t.Errorf("v2: cpu.weight %d, cpu.max %q, memory.max %d; want 20, \"50000 100000\", %d",
+					*v2.CPU.Weight, v2.CPU.Max, *v2.Memory.Max, 64<<20)
+			}
+		})
 	}
 }

@@ -1,0 +1,145 @@
+package cgroups
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/noderun/noderun/internal/testenv"
+)
+
+const sandbox = "0123456789abcdef0123456789abcdef"
+
+// layouts are the four a host can have: both drivers on v1 (hybrid
+// included) and on the unified v2 hierarchy.
+func layouts(fs string) map[string]Layout {
+	return map[string]Layout{
+		"cgroupfs v1": {Driver: Cgroupfs, FS: fs},
+		"cgroupfs v2": {Driver: Cgroupfs, Unified: true, FS: fs},
+		"systemd v1":  {Driver: Systemd, FS: fs},
+		"systemd v2":  {Driver: Systemd, Unified: true, FS: fs},
+	}
+}
+
+func TestPaths(t *testing.T) {
+	type want struct{ parent, cgroupsPath, memoryDir, podDir string }
+	tests := map[string]want{
+		"cgroupfs v1": {"/noderun/pod" + sandbox, "/noderun/pod" + sandbox + "/ctr",
+			"/sys/fs/cgroup/memory/noderun/pod" + sandbox + "/ctr", "/sys/fs/cgroup/cpu/noderun/pod" + sandbox},
+		"cgroupfs v2": {"/noderun/pod" + sandbox, "/noderun/pod" + sandbox + "/ctr",
+			"/sys/fs/cgroup/noderun/pod" + sandbox + "/ctr", "/sys/fs/cgroup/noderun/pod" + sandbox},
+		"systemd v1": {"noderun-pod" + sandbox + ".slice", "noderun-pod" + sandbox + ".slice:noderun:ctr",
+			"/sys/fs/cgroup/memory/noderun.slice/noderun-pod" + sandbox + ".slice/noderun-ctr.scope",
+			"/sys/fs/cgroup/cpu/noderun.slice/noderun-pod" + sandbox + ".slice"},
+		"systemd v2": {"noderun-pod" + sandbox + ".slice", "noderun-pod" + sandbox + ".slice:noderun:ctr",
+			"/sys/fs/cgroup/noderun.slice/noderun-pod" + sandbox + ".slice/noderun-ctr.scope",
+			"/sys/fs/cgroup/noderun.slice/noderun-pod" + sandbox + ".slice"},
+	}
+	for name, l := range layouts("") {
+		w := tests[name]
+		parent := l.PodParent(sandbox)
+		path := l.ContainerPath(parent, "ctr")
+		got := want{parent, path, l.Dir(path, "memory"), l.Dir(parent, "cpu")}
+		if got != w {
+			t.Errorf("%s:\n got %+v\nwant %+v", name, got, w)
+		}
+	}
+}
+
+func TestExpandSlice(t *testing.T) {
+	for in, want := range map[string]string{
+		"-.slice":            "/",
+		"noderun.slice":      "/noderun.slice",
+		"noderun-pod1.slice": "/noderun.slice/noderun-pod1.slice",
+		"a-b-c.slice":        "/a.slice/a-b.slice/a-b-c.slice",
+	} {
+		if got := expandSlice(in); got != want {
+			t.Errorf("expandSlice(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// The OOM kill count is read where each layout keeps it: memory.oom_control
+// in the v1 memory hierarchy, memory.events in the unified one.
+func TestOOMKills(t *testing.T) {
+	for name, l := range layouts(t.TempDir()) {
+		path := l.ContainerPath(l.PodParent(sandbox), "ctr")
+		if _, ok := l.OOMKills(path); ok {
+			t.Errorf("%s: a count without a cgroup", name)
+		}
+		file, content := "memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"
+		if l.Unified {
+			file, content = "memory.events", "low 0\nhigh 0\nmax 5\noom 1\noom_kill 2\n"
+		}
+		dir := l.Dir(path, "memory")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := l.OOMKills(path); !ok || n != 2 {
+			t.Errorf("%s: %d %t, want 2 from %s", name, n, ok, filepath.Join(dir, file))
+		}
+	}
+}
+
+// With systemd the pod's slice is stopped, as the kubelet stops it; the
+// root slice only once no pod slice is left in it.
+func TestSystemdRemovesBySlice(t *testing.T) {
+	var stopped []string
+	l := Layout{Driver: Systemd, FS: t.TempDir(), StopUnit: func(_ context.Context, name string) error {
+		stopped = append(stopped, name)
+		return nil
+	}}
+	parent := l.PodParent(sandbox)
+	if err := l.RemovePod(context.Background(), parent); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RemoveRoot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{parent, "noderun.slice"}; !slices.Equal(stopped, want) {
+		t.Fatalf("stopped %q, want %q", stopped, want)
+	}
+}
+
+// With cgroupfs the pod's directory goes from every hierarchy, here real
+// ones (the test needs root to make cgroups).
+func TestCgroupfsRemovesDirs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("makes cgroups; skipped with -short")
+	}
+	testenv.Require(t, os.Geteuid() == 0, "root")
+	l := Layout{Driver: Cgroupfs, Root: "noderun-test-" + filepath.Base(t.TempDir())}
+	parent := l.PodParent(sandbox)
+	var made []string
+	for _, h := range l.hierarchies() {
+		d := filepath.Join(h, parent)
+		if err := os.MkdirAll(d, 0o755); err == nil {
+			made = append(made, d)
+		}
+	}
+	testenv.Require(t, len(made) > 0, "a writable cgroup hierarchy")
+	if err := l.RemovePod(context.Background(), parent); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.RemoveRoot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range made {
+		if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want removed with its pod dir", filepath.Dir(d), err)
+		}
+	}
+}
+
+func TestParseDriver(t *testing.T) {
+	for in, ok := range map[string]bool{"cgroupfs": true, "systemd": true, "": false, "Systemd": false} {
+		if _, err := ParseDriver(in); (err == nil) != ok {
+			t.Errorf("ParseDriver(%q): %v", in, err)
+		}
+	}
+}
