@@ -176,16 +176,21 @@ func (l Layout) RemoveRoot(ctx context.Context) error {
 		return l.rmdirAll("/" + l.root())
 	}
 	slice := l.root() + ".slice"
+	found := false
 	for _, d := range l.hierarchies() {
 		ents, err := os.ReadDir(filepath.Join(d, expandSlice(slice)))
 		if err != nil {
 			continue
 		}
+		found = true
 		for _, e := range ents {
 			if e.IsDir() {
 				return nil // a pod slice, or a scope, is still there
 			}
 		}
+	}
+	if !found {
+		return nil // never started, or stopped already
 	}
 	return l.stopUnit(ctx, slice)
 }
@@ -225,9 +230,12 @@ func (l Layout) hierarchies() []string {
 	return out
 }
 
-// cgroupMounts lists every cgroup and cgroup2 mount point, read once:
-// mountinfo grows with every pod (pinned namespaces, rootfs).
-var cgroupMounts = sync.OnceValue(func() []string {
+// cgroupMounts lists every cgroup and cgroup2 mount point; tests fake it.
+var cgroupMounts = readCgroupMounts
+
+// readCgroupMounts reads mountinfo once: it grows with every pod (pinned
+// namespaces, rootfs).
+var readCgroupMounts = sync.OnceValue(func() []string {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
 		return nil

@@ -87,18 +87,36 @@ func TestOOMKills(t *testing.T) {
 }
 
 // With systemd the pod's slice is stopped, as the kubelet stops it; the
-// root slice only once no pod slice is left in it.
+// root slice only once it exists and no pod slice is left in it.
 func TestSystemdRemovesBySlice(t *testing.T) {
 	var stopped []string
-	l := Layout{Driver: Systemd, FS: t.TempDir(), StopUnit: func(_ context.Context, name string) error {
+	fs := t.TempDir()
+	l := Layout{Driver: Systemd, Unified: true, FS: fs, StopUnit: func(_ context.Context, name string) error {
 		stopped = append(stopped, name)
 		return nil
 	}}
+	// The hierarchy is a plain dir here: fake the cgroup2 mount list.
+	cgroupMounts = func() []string { return []string{fs} }
+	t.Cleanup(func() { cgroupMounts = readCgroupMounts })
 	parent := l.PodParent(sandbox)
-	if err := l.RemovePod(context.Background(), parent); err != nil {
+	ctx := context.Background()
+	if err := l.RemoveRoot(ctx); err != nil || len(stopped) != 0 {
+		t.Fatalf("RemoveRoot with no root slice: %v, stopped %q; want nothing stopped", err, stopped)
+	}
+	podDir := l.Dir(parent, "")
+	if err := os.MkdirAll(podDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.RemoveRoot(context.Background()); err != nil {
+	if err := l.RemoveRoot(ctx); err != nil || len(stopped) != 0 {
+		t.Fatalf("RemoveRoot with a pod slice left: %v, stopped %q; want nothing stopped", err, stopped)
+	}
+	if err := l.RemovePod(ctx, parent); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(podDir); err != nil { // what systemd does when it stops the slice
+		t.Fatal(err)
+	}
+	if err := l.RemoveRoot(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if want := []string{parent, "noderun.slice"}; !slices.Equal(stopped, want) {
