@@ -166,14 +166,14 @@ func (l Layout) RemovePod(ctx context.Context, parent string) error {
 	if l.Driver == Systemd {
 		return l.stopUnit(ctx, parent)
 	}
-	return l.rmdirAll(parent)
+	return l.rmdirAll(parent, false)
 }
 
 // RemoveRoot removes the parent of all pods if no pod's cgroup is left in
 // it (other noderuns on the host may share it).
 func (l Layout) RemoveRoot(ctx context.Context) error {
 	if l.Driver != Systemd {
-		return l.rmdirAll("/" + l.root())
+		return l.rmdirAll("/"+l.root(), true) // busy: another noderun's pods are in it
 	}
 	slice := l.root() + ".slice"
 	found := false
@@ -206,12 +206,14 @@ func (l Layout) stopUnit(ctx context.Context, name string) error {
 	return nil
 }
 
-// rmdirAll removes path from every hierarchy that has it; an EBUSY means
-// processes are still in it, which is an error, a missing dir is not.
-func (l Layout) rmdirAll(path string) error {
+// rmdirAll removes path from every hierarchy that has it. A missing dir
+// is no error; a busy one (processes or child cgroups in it) is, unless
+// busyOK.
+func (l Layout) rmdirAll(path string, busyOK bool) error {
 	var errs []error
 	for _, d := range l.hierarchies() {
-		if err := unix.Rmdir(filepath.Join(d, path)); err != nil && !errors.Is(err, unix.ENOENT) {
+		err := unix.Rmdir(filepath.Join(d, path))
+		if err != nil && !errors.Is(err, unix.ENOENT) && !(busyOK && errors.Is(err, unix.EBUSY)) {
 			errs = append(errs, fmt.Errorf("remove cgroup %s: %w", filepath.Join(d, path), err))
 		}
 	}

@@ -141,6 +141,13 @@ func TestCgroupfsRemovesDirs(t *testing.T) {
 		}
 	}
 	testenv.Require(t, len(made) > 0, "a writable cgroup hierarchy")
+	// Another pod (another noderun's) still in the root: it stays, no error.
+	if err := l.RemoveRoot(context.Background()); err != nil {
+		t.Fatalf("RemoveRoot with a pod in it: %v", err)
+	}
+	if _, err := os.Stat(made[0]); err != nil {
+		t.Fatalf("pod cgroup gone with the root: %v", err)
+	}
 	if err := l.RemovePod(context.Background(), parent); err != nil {
 		t.Fatal(err)
 	}
