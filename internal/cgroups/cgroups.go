@@ -94,9 +94,11 @@ func (l Layout) ContainerPath(parent, id string) string {
 }
 
 // Path is where a cgroupsPath (or a pod parent) is below a hierarchy's
-// mount point.
+// mount point. It goes by the path's form, not the driver now configured:
+// a container made before the driver changed keeps its old path. cgroupfs
+// paths are absolute, systemd's slice names never are.
 func (l Layout) Path(cgroupsPath string) string {
-	if l.Driver != Systemd {
+	if strings.HasPrefix(cgroupsPath, "/") {
 		return cgroupsPath
 	}
 	slice, rest, scoped := strings.Cut(cgroupsPath, ":")

@@ -48,6 +48,17 @@ func TestPaths(t *testing.T) {
 	}
 }
 
+// A container keeps the cgroup it was made with when the driver changes.
+func TestPathFollowsTheForm(t *testing.T) {
+	fs, sd := Layout{Driver: Cgroupfs}, Layout{Driver: Systemd}
+	if got := fs.Path("noderun-pod1.slice:noderun:c"); got != "/noderun.slice/noderun-pod1.slice/noderun-c.scope" {
+		t.Errorf("systemd path under cgroupfs: %q", got)
+	}
+	if got := sd.Path("/noderun/pod1/c"); got != "/noderun/pod1/c" {
+		t.Errorf("cgroupfs path under systemd: %q", got)
+	}
+}
+
 func TestExpandSlice(t *testing.T) {
 	for in, want := range map[string]string{
 		"-.slice":            "/",
