@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
@@ -49,6 +50,10 @@ func resetCommand() *cli.Command {
 // managed daemon, and the directories last.
 func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 	stateDir, runDir, logDir := c.String("state-dir"), c.String("run-dir"), c.String("pod-log-dir")
+	cg, err := cgroupLayout(c)
+	if err != nil {
+		return err
+	}
 	release, err := lockExisting(stateDir, runDir)
 	switch {
 	case errors.Is(err, errLocked) && !c.Bool("force"):
@@ -73,7 +78,7 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 	}
 	if conn != nil {
 		defer conn.Client.Close()
-		k, err := resetPods(ctx, c, conn, netCfg, log)
+		k, err := resetPods(ctx, c, conn, netCfg, cg, log)
 		if err != nil {
 			return err
 		}
@@ -107,13 +112,9 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 
 // resetPods removes every pod through the engine's own teardown, then what
 // noderun keeps in containerd.
-func resetPods(ctx context.Context, c *cli.Context, conn *ctrdrt.Conn, netCfg cni.Config, log *slog.Logger) (kept []string, err error) {
+func resetPods(ctx context.Context, c *cli.Context, conn *ctrdrt.Conn, netCfg cni.Config, cg cgroups.Layout, log *slog.Logger) (kept []string, err error) {
 	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
 	exe, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cg, err := cgroupLayout(c)
 	if err != nil {
 		return nil, err
 	}
