@@ -28,7 +28,8 @@ import (
 // namespace. Portmap's CNI-HOSTPORT-* chains and the jumps to them are
 // shared by every CNI user on the host and never removed by the plugin, so
 // noderun leaves them too; they name none of the above and are not
-// compared.
+// compared. Nor are the shared containerd's empty
+// io.containerd.runtime.v2.task/<namespace> dirs, which are containerd's.
 func TestResetRestoresTheHost(t *testing.T) {
 	n := prepareNode(t)
 	n.extraArgs = []string{"--pod-bridge", n.bridge}
