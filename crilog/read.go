@@ -35,6 +35,9 @@ type ReadOptions struct {
 	// Running reports whether the container may still write to the log; a
 	// follow ends once it does not. Nil means it has ended.
 	Running func() bool
+	// Stderr, when set, gets the lines the container wrote to its stderr
+	// (kubectl attach keeps the two apart); otherwise they go to w.
+	Stderr io.Writer
 }
 
 // stateCheckPeriod is how often a follow that sees no writes asks whether
@@ -57,9 +60,12 @@ var errLimit = errors.New("crilog: byte limit reached")
 // exist yet reads as empty (the container has not written), unless
 // following, which waits for it.
 func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) error {
-	lr := &logReader{opts: opts, out: w, pending: map[string]*joined{}}
+	lr := &logReader{opts: opts, out: w, errOut: opts.Stderr, pending: map[string]*joined{}}
 	if opts.LimitBytes > 0 {
 		lr.out = &limitWriter{w: w, left: opts.LimitBytes}
+	}
+	if lr.errOut == nil {
+		lr.errOut = lr.out
 	}
 	if opts.TailLines >= 0 {
 		lr.tail = &ring{max: opts.TailLines}
@@ -74,7 +80,10 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 		}
 		defer watch.Close()
 	}
-	err := lr.readRotated(path)
+	var err error
+	if opts.TailLines != 0 {
+		err = lr.readRotated(path)
+	}
 	if err == nil {
 		var live *os.File
 		live, err = lr.readLive(path)
@@ -179,8 +188,15 @@ func (lr *logReader) readLive(path string) (*os.File, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("crilog: read %s: %w", path, err)
 	}
+	if lr.opts.TailLines == 0 {
+		// Nothing of what is there goes out: start at its end. A record
+		// cut there is not one and is skipped.
+		_, err = f.Seek(0, io.SeekEnd)
+	}
 	lr.br = bufio.NewReader(f)
-	err = lr.readAll(lr.br)
+	if err == nil {
+		err = lr.readAll(lr.br)
+	}
 	if err == nil && !lr.opts.Follow {
 		err = lr.flush() // an unterminated last line, as the container left it
 	}
@@ -259,6 +275,7 @@ func (lr *logReader) drain(f *os.File) error {
 type logReader struct {
 	opts    ReadOptions
 	out     io.Writer
+	errOut  io.Writer          // out unless Stderr is set
 	br      *bufio.Reader      // the live file's reader
 	frag    []byte             // a record the live file holds only part of yet
 	pending map[string]*joined // per stream: partial records not yet ended
@@ -311,14 +328,14 @@ func (lr *logReader) record(line []byte) error {
 			lr.pending[stream] = &joined{t: t, content: []byte(content)}
 			return nil
 		}
-		return lr.line(t, content)
+		return lr.line(stream, t, content)
 	}
 	j.content = append(j.content, content...)
 	if partial && len(j.content) < maxJoined {
 		return nil
 	}
 	delete(lr.pending, stream)
-	return lr.line(j.t, string(j.content))
+	return lr.line(stream, j.t, string(j.content))
 }
 
 // flush ends the lines a file left partial: a rotated file's last record
@@ -327,7 +344,7 @@ func (lr *logReader) flush() error {
 	for _, s := range []string{Stdout, Stderr} {
 		if j := lr.pending[s]; j != nil {
 			delete(lr.pending, s)
-			if err := lr.line(j.t, string(j.content)); err != nil {
+			if err := lr.line(s, j.t, string(j.content)); err != nil {
 				return err
 			}
 		}
@@ -335,7 +352,7 @@ func (lr *logReader) flush() error {
 	return nil
 }
 
-func (lr *logReader) line(t time.Time, content string) error {
+func (lr *logReader) line(stream string, t time.Time, content string) error {
 	if !lr.opts.Since.IsZero() && t.Before(lr.opts.Since) {
 		return nil
 	}
@@ -346,10 +363,24 @@ func (lr *logReader) line(t time.Time, content string) error {
 	}
 	b = append(append(b, content...), '\n')
 	if lr.tail != nil {
-		lr.tail.add(b)
+		lr.tail.add(outLine{stream, b})
 		return nil
 	}
-	_, err := lr.out.Write(b)
+	return lr.write(outLine{stream, b})
+}
+
+// outLine is a line ready to go out, and the stream it came from.
+type outLine struct {
+	stream string
+	b      []byte
+}
+
+func (lr *logReader) write(l outLine) error {
+	w := lr.out
+	if l.stream == Stderr {
+		w = lr.errOut
+	}
+	_, err := w.Write(l.b)
 	return err
 }
 
@@ -361,8 +392,8 @@ func (lr *logReader) endTail() error {
 		return nil
 	}
 	lr.tail = nil
-	for _, b := range t.lines() {
-		if _, err := lr.out.Write(b); err != nil {
+	for _, l := range t.lines() {
+		if err := lr.write(l); err != nil {
 			return err
 		}
 	}
@@ -372,11 +403,11 @@ func (lr *logReader) endTail() error {
 // ring keeps the last max lines added.
 type ring struct {
 	max   int
-	buf   [][]byte
+	buf   []outLine
 	start int
 }
 
-func (r *ring) add(b []byte) {
+func (r *ring) add(b outLine) {
 	if r.max == 0 {
 		return
 	}
@@ -388,7 +419,7 @@ func (r *ring) add(b []byte) {
 	r.start = (r.start + 1) % r.max
 }
 
-func (r *ring) lines() [][]byte {
+func (r *ring) lines() []outLine {
 	return append(r.buf[r.start:], r.buf[:r.start]...)
 }
 

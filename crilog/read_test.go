@@ -215,3 +215,35 @@ func TestReadLogFollowWaitsForTheLog(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Attach reads from the log's end on, stdout and stderr apart.
+func TestReadLogFromEndApart(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	writeFile(t, path+".20260102-030405", rec(0, Stdout, "F", "rotated"))
+	writeFile(t, path, rec(1, Stdout, "F", "before")+rec(2, Stderr, "F", "before too"))
+	var running atomic.Bool
+	running.Store(true)
+	out, errOut := &syncBuffer{}, &syncBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- ReadLog(context.Background(), path, out, ReadOptions{Follow: true, TailLines: 0, Stderr: errOut, Running: running.Load})
+	}()
+	// Written once the follow runs: before that it would be skipped.
+	waitFor(t, "the follow", func() bool {
+		appendFile(t, path, rec(3, Stdout, "F", "ping"))
+		time.Sleep(50 * time.Millisecond)
+		return strings.Contains(out.String(), "ping\n")
+	})
+	appendFile(t, path, rec(4, Stdout, "F", "out")+rec(5, Stderr, "F", "err"))
+	running.Store(false)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.ReplaceAll(out.String(), "ping\n", ""); got != "out\n" {
+		t.Errorf("stdout %q, want %q", got, "out\n")
+	}
+	if errOut.String() != "err\n" {
+		t.Errorf("stderr %q, want %q", errOut.String(), "err\n")
+	}
+}
