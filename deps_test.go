@@ -20,7 +20,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/testenv":              nil,
 		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile", "internal/bandwidth"},
 		"runner/prober":                 {"internal/expansion"},
-		"kubeapi":                       {"runner", "crilog"},
+		"kubeapi":                       {"crilog"},
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,

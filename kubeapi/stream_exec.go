@@ -17,7 +17,6 @@ import (
 	"k8s.io/streaming/pkg/httpstream/spdy"
 
 	"github.com/noderun/noderun/crilog"
-	"github.com/noderun/noderun/runner"
 )
 
 // The remote command subprotocols over SPDY, newest first. v4 carries the
@@ -95,7 +94,7 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 	defer rs.conn.Close()
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
-	code, err := s.cfg.Exec(ctx, id, cmd, runner.ExecIO{
+	code, err := s.cfg.Exec(ctx, id, cmd, ExecIO{
 		Stdin: readerOrNil(rs.stdin), Stdout: writerOrNil(rs.stdout), Stderr: writerOrNil(rs.stderr),
 		TTY: opts.tty, Resize: rs.resize,
 	})
@@ -147,7 +146,7 @@ type remoteStreams struct {
 	stdout   httpstream.Stream
 	stderr   httpstream.Stream
 	errors   httpstream.Stream // the status at the end
-	resize   chan runner.TerminalSize
+	resize   chan TerminalSize
 }
 
 // acceptRemote upgrades the request to SPDY and waits for the client's
@@ -203,7 +202,7 @@ func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts
 			case streamTypeStderr:
 				rs.stderr = a.stream
 			case streamTypeResize:
-				rs.resize = make(chan runner.TerminalSize)
+				rs.resize = make(chan TerminalSize)
 				go readResizes(a.stream, rs.resize, conn.CloseChan())
 			default:
 				a.stream.Reset()
@@ -242,11 +241,11 @@ func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.
 }
 
 // readResizes passes on the terminal sizes the client sends as JSON.
-func readResizes(st io.Reader, out chan<- runner.TerminalSize, closed <-chan bool) {
+func readResizes(st io.Reader, out chan<- TerminalSize, closed <-chan bool) {
 	defer close(out)
 	dec := json.NewDecoder(st)
 	for {
-		var sz runner.TerminalSize
+		var sz TerminalSize
 		if err := dec.Decode(&sz); err != nil {
 			return
 		}

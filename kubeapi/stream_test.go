@@ -18,8 +18,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/noderun/noderun/runner"
 )
 
 // streamPod is a running pod with one container, run 2 of it, and its
@@ -65,7 +63,7 @@ func TestExecOverSPDY(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
 	var gotID string
 	var gotCmd []string
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e runner.ExecIO) (int, error) {
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
 		gotID, gotCmd = id, cmd
 		in, _ := io.ReadAll(e.Stdin)
 		fmt.Fprintf(e.Stdout, "read %q", in)
@@ -77,7 +75,7 @@ func TestExecOverSPDY(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := RemoteCommand(context.Background(), base+"command=sh&command=-c&command=exit+7&stdin=true&stdout=true&stderr=true",
 		srv.Client().Transport.(*http.Transport).TLSClientConfig, "token",
-		runner.ExecIO{Stdin: strings.NewReader("hello"), Stdout: &out, Stderr: &errOut})
+		ExecIO{Stdin: strings.NewReader("hello"), Stdout: &out, Stderr: &errOut})
 	var exit *ExitError
 	if !errors.As(err, &exit) || exit.Code != 7 {
 		t.Fatalf("err = %v, want exit code 7", err)
@@ -90,10 +88,10 @@ func TestExecOverSPDY(t *testing.T) {
 	}
 
 	// A runtime failure reaches the client as one.
-	s.cfg.Exec = func(context.Context, string, []string, runner.ExecIO) (int, error) {
+	s.cfg.Exec = func(context.Context, string, []string, ExecIO) (int, error) {
 		return 0, errors.New("no such binary")
 	}
-	err = RemoteCommand(context.Background(), base+"command=nope&stdout=true", srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", runner.ExecIO{Stdout: io.Discard})
+	err = RemoteCommand(context.Background(), base+"command=nope&stdout=true", srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", ExecIO{Stdout: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "no such binary") || errors.As(err, &exit) {
 		t.Errorf("err = %v, want the runtime's error", err)
 	}

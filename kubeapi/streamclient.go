@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
-
-	"github.com/noderun/noderun/runner"
 )
 
 // ExitError is a remote command's non-zero exit code.
@@ -30,7 +28,7 @@ func (e *ExitError) Error() string {
 // kubectl, with the streams of s. A non-zero exit code is an *ExitError.
 // It is `noderun exec`'s client, so that nodes without kubectl need not
 // link client-go.
-func RemoteCommand(ctx context.Context, url string, tlsConfig *tls.Config, token string, s runner.ExecIO) error {
+func RemoteCommand(ctx context.Context, url string, tlsConfig *tls.Config, token string, s ExecIO) error {
 	conn, err := dialSPDY(ctx, url, tlsConfig, token, remoteCommandV4)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -15,8 +16,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/noderun/noderun/runner"
 )
 
 // StreamConfig is what the streaming endpoints (pods/log, exec, attach,
@@ -27,8 +26,9 @@ type StreamConfig struct {
 	// PodLogDir holds the container logs:
 	// <dir>/<namespace>_<name>_<uid>/<container>/<restart>.log.
 	PodLogDir string
-	// Exec runs a command in a running container (the runtime's Exec).
-	Exec func(ctx context.Context, containerID string, cmd []string, s runner.ExecIO) (int, error)
+	// Exec runs a command in a running container with the client's
+	// streams and returns its exit code (the runtime's Exec).
+	Exec func(ctx context.Context, containerID string, cmd []string, s ExecIO) (int, error)
 	// DialPod connects to port on the loopback of the pod's network (the
 	// host's for a hostNetwork pod).
 	DialPod func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error)
@@ -41,6 +41,23 @@ type Streams interface {
 	Exec(w http.ResponseWriter, r *http.Request, namespace, pod string)
 	Attach(w http.ResponseWriter, r *http.Request, namespace, pod string)
 	PortForward(w http.ResponseWriter, r *http.Request, namespace, pod string)
+}
+
+// ExecIO are the streams of an exec: what the command reads and writes,
+// and its terminal.
+type ExecIO struct {
+	Stdin  io.Reader // nil: none
+	Stdout io.Writer // nil: none
+	Stderr io.Writer // nil: none; never used with TTY
+	// TTY gives the command a terminal; its output is all on Stdout.
+	TTY bool
+	// Resize carries the terminal's sizes; nil without a terminal.
+	Resize <-chan TerminalSize
+}
+
+// TerminalSize is a terminal's size in characters, as kubectl sends it.
+type TerminalSize struct {
+	Width, Height uint16
 }
 
 // StreamServer serves the streaming subresources of pods.
