@@ -15,13 +15,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
 
 	"github.com/noderun/noderun/crilog"
 )
 
 // The remote command subprotocols over SPDY, newest first. v4 carries the
-// exit code as a Status; v3 adds terminal resizing to v2.
+// exit code as a Status; v3 adds terminal resizing to v2. v5, over a
+// WebSocket only, adds closing one stream (the client's stdin).
 const (
+	remoteCommandV5 = "v5.channel.k8s.io"
 	remoteCommandV4 = "v4.channel.k8s.io"
 	remoteCommandV3 = "v3.channel.k8s.io"
 	remoteCommandV2 = "v2.channel.k8s.io"
@@ -91,11 +94,10 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 	if !ok {
 		return
 	}
-	defer rs.conn.Close()
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
 	code, err := s.cfg.Exec(ctx, id, cmd, ExecIO{
-		Stdin: readerOrNil(rs.stdin), Stdout: writerOrNil(rs.stdout), Stderr: writerOrNil(rs.stderr),
+		Stdin: rs.stdin, Stdout: rs.stdout, Stderr: rs.stderr,
 		TTY: opts.tty, Resize: rs.resize,
 	})
 	if err != nil {
@@ -129,7 +131,6 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	if !ok {
 		return
 	}
-	defer rs.conn.Close()
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
 	err := crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), writerOrDiscard(rs.stdout), crilog.ReadOptions{
@@ -138,24 +139,31 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	rs.finish(0, err)
 }
 
-// remoteStreams are the client's streams of one exec or attach.
+// remoteStreams are the client's streams of one exec or attach, over SPDY
+// or a WebSocket. Streams the client did not ask for are nil.
 type remoteStreams struct {
-	conn     httpstream.Connection
 	protocol string
-	stdin    httpstream.Stream
-	stdout   httpstream.Stream
-	stderr   httpstream.Stream
-	errors   httpstream.Stream // the status at the end
+	stdin    io.Reader
+	stdout   io.WriteCloser
+	stderr   io.WriteCloser
+	errors   io.WriteCloser // the status at the end
 	resize   chan TerminalSize
+	// gone is closed when the client's connection ends: a hijacked
+	// request's context outlives it.
+	gone  chan struct{}
+	close func() error
 }
 
-// acceptRemote upgrades the request to SPDY and waits for the client's
-// streams. On failure the client has its answer already.
+// acceptRemote upgrades the request and waits for the client's streams.
+// On failure the client has its answer already.
 func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
 	if isWebSocket(r) {
-		refuseWebSocket(w)
-		return nil, false
+		return s.acceptWebSocket(w, r, opts)
 	}
+	return s.acceptSPDY(w, r, opts)
+}
+
+func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
 	protocol, err := httpstream.Handshake(r, w, remoteCommandProtocols)
 	if err != nil {
 		return nil, false // Handshake answered
@@ -179,7 +187,11 @@ func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts
 		return nil, false // the upgrader answered
 	}
 	conn.SetIdleTimeout(streamIdleTimeout)
-	rs := &remoteStreams{conn: conn, protocol: protocol}
+	rs := &remoteStreams{protocol: protocol, gone: make(chan struct{}), close: conn.Close}
+	go func() {
+		<-conn.CloseChan()
+		close(rs.gone)
+	}()
 	want := 1 // the error stream
 	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr, opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1} {
 		if b {
@@ -203,7 +215,7 @@ func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts
 				rs.stderr = a.stream
 			case streamTypeResize:
 				rs.resize = make(chan TerminalSize)
-				go readResizes(a.stream, rs.resize, conn.CloseChan())
+				go readResizes(a.stream, rs.resize, rs.gone)
 			default:
 				a.stream.Reset()
 				continue
@@ -226,13 +238,76 @@ func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts
 	return rs, true
 }
 
-// context is ctx ended also when the client closes the connection: a
-// hijacked request's context outlives it.
+// The channels of the WebSocket protocol, in their order on the wire.
+const (
+	wsStdin = iota
+	wsStdout
+	wsStderr
+	wsError
+	wsResize
+)
+
+// acceptWebSocket opens the channels of v5.channel.k8s.io, which kubectl
+// tries before SPDY. A client that does not offer v5 is refused and falls
+// back to SPDY.
+func (s *StreamServer) acceptWebSocket(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
+	channel := func(use bool, t wsstream.ChannelType) wsstream.ChannelType {
+		if use {
+			return t
+		}
+		return wsstream.IgnoreChannel
+	}
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		remoteCommandV5: {Binary: true, Channels: []wsstream.ChannelType{
+			wsStdin:  channel(opts.stdin, wsstream.ReadChannel),
+			wsStdout: channel(opts.stdout, wsstream.WriteChannel),
+			wsStderr: channel(opts.stderr, wsstream.WriteChannel),
+			wsError:  wsstream.WriteChannel,
+			// Always read: its end is how the client's leaving shows.
+			wsResize: wsstream.ReadChannel,
+		}},
+	})
+	conn.SetIdleTimeout(streamIdleTimeout)
+	protocol, ch, err := conn.Open(w, r)
+	if err != nil {
+		s.cfg.Log.Info("websocket upgrade failed", "path", r.URL.Path, "err", err)
+		return nil, false
+	}
+	rs := &remoteStreams{protocol: protocol, errors: ch[wsError], gone: make(chan struct{}), close: conn.Close}
+	if opts.stdin {
+		rs.stdin = ch[wsStdin]
+	}
+	if opts.stdout {
+		rs.stdout = ch[wsStdout]
+	}
+	if opts.stderr {
+		rs.stderr = ch[wsStderr]
+	}
+	if opts.tty {
+		rs.resize = make(chan TerminalSize)
+	}
+	go func() {
+		readResizes(ch[wsResize], rs.resize, nil)
+		close(rs.gone)
+	}()
+	// As the kubelet does: an empty message tells the client the
+	// channels are open.
+	first := ch[wsError]
+	if opts.stdout {
+		first = ch[wsStdout]
+	} else if opts.stderr {
+		first = ch[wsStderr]
+	}
+	first.Write(nil)
+	return rs, true
+}
+
+// context is ctx ended also when the client goes.
 func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
 	go func() {
 		select {
-		case <-rs.conn.CloseChan():
+		case <-rs.gone:
 			cancel()
 		case <-ctx.Done():
 		}
@@ -240,18 +315,24 @@ func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.
 	return ctx, cancel
 }
 
-// readResizes passes on the terminal sizes the client sends as JSON.
-func readResizes(st io.Reader, out chan<- TerminalSize, closed <-chan bool) {
-	defer close(out)
+// readResizes passes on the terminal sizes the client sends as JSON until
+// the stream ends; with out nil it only waits for that end.
+func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
+	if out != nil {
+		defer close(out)
+	}
 	dec := json.NewDecoder(st)
 	for {
 		var sz TerminalSize
 		if err := dec.Decode(&sz); err != nil {
 			return
 		}
+		if out == nil {
+			continue
+		}
 		select {
 		case out <- sz:
-		case <-closed:
+		case <-gone:
 			return
 		}
 	}
@@ -261,7 +342,7 @@ func readResizes(st io.Reader, out chan<- TerminalSize, closed <-chan bool) {
 // ended: v4 as a Status that carries a non-zero exit code, older
 // protocols as text on failure only.
 func (rs *remoteStreams) finish(code int, err error) {
-	for _, st := range []httpstream.Stream{rs.stdout, rs.stderr} {
+	for _, st := range []io.WriteCloser{rs.stdout, rs.stderr} {
 		if st != nil {
 			st.Close()
 		}
@@ -276,36 +357,22 @@ func (rs *remoteStreams) finish(code int, err error) {
 			Message: fmt.Sprintf("command terminated with non-zero exit code: exit status %d", code),
 			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(code)}}}}
 	}
-	if rs.protocol == remoteCommandV4 {
+	if rs.protocol == remoteCommandV4 || rs.protocol == remoteCommandV5 {
 		b, _ := json.Marshal(&status)
 		rs.errors.Write(b)
 	} else if status.Status != metav1.StatusSuccess {
 		io.WriteString(rs.errors, status.Message)
 	}
 	rs.errors.Close()
+	rs.close()
 }
 
-// The streams a client did not ask for are nil interfaces, not nil
-// streams in an interface.
-func readerOrNil(st httpstream.Stream) io.Reader {
-	if st == nil {
-		return nil
-	}
-	return st
-}
-
-func writerOrNil(st httpstream.Stream) io.Writer {
-	if st == nil {
-		return nil
-	}
-	return st
-}
-
-func writerOrDiscard(st httpstream.Stream) io.Writer {
-	if st == nil {
+// writerOrDiscard is w, or where to drop what the client did not ask for.
+func writerOrDiscard(w io.WriteCloser) io.Writer {
+	if w == nil {
 		return io.Discard
 	}
-	return st
+	return w
 }
 
 // isWebSocket tells a WebSocket upgrade, which kubectl tries first.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -137,8 +138,9 @@ func TestStreamRequestErrors(t *testing.T) {
 			t.Errorf("%s: %d %s; want %d with %q", tt.path, resp.StatusCode, body, tt.code, tt.want)
 		}
 	}
-	// kubectl tries WebSocket first and falls back to SPDY on a refusal.
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/namespaces/default/pods/web/exec?command=ls&stdout=true", nil)
+	// kubectl tries a WebSocket first for port-forward and falls back to
+	// SPDY on a refusal.
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/namespaces/default/pods/web/portforward", nil)
 	req.Header.Set("Connection", "Upgrade")
 	req.Header.Set("Upgrade", "websocket")
 	resp, err := srv.Client().Do(req)
@@ -269,5 +271,52 @@ func TestPortForwardOverSPDY(t *testing.T) {
 	}
 	if d, e := forward("2", "9", "x"); d != "" || !strings.Contains(e, "nothing listens on 9") {
 		t.Errorf("closed port: data %q, error %q", d, e)
+	}
+}
+
+// kubectl tries exec over a WebSocket first (v5.channel.k8s.io): stdin
+// with its close signal, stdout, stderr and the exit code as a Status.
+func TestExecOverWebSocket(t *testing.T) {
+	s, _ := newTestStreams(t, streamPod())
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+		in, _ := io.ReadAll(e.Stdin) // ends with the client's close signal
+		fmt.Fprintf(e.Stdout, "read %q", in)
+		io.WriteString(e.Stderr, "to stderr")
+		return 7, nil
+	}
+	srv := streamServer(t, s)
+	cfg, err := websocket.NewConfig(strings.Replace(srv.URL, "https", "wss", 1)+
+		"/api/v1/namespaces/default/pods/web/exec?command=cat&stdin=true&stdout=true&stderr=true", srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Protocol = []string{"v5.channel.k8s.io"}
+	cfg.TlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	ws, err := websocket.DialConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for _, frame := range [][]byte{append([]byte{0}, "hello"...), {255, 0}} {
+		if err := websocket.Message.Send(ws, frame); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := map[byte]string{}
+	for {
+		var frame []byte
+		if err := websocket.Message.Receive(ws, &frame); err != nil {
+			break // the server closes after the status
+		}
+		if len(frame) > 0 {
+			got[frame[0]] += string(frame[1:])
+		}
+	}
+	if got[1] != `read "hello"` || got[2] != "to stderr" {
+		t.Errorf("stdout %q, stderr %q", got[1], got[2])
+	}
+	var exit *ExitError
+	if err := statusResult([]byte(got[3])); !errors.As(err, &exit) || exit.Code != 7 {
+		t.Errorf("status %q: %v, want exit code 7", got[3], err)
 	}
 }
