@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -319,4 +320,79 @@ func TestExecOverWebSocket(t *testing.T) {
 	if err := statusResult([]byte(got[3])); !errors.As(err, &exit) || exit.Code != 7 {
 		t.Errorf("status %q: %v, want exit code 7", got[3], err)
 	}
+}
+
+// Attach streams the container's output from now on, stdout and stderr
+// apart, and ends when the container does.
+func TestAttach(t *testing.T) {
+	pod := streamPod()
+	var mu sync.Mutex
+	s, dir := newTestStreams(t)
+	s.cfg.Pods = func() []v1.Pod {
+		mu.Lock()
+		defer mu.Unlock()
+		return []v1.Pod{*pod.DeepCopy()}
+	}
+	logDir := filepath.Join(dir, "default_web_uid-1", "app")
+	os.MkdirAll(logDir, 0o755)
+	logFile := filepath.Join(logDir, "2.log")
+	os.WriteFile(logFile, []byte("2026-01-02T03:04:05Z stdout F before\n"), 0o644)
+	srv := streamServer(t, s)
+
+	out, errOut := &lockedBuffer{}, &lockedBuffer{}
+	done := make(chan error, 1)
+	go func() {
+		done <- RemoteCommand(context.Background(), srv.URL+"/api/v1/namespaces/default/pods/web/attach?stdout=true&stderr=true",
+			srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", ExecIO{Stdout: out, Stderr: errOut})
+	}()
+	appendLog := func(s string) {
+		f, _ := os.OpenFile(logFile, os.O_APPEND|os.O_WRONLY, 0)
+		f.WriteString(s)
+		f.Close()
+	}
+	// Lines written before the attach took hold are not shown: ping
+	// until one is.
+	deadline := time.Now().Add(20 * time.Second)
+	for !strings.Contains(out.String(), "ping") {
+		if time.Now().After(deadline) {
+			t.Fatal("attach shows nothing")
+		}
+		appendLog("2026-01-02T03:04:06Z stdout F ping\n")
+		time.Sleep(50 * time.Millisecond)
+	}
+	appendLog("2026-01-02T03:04:06Z stdout F after\n2026-01-02T03:04:07Z stderr F oops\n")
+	for !strings.Contains(errOut.String(), "oops") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	pod.Status.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}
+	mu.Unlock()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("attach did not end with the container")
+	}
+	if o := out.String(); strings.Contains(o, "before") || !strings.HasSuffix(o, "ping\nafter\n") || errOut.String() != "oops\n" {
+		t.Errorf("stdout %q, stderr %q; want pings then \"after\\n\", \"oops\\n\"", o, errOut.String())
+	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
