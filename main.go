@@ -38,6 +38,7 @@ func main() {
 			manifestsCommand(),
 			checkCommand(),
 			imagesCommand(),
+			kubeconfigCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
@@ -101,7 +102,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text or json", EnvVars: env("LOG_FORMAT")},
-	}, urlFlags()...)
+	}, append(urlFlags(), apiFlags()...)...)
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -69,6 +69,11 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer closeAPI()
+	kube, closeKube, err := startKubeAPI(c, log)
+	if err != nil {
+		return err
+	}
+	defer closeKube()
 
 	// READY=1 waits for containerd and the first reconcile, which may take
 	// longer than systemd's start timeout.
@@ -87,6 +92,7 @@ func runNode(c *cli.Context) error {
 		}
 		msg := "waiting for containerd: " + err.Error()
 		api.setWaiting(msg)
+		kube.SetWaiting(msg)
 		_, _ = systemd.Status(msg)
 	}
 	conn, err := ctrdrt.Connect(ctx, dcfg)
@@ -189,6 +195,7 @@ func runNode(c *cli.Context) error {
 	}
 
 	api.serve(engine.Handler())
+	kube.Ready(engine)
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")

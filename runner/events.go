@@ -95,3 +95,6 @@ func (w *podWorker) event(pod *v1.Pod, container string, init bool, typ, reason,
 	}
 	log("event", "pod", podRef(pod), "container", container, "reason", reason, "message", msg)
 }
+
+// Events returns the kept events, oldest first.
+func (e *Engine) Events() []v1.Event { return e.events.list() }
