@@ -20,11 +20,10 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/testenv":              nil,
 		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile", "internal/bandwidth"},
 		"runner/prober":                 {"internal/expansion"},
-		"kubeapi":                       {"crilog"},
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"kubeapi":                       {"internal/atomicfile"},
+		"kubeapi":                       {"crilog", "internal/atomicfile"},
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},

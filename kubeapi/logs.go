@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderun/noderun/crilog"
 )
@@ -18,22 +20,22 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 	q := r.URL.Query()
 	opts, serr := logOptions(q, time.Now())
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	pod, serr := s.pod(namespace, podName)
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	c, st, serr := findContainer(pod, q.Get("container"))
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	run, serr := logRun(pod, c, st, q.Get("previous") == "true")
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	id := runtimeID(st.ContainerID)
@@ -56,11 +58,11 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 // as the kubelet chooses the container: the current run, or the last one
 // when the container waits to be restarted; with previous, the run that
 // lastState describes.
-func logRun(pod *v1.Pod, c *v1.Container, st *v1.ContainerStatus, previous bool) (int32, *statusError) {
+func logRun(pod *v1.Pod, c *v1.Container, st *v1.ContainerStatus, previous bool) (int32, *metav1.Status) {
 	if previous {
 		last := st.LastTerminationState.Terminated
 		if last == nil {
-			return 0, badRequest("previous terminated container %q in pod %q not found", c.Name, pod.Name)
+			return 0, badRequest(fmt.Sprintf("previous terminated container %q in pod %q not found", c.Name, pod.Name))
 		}
 		if runtimeID(last.ContainerID) == runtimeID(st.ContainerID) {
 			return st.RestartCount, nil // waiting to restart: lastState is the last run
@@ -72,14 +74,14 @@ func logRun(pod *v1.Pod, c *v1.Container, st *v1.ContainerStatus, previous bool)
 		if st.State.Waiting != nil && st.State.Waiting.Reason != "" {
 			reason = st.State.Waiting.Reason
 		}
-		return 0, badRequest("container %q in pod %q is waiting to start: %s", c.Name, pod.Name, reason)
+		return 0, badRequest(fmt.Sprintf("container %q in pod %q is waiting to start: %s", c.Name, pod.Name, reason))
 	}
 	return st.RestartCount, nil
 }
 
 // logOptions reads PodLogOptions from the query as the API server
 // validates them.
-func logOptions(q url.Values, now time.Time) (crilog.ReadOptions, *statusError) {
+func logOptions(q url.Values, now time.Time) (crilog.ReadOptions, *metav1.Status) {
 	opts := crilog.ReadOptions{TailLines: -1}
 	var err error
 	for _, b := range []struct {
@@ -88,21 +90,21 @@ func logOptions(q url.Values, now time.Time) (crilog.ReadOptions, *statusError) 
 	}{{"follow", &opts.Follow}, {"timestamps", &opts.Timestamps}, {"previous", new(bool)}} {
 		if s := q.Get(b.name); s != "" {
 			if *b.v, err = strconv.ParseBool(s); err != nil {
-				return opts, badRequest("%s: invalid value %q: must be true or false", b.name, s)
+				return opts, badRequest(fmt.Sprintf("%s: invalid value %q: must be true or false", b.name, s))
 			}
 		}
 	}
 	if s := q.Get("tailLines"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return opts, badRequest("tailLines: invalid value %q: must be an integer greater than or equal to 0", s)
+			return opts, badRequest(fmt.Sprintf("tailLines: invalid value %q: must be an integer greater than or equal to 0", s))
 		}
 		opts.TailLines = int(min(n, 1<<31))
 	}
 	if s := q.Get("limitBytes"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 1 {
-			return opts, badRequest("limitBytes: invalid value %q: must be an integer greater than 0", s)
+			return opts, badRequest(fmt.Sprintf("limitBytes: invalid value %q: must be an integer greater than 0", s))
 		}
 		opts.LimitBytes = n
 	}
@@ -113,13 +115,13 @@ func logOptions(q url.Values, now time.Time) (crilog.ReadOptions, *statusError) 
 	if since != "" {
 		n, err := strconv.ParseInt(since, 10, 64)
 		if err != nil || n < 1 {
-			return opts, badRequest("sinceSeconds: invalid value %q: must be an integer greater than 0", since)
+			return opts, badRequest(fmt.Sprintf("sinceSeconds: invalid value %q: must be an integer greater than 0", since))
 		}
 		opts.Since = now.Add(-time.Duration(min(n, 1<<32)) * time.Second)
 	}
 	if sinceTime != "" {
 		if opts.Since, err = time.Parse(time.RFC3339, sinceTime); err != nil {
-			return opts, badRequest("sinceTime: invalid value %q: must be an RFC 3339 time", sinceTime)
+			return opts, badRequest(fmt.Sprintf("sinceTime: invalid value %q: must be an RFC 3339 time", sinceTime))
 		}
 	}
 	return opts, nil

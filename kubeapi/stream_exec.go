@@ -49,7 +49,7 @@ type remoteOptions struct {
 	stdin, stdout, stderr, tty bool
 }
 
-func parseRemoteOptions(q url.Values) (remoteOptions, *statusError) {
+func parseRemoteOptions(q url.Values) (remoteOptions, *metav1.Status) {
 	var o remoteOptions
 	for _, p := range []struct {
 		name string
@@ -58,7 +58,7 @@ func parseRemoteOptions(q url.Values) (remoteOptions, *statusError) {
 		if s := q.Get(p.name); s != "" {
 			var err error
 			if *p.v, err = strconv.ParseBool(s); err != nil {
-				return o, badRequest("%s: invalid value %q: must be true or false", p.name, s)
+				return o, badRequest(fmt.Sprintf("%s: invalid value %q: must be true or false", p.name, s))
 			}
 		}
 	}
@@ -77,17 +77,17 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 	q := r.URL.Query()
 	cmd := q["command"]
 	if len(cmd) == 0 {
-		writeStatusError(w, badRequest("you must specify at least one command for the container"))
+		writeStatus(w, badRequest("you must specify at least one command for the container"))
 		return
 	}
 	opts, serr := parseRemoteOptions(q)
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	_, _, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "exec into")
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	rs, ok := s.acceptRemote(w, r, opts)
@@ -114,16 +114,16 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	q := r.URL.Query()
 	opts, serr := parseRemoteOptions(q)
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	pod, name, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "attach to")
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	if opts.stdin || opts.tty {
-		writeStatusError(w, badRequest("container %s has no stdin or tty to attach to: noderun runs containers without them (stdin and tty are refused in manifests)", name))
+		writeStatus(w, badRequest(fmt.Sprintf("container %s has no stdin or tty to attach to: noderun runs containers without them (stdin and tty are refused in manifests)", name)))
 		return
 	}
 	_, st, _ := findContainer(pod, name)
@@ -383,5 +383,5 @@ func isWebSocket(r *http.Request) bool {
 // refuseWebSocket answers a WebSocket upgrade without upgrading: kubectl
 // then falls back to SPDY, which every kubectl speaks.
 func refuseWebSocket(w http.ResponseWriter) {
-	writeStatusError(w, badRequest("noderun streams over SPDY only; WebSocket is not served"))
+	writeStatus(w, badRequest("noderun streams over SPDY only; WebSocket is not served"))
 }

@@ -34,11 +34,11 @@ const (
 func (s *StreamServer) PortForward(w http.ResponseWriter, r *http.Request, namespace, podName string) {
 	pod, serr := s.pod(namespace, podName)
 	if serr != nil {
-		writeStatusError(w, serr)
+		writeStatus(w, serr)
 		return
 	}
 	if pod.Status.Phase != v1.PodRunning {
-		writeStatusError(w, badRequest("unable to forward port because pod is not running. Current status=%v", pod.Status.Phase))
+		writeStatus(w, badRequest(fmt.Sprintf("unable to forward port because pod is not running. Current status=%v", pod.Status.Phase)))
 		return
 	}
 	if isWebSocket(r) {

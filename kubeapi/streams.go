@@ -2,12 +2,10 @@ package kubeapi
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -33,14 +31,6 @@ type StreamConfig struct {
 	// host's for a hostNetwork pod).
 	DialPod func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error)
 	Log     *slog.Logger
-}
-
-// Streams serves the streaming subresources of a pod.
-type Streams interface {
-	Log(w http.ResponseWriter, r *http.Request, namespace, pod string)
-	Exec(w http.ResponseWriter, r *http.Request, namespace, pod string)
-	Attach(w http.ResponseWriter, r *http.Request, namespace, pod string)
-	PortForward(w http.ResponseWriter, r *http.Request, namespace, pod string)
 }
 
 // ExecIO are the streams of an exec: what the command reads and writes,
@@ -80,45 +70,19 @@ const (
 	streamCreationTimeout = 30 * time.Second
 )
 
-// statusError is an API error answered as a metav1.Status.
-type statusError struct {
-	code   int
-	reason metav1.StatusReason
-	msg    string
-}
-
-func (e *statusError) Error() string { return e.msg }
-
-func badRequest(format string, args ...any) *statusError {
-	return &statusError{http.StatusBadRequest, metav1.StatusReasonBadRequest, fmt.Sprintf(format, args...)}
-}
-
-func writeStatusError(w http.ResponseWriter, e *statusError) {
-	st := metav1.Status{
-		TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
-		Status:   metav1.StatusFailure,
-		Message:  e.msg,
-		Reason:   e.reason,
-		Code:     int32(e.code),
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(e.code)
-	_ = json.NewEncoder(w).Encode(&st)
-}
-
 // pod finds a pod by namespace and name.
-func (s *StreamServer) pod(namespace, name string) (*v1.Pod, *statusError) {
+func (s *StreamServer) pod(namespace, name string) (*v1.Pod, *metav1.Status) {
 	for _, p := range s.cfg.Pods() {
 		if p.Namespace == namespace && p.Name == name {
 			return &p, nil
 		}
 	}
-	return nil, &statusError{http.StatusNotFound, metav1.StatusReasonNotFound, fmt.Sprintf("pods %q not found", name)}
+	return nil, notFound("pods", name)
 }
 
 // findContainer is the named container of pod and its status, or the only
 // one when name is empty, as the API server chooses.
-func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus, *statusError) {
+func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus, *metav1.Status) {
 	all := slices.Concat(pod.Spec.InitContainers, pod.Spec.Containers)
 	if name == "" {
 		if len(pod.Spec.Containers) != 1 || len(pod.Spec.InitContainers) != 0 {
@@ -126,13 +90,13 @@ func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus
 			for i, c := range all {
 				names[i] = c.Name
 			}
-			return nil, nil, badRequest("a container name must be specified for pod %s, choose one of: %v", pod.Name, names)
+			return nil, nil, badRequest(fmt.Sprintf("a container name must be specified for pod %s, choose one of: %v", pod.Name, names))
 		}
 		name = pod.Spec.Containers[0].Name
 	}
 	i := slices.IndexFunc(all, func(c v1.Container) bool { return c.Name == name })
 	if i < 0 {
-		return nil, nil, badRequest("container %s is not valid for pod %s", name, pod.Name)
+		return nil, nil, badRequest(fmt.Sprintf("container %s is not valid for pod %s", name, pod.Name))
 	}
 	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
 	j := slices.IndexFunc(statuses, func(st v1.ContainerStatus) bool { return st.Name == name })
@@ -144,20 +108,20 @@ func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus
 
 // runningContainer is the ID of the named container's running run; verb
 // says what the client asked ("exec into", "attach to").
-func (s *StreamServer) runningContainer(namespace, podName, name, verb string) (pod *v1.Pod, container string, id string, _ *statusError) {
+func (s *StreamServer) runningContainer(namespace, podName, name, verb string) (pod *v1.Pod, container string, id string, _ *metav1.Status) {
 	pod, serr := s.pod(namespace, podName)
 	if serr != nil {
 		return nil, "", "", serr
 	}
 	if pod.Status.Phase == v1.PodSucceeded || pod.Status.Phase == v1.PodFailed {
-		return nil, "", "", badRequest("cannot %s a container in a completed pod; current phase is %s", verb, pod.Status.Phase)
+		return nil, "", "", badRequest(fmt.Sprintf("cannot %s a container in a completed pod; current phase is %s", verb, pod.Status.Phase))
 	}
 	c, st, serr := findContainer(pod, name)
 	if serr != nil {
 		return nil, "", "", serr
 	}
 	if st.State.Running == nil {
-		return nil, "", "", badRequest("container %s is not running", c.Name)
+		return nil, "", "", badRequest(fmt.Sprintf("container %s is not running", c.Name))
 	}
 	return pod, c.Name, runtimeID(st.ContainerID), nil
 }
