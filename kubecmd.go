@@ -32,7 +32,7 @@ func apiServerFile(c *cli.Context) string { return filepath.Join(c.String("run-d
 
 // startKubeAPI opens the Kubernetes API's listener and serves it; until the
 // engine is handed over (Ready) it answers 503.
-func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
+func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv *kubeapi.Server, stop func() error, err error) {
 	addr, port := c.String("api-address"), c.Int("api-port")
 	if port < 0 || port > 65535 {
 		return nil, nil, fmt.Errorf("--api-port %d: want 0 to 65535", port)
@@ -53,7 +53,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop f
 		l.Close()
 		return nil, nil, err
 	}
-	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version))
+	srv = kubeapi.New(creds, append([]kubeapi.Option{kubeapi.WithLogger(log), kubeapi.WithVersion(version)}, opts...)...)
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }

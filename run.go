@@ -19,6 +19,7 @@ import (
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -69,7 +70,10 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer closeAPI()
-	kube, closeKube, err := startKubeAPI(c, log)
+	// Logs, exec, attach and port-forward need the engine and runtime;
+	// the API answers 503 until both are there.
+	streams := &engineStreams{}
+	kube, closeKube, err := startKubeAPI(c, log, kubeapi.WithStreams(streams))
 	if err != nil {
 		return err
 	}
@@ -195,6 +199,7 @@ func runNode(c *cli.Context) error {
 	}
 
 	api.serve(engine.Handler())
+	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	kube.Ready(engine)
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
