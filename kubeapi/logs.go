@@ -18,7 +18,7 @@ import (
 // it, the current run's or with previous=true the one before.
 func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, podName string) {
 	q := r.URL.Query()
-	opts, serr := logOptions(q, time.Now())
+	opts, previous, serr := logOptions(q, time.Now())
 	if serr != nil {
 		writeStatus(w, serr)
 		return
@@ -33,7 +33,7 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 		writeStatus(w, serr)
 		return
 	}
-	run, serr := logRun(pod, c, st, q.Get("previous") == "true")
+	run, serr := logRun(pod, c, st, previous)
 	if serr != nil {
 		writeStatus(w, serr)
 		return
@@ -81,50 +81,50 @@ func logRun(pod *v1.Pod, c *v1.Container, st *v1.ContainerStatus, previous bool)
 
 // logOptions reads PodLogOptions from the query as the API server
 // validates them.
-func logOptions(q url.Values, now time.Time) (crilog.ReadOptions, *metav1.Status) {
-	opts := crilog.ReadOptions{TailLines: -1}
+func logOptions(q url.Values, now time.Time) (opts crilog.ReadOptions, previous bool, _ *metav1.Status) {
+	opts.TailLines = -1
 	var err error
 	for _, b := range []struct {
 		name string
 		v    *bool
-	}{{"follow", &opts.Follow}, {"timestamps", &opts.Timestamps}, {"previous", new(bool)}} {
+	}{{"follow", &opts.Follow}, {"timestamps", &opts.Timestamps}, {"previous", &previous}} {
 		if s := q.Get(b.name); s != "" {
 			if *b.v, err = strconv.ParseBool(s); err != nil {
-				return opts, badRequest(fmt.Sprintf("%s: invalid value %q: must be true or false", b.name, s))
+				return opts, false, badRequest(fmt.Sprintf("%s: invalid value %q: must be true or false", b.name, s))
 			}
 		}
 	}
 	if s := q.Get("tailLines"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 0 {
-			return opts, badRequest(fmt.Sprintf("tailLines: invalid value %q: must be an integer greater than or equal to 0", s))
+			return opts, false, badRequest(fmt.Sprintf("tailLines: invalid value %q: must be an integer greater than or equal to 0", s))
 		}
 		opts.TailLines = int(min(n, 1<<31))
 	}
 	if s := q.Get("limitBytes"); s != "" {
 		n, err := strconv.ParseInt(s, 10, 64)
 		if err != nil || n < 1 {
-			return opts, badRequest(fmt.Sprintf("limitBytes: invalid value %q: must be an integer greater than 0", s))
+			return opts, false, badRequest(fmt.Sprintf("limitBytes: invalid value %q: must be an integer greater than 0", s))
 		}
 		opts.LimitBytes = n
 	}
 	since, sinceTime := q.Get("sinceSeconds"), q.Get("sinceTime")
 	if since != "" && sinceTime != "" {
-		return opts, badRequest("at most one of `sinceTime` or `sinceSeconds` may be specified")
+		return opts, false, badRequest("at most one of `sinceTime` or `sinceSeconds` may be specified")
 	}
 	if since != "" {
 		n, err := strconv.ParseInt(since, 10, 64)
 		if err != nil || n < 1 {
-			return opts, badRequest(fmt.Sprintf("sinceSeconds: invalid value %q: must be an integer greater than 0", since))
+			return opts, false, badRequest(fmt.Sprintf("sinceSeconds: invalid value %q: must be an integer greater than 0", since))
 		}
 		opts.Since = now.Add(-time.Duration(min(n, 1<<32)) * time.Second)
 	}
 	if sinceTime != "" {
 		if opts.Since, err = time.Parse(time.RFC3339, sinceTime); err != nil {
-			return opts, badRequest(fmt.Sprintf("sinceTime: invalid value %q: must be an RFC 3339 time", sinceTime))
+			return opts, false, badRequest(fmt.Sprintf("sinceTime: invalid value %q: must be an RFC 3339 time", sinceTime))
 		}
 	}
-	return opts, nil
+	return opts, previous, nil
 }
 
 // flushWriter sends each write at once: a follow's lines must not wait in

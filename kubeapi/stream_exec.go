@@ -357,6 +357,10 @@ func (rs *remoteStreams) finish(code int, err error) {
 			Message: fmt.Sprintf("command terminated with non-zero exit code: exit status %d", code),
 			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(code)}}}}
 	}
+	if rs.errors == nil { // a client that sent no error stream hears nothing
+		rs.close()
+		return
+	}
 	if rs.protocol == remoteCommandV4 || rs.protocol == remoteCommandV5 {
 		b, _ := json.Marshal(&status)
 		rs.errors.Write(b)

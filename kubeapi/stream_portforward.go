@@ -2,6 +2,7 @@ package kubeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,12 +50,18 @@ func (s *StreamServer) PortForward(w http.ResponseWriter, r *http.Request, names
 		return // Handshake answered
 	}
 	streams := make(chan httpstream.Stream, 1)
+	done := make(chan struct{})
+	defer close(done)
 	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, _ <-chan struct{}) error {
 		if err := checkPortStream(st); err != nil {
 			return err
 		}
-		streams <- st
-		return nil
+		select {
+		case streams <- st:
+			return nil
+		case <-done:
+			return errors.New("port forwarding has ended")
+		}
 	})
 	if conn == nil {
 		return // the upgrader answered

@@ -177,6 +177,7 @@ func TestLogs(t *testing.T) {
 	}{
 		{"web/log", 200, "run two\nmore\n"},
 		{"web/log?previous=true", 200, "run one\n"},
+		{"web/log?previous=1", 200, "run one\n"},
 		{"web/log?tailLines=1&timestamps=true", 200, "2026-01-02T03:04:07Z more\n"},
 		{"web/log?limitBytes=4", 200, "run "},
 		{"web/log?sinceTime=2026-01-02T03:04:07Z", 200, "more\n"},
