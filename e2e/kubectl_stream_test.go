@@ -144,6 +144,38 @@ func TestKubectlLogsAndExec(t *testing.T) {
 		t.Errorf("kubectl exec -i: %v, %q; want \"HELLO\\ndone\\n\"", err, o)
 	}
 
+	// kubectl attach shows what the container writes from now on.
+	attach := n.kubectlCmd(ctx, admin, "attach", pod)
+	attached := &syncBuffer{}
+	attach.Stdout, attach.Stderr = attached, attached
+	if err := attach.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "kubectl attach to show new output", func() bool {
+		n.kubectl(admin, "exec", pod, "--", "sh", "-c", "echo attached > /proc/1/fd/1")
+		return strings.Contains(attached.String(), "attached\n")
+	})
+	attach.Process.Kill()
+	attach.Wait()
+	if strings.Contains(attached.String(), "run 2") {
+		t.Errorf("kubectl attach showed output from before it attached: %q", attached.String())
+	}
+
+	// An exec whose client goes is killed.
+	execCtx, endExec := context.WithCancel(ctx)
+	long := n.kubectlCmd(execCtx, admin, "exec", pod, "--", "sleep", "300")
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ps := func() string {
+		o, _, _ := n.kubectl(admin, "exec", pod, "--", "ps", "-o", "args")
+		return o
+	}
+	waitUntil(t, "the exec to run", func() bool { return strings.Contains(ps(), "sleep 300") })
+	endExec()
+	long.Wait()
+	waitUntil(t, "the exec to end with its client", func() bool { return !strings.Contains(ps(), "sleep 300") })
+
 	// The view token may read, not exec.
 	if _, e, err := n.kubectl(view, "exec", pod, "--", "true"); err == nil || !strings.Contains(e, "forbidden") {
 		t.Errorf("kubectl exec with the view token: %v, %s; want forbidden", err, e)
@@ -159,7 +191,8 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	if o, code := noderun("", "logs", "-p", pod); code != 0 || !strings.Contains(o, "run 1 end") {
 		t.Errorf("noderun logs -p: exit %d, %q", code, o)
 	}
-	if o, code := noderun("", "logs", "--tail", "1", pod); code != 0 || o != "run 2 last\n" {
+	// The last line is what the attach test wrote to the container's stdout.
+	if o, code := noderun("", "logs", "--tail", "1", pod); code != 0 || o != "attached\n" {
 		t.Errorf("noderun logs --tail 1: exit %d, %q", code, o)
 	}
 	if o, code := noderun("abc", "exec", "-i", pod, "--", "sh", "-c", "cat; exit 3"); code != 3 || o != "abc" {
