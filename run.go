@@ -19,6 +19,7 @@ import (
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -195,7 +196,14 @@ func runNode(c *cli.Context) error {
 	}
 
 	api.serve(engine.Handler())
-	kube.Ready(engine)
+	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
+		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
+		RuntimeVersion: func(ctx context.Context) (string, error) {
+			v, err := client.Version(ctx)
+			return v.Version, err
+		},
+		Healthy: engine.Healthy,
+	}})
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")
