@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,9 +12,11 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/internal/atomicfile"
 	"github.com/noderun/noderun/kubeapi"
+	"github.com/noderun/noderun/runner"
 )
 
 func apiFlags() []cli.Flag {
@@ -57,6 +60,15 @@ func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }
+
+// kubeBackend is what the Kubernetes API reads: the engine, and the Node
+// object made from the host.
+type kubeBackend struct {
+	*runner.Engine
+	node *kubeapi.NodeReporter
+}
+
+func (b kubeBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
 
 func kubeconfigCommand() *cli.Command {
 	return &cli.Command{

@@ -201,7 +201,14 @@ func runNode(c *cli.Context) error {
 
 	api.serve(engine.Handler())
 	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
-	kube.Ready(engine)
+	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
+		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
+		RuntimeVersion: func(ctx context.Context) (string, error) {
+			v, err := client.Version(ctx)
+			return v.Version, err
+		},
+		Healthy: engine.Healthy,
+	}})
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")

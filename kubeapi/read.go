@@ -3,9 +3,12 @@ package kubeapi
 import (
 	"net/http"
 	"strings"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // readRoutes adds discovery and the read-only resources; every other
@@ -15,11 +18,14 @@ func (s *Server) readRoutes(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api", s.serveAPIVersions)
 	mux.HandleFunc("GET /apis", s.serveAPIGroups)
 	mux.HandleFunc("GET /api/v1", s.serveResources)
-	mux.HandleFunc("GET /api/v1/pods", s.servePods)
-	mux.HandleFunc("GET /api/v1/namespaces/{namespace}/pods", s.servePods)
-	mux.HandleFunc("GET /api/v1/namespaces/{namespace}/pods/{name}", s.servePod)
-	mux.HandleFunc("GET /api/v1/events", s.serveEvents)
-	mux.HandleFunc("GET /api/v1/namespaces/{namespace}/events", s.serveEvents)
+	mux.Handle("GET /api/v1/pods", s.pods.serveList(s))
+	mux.Handle("GET /api/v1/namespaces/{namespace}/pods", s.pods.serveList(s))
+	mux.Handle("GET /api/v1/namespaces/{namespace}/pods/{name}", s.pods.serveGet(s))
+	mux.Handle("GET /api/v1/events", s.events.serveList(s))
+	mux.Handle("GET /api/v1/namespaces/{namespace}/events", s.events.serveList(s))
+	mux.Handle("GET /api/v1/namespaces/{namespace}/events/{name}", s.events.serveGet(s))
+	mux.HandleFunc("GET /api/v1/nodes", s.serveNodes)
+	mux.HandleFunc("GET /api/v1/nodes/{name}", s.serveNode)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		if r.Method == http.MethodGet {
 			writeStatus(w, notFoundMsg("the server could not find the requested resource"))
@@ -44,74 +50,140 @@ func resourceOf(path string) string {
 	return parts[0]
 }
 
-func (s *Server) serveAPIVersions(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, &metav1.APIVersions{
-		TypeMeta: metav1.TypeMeta{Kind: "APIVersions"},
-		Versions: []string{"v1"},
-		ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{
-			{ClientCIDR: "0.0.0.0/0", ServerAddress: r.Host},
+func podResource(s *Server) *resource[v1.Pod] {
+	return &resource[v1.Pod]{
+		name: "pods", kind: "Pod",
+		store: newStore(s.listPods,
+			func(p *v1.Pod) *metav1.ObjectMeta { return &p.ObjectMeta },
+			func(p *v1.Pod) string { return string(p.UID) }),
+		fields: func(p *v1.Pod) fields.Set {
+			// The API server's pod fields (pkg/registry/core/pod).
+			return fields.Set{
+				"metadata.name": p.Name, "metadata.namespace": p.Namespace,
+				"spec.nodeName": p.Spec.NodeName, "spec.restartPolicy": string(p.Spec.RestartPolicy),
+				"spec.schedulerName": p.Spec.SchedulerName, "spec.serviceAccountName": p.Spec.ServiceAccountName,
+				"spec.hostNetwork": boolString(p.Spec.HostNetwork),
+				"status.phase":     string(p.Status.Phase), "status.podIP": p.Status.PodIP,
+				"status.nominatedNodeName": p.Status.NominatedNodeName,
+			}
 		},
-	})
+		columns: podColumns, cells: podCells, conditions: podConditions, now: s.now,
+	}
 }
 
-func (s *Server) serveAPIGroups(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, &metav1.APIGroupList{
-		TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
-		Groups:   []metav1.APIGroup{},
-	})
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
 }
 
-func (s *Server) serveResources(w http.ResponseWriter, _ *http.Request) {
-	writeJSON(w, http.StatusOK, &metav1.APIResourceList{
-		TypeMeta:     metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"},
-		GroupVersion: "v1",
-		APIResources: apiResources,
-	})
-}
-
-var readVerbs = metav1.Verbs{"get", "list", "watch"}
-
-// apiResources are the core/v1 resources served, as the API server lists
-// them (kubectl maps names and short names to paths with these).
-var apiResources = []metav1.APIResource{
-	{Name: "pods", SingularName: "pod", Namespaced: true, Kind: "Pod", Verbs: readVerbs, ShortNames: []string{"po"}, Categories: []string{"all"}},
-	{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}},
-	{Name: "pods/exec", Namespaced: true, Kind: "PodExecOptions", Verbs: metav1.Verbs{"create", "get"}},
-	{Name: "pods/attach", Namespaced: true, Kind: "PodAttachOptions", Verbs: metav1.Verbs{"create", "get"}},
-	{Name: "pods/portforward", Namespaced: true, Kind: "PodPortForwardOptions", Verbs: metav1.Verbs{"create", "get"}},
-	{Name: "events", SingularName: "event", Namespaced: true, Kind: "Event", Verbs: readVerbs, ShortNames: []string{"ev"}},
-}
-
-func (s *Server) servePods(w http.ResponseWriter, r *http.Request) {
-	ns := r.PathValue("namespace")
-	list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: []v1.Pod{}}
-	for _, p := range s.be().Pods() {
-		if ns == "" || p.Namespace == ns {
-			p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-			list.Items = append(list.Items, p)
+// listPods is the backend's pods with a creationTimestamp: static pods have
+// none of their own (the API server sets it on the mirror pod), so it is
+// when noderun first saw the pod, or its start when that was earlier (a
+// pod adopted after a restart).
+func (s *Server) listPods() []v1.Pod {
+	pods := s.be().Pods()
+	seen := make(map[types.UID]time.Time, len(pods))
+	now := s.now()
+	for i := range pods {
+		p := &pods[i]
+		t, ok := s.created[p.UID]
+		if !ok {
+			t = now.Truncate(time.Second)
+		}
+		if st := p.Status.StartTime; st != nil && st.Time.Before(t) {
+			t = st.Time
+		}
+		seen[p.UID] = t
+		if p.CreationTimestamp.IsZero() {
+			p.CreationTimestamp = metav1.NewTime(t)
 		}
 	}
-	writeJSON(w, http.StatusOK, &list)
+	s.created = seen
+	return pods
 }
 
-func (s *Server) servePod(w http.ResponseWriter, r *http.Request) {
-	p := s.findPod(r.PathValue("namespace"), r.PathValue("name"))
-	if p == nil {
-		writeStatus(w, notFound("pods", r.PathValue("name")))
+func eventResource(s *Server) *resource[v1.Event] {
+	return &resource[v1.Event]{
+		name: "events", kind: "Event",
+		store: newStore(func() []v1.Event { return s.be().Events() },
+			func(e *v1.Event) *metav1.ObjectMeta { return &e.ObjectMeta },
+			func(e *v1.Event) string { return e.Namespace + "/" + e.Name }),
+		fields: func(e *v1.Event) fields.Set {
+			// The API server's event fields (pkg/registry/core/event).
+			source := e.Source.Component
+			if source == "" {
+				source = e.ReportingController
+			}
+			return fields.Set{
+				"metadata.name": e.Name, "metadata.namespace": e.Namespace,
+				"involvedObject.kind": e.InvolvedObject.Kind, "involvedObject.namespace": e.InvolvedObject.Namespace,
+				"involvedObject.name": e.InvolvedObject.Name, "involvedObject.uid": string(e.InvolvedObject.UID),
+				"involvedObject.apiVersion": e.InvolvedObject.APIVersion, "involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+				"involvedObject.fieldPath": e.InvolvedObject.FieldPath,
+				"reason":                   e.Reason, "reportingComponent": e.ReportingController,
+				"source": source, "type": e.Type,
+			}
+		},
+		columns: eventColumns, cells: eventCells, now: s.now,
+	}
+}
+
+func (s *Server) serveNodes(w http.ResponseWriter, r *http.Request) {
+	table, include, err := negotiateTable(r)
+	if err != nil {
+		writeStatus(w, status(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, err.Error()))
 		return
 	}
-	p.TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
-	writeJSON(w, http.StatusOK, p)
-}
-
-func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
-	ns := r.PathValue("namespace")
-	list := v1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, Items: []v1.Event{}}
-	for _, ev := range s.be().Events() {
-		if ns == "" || ev.Namespace == ns {
-			ev.TypeMeta = metav1.TypeMeta{Kind: "Event", APIVersion: "v1"}
-			list.Items = append(list.Items, ev)
+	node := s.be().Node(r.Context())
+	items := []v1.Node{*node}
+	if sel := r.URL.Query().Get("fieldSelector"); sel != "" {
+		fs, err := fields.ParseSelector(sel)
+		if err != nil {
+			writeStatus(w, badRequest(err.Error()))
+			return
+		}
+		for _, req := range fs.Requirements() {
+			if req.Field != "metadata.name" {
+				writeStatus(w, badRequest("field label not supported: "+req.Field))
+				return
+			}
+		}
+		if !fs.Matches(fields.Set{"metadata.name": node.Name}) {
+			items = items[:0]
 		}
 	}
-	writeJSON(w, http.StatusOK, &list)
+	if table {
+		writeJSON(w, http.StatusOK, nodeTable(items, include, s.now()))
+		return
+	}
+	writeJSON(w, http.StatusOK, &v1.NodeList{TypeMeta: metav1.TypeMeta{Kind: "NodeList", APIVersion: "v1"}, Items: items})
+}
+
+func (s *Server) serveNode(w http.ResponseWriter, r *http.Request) {
+	table, include, err := negotiateTable(r)
+	if err != nil {
+		writeStatus(w, status(http.StatusNotAcceptable, metav1.StatusReasonNotAcceptable, err.Error()))
+		return
+	}
+	node := s.be().Node(r.Context())
+	if node.Name != r.PathValue("name") {
+		writeStatus(w, notFound("nodes", r.PathValue("name")))
+		return
+	}
+	if table {
+		writeJSON(w, http.StatusOK, nodeTable([]v1.Node{*node}, include, s.now()))
+		return
+	}
+	node.TypeMeta = metav1.TypeMeta{Kind: "Node", APIVersion: "v1"}
+	writeJSON(w, http.StatusOK, node)
+}
+
+func nodeTable(nodes []v1.Node, include metav1.IncludeObjectPolicy, now time.Time) *metav1.Table {
+	res := &resource[v1.Node]{
+		kind: "Node", columns: nodeColumns, cells: nodeCells, now: func() time.Time { return now },
+		store: &store[v1.Node]{meta: func(n *v1.Node) *metav1.ObjectMeta { return &n.ObjectMeta }},
+	}
+	return res.table(nodes, 0, include)
 }

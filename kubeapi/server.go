@@ -5,6 +5,7 @@
 package kubeapi
 
 import (
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"errors"
@@ -20,6 +21,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // DefaultPort is the API's port when --api-port is not given. It is none
@@ -36,6 +38,11 @@ type Backend interface {
 	Pods() []v1.Pod
 	// Events returns the kept events, oldest first.
 	Events() []v1.Event
+	// Changes returns the version of pods and events and a channel closed
+	// when either changes after it: watches wait on it, never poll.
+	Changes() (version uint64, changed <-chan struct{})
+	// Node returns this node as a Node object.
+	Node(ctx context.Context) *v1.Node
 }
 
 // Streams serves a pod's subresources that stream; the node's implementation lives in stream*.go.
@@ -56,6 +63,13 @@ type Server struct {
 	backend atomic.Pointer[Backend]
 	waiting atomic.Pointer[string]
 	mux     *http.ServeMux
+	now     func() time.Time
+
+	pods   *resource[v1.Pod]
+	events *resource[v1.Event]
+	// created is when each pod was first seen, its creationTimestamp
+	// unless it started earlier (an adopted pod); guarded by pods' store.
+	created map[types.UID]time.Time
 }
 
 // Option sets an optional part of the Server.
@@ -73,10 +87,12 @@ func WithVersion(v string) Option { return func(srv *Server) { srv.version = v }
 
 // New returns the API handler serving with creds.
 func New(creds *Credentials, opts ...Option) *Server {
-	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev"}
+	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now, created: map[types.UID]time.Time{}}
 	for _, o := range opts {
 		o(s)
 	}
+	s.pods = podResource(s)
+	s.events = eventResource(s)
 	s.mux = s.routes()
 	return s
 }
@@ -159,6 +175,13 @@ func adminOnly(r *http.Request) (sub, namespace, name string, ok bool) {
 }
 
 func (s *Server) be() Backend { return *s.backend.Load() }
+
+// sync brings the watched stores up to the backend's version.
+func (s *Server) sync() {
+	v, _ := s.be().Changes()
+	s.pods.store.sync(v)
+	s.events.store.sync(v)
+}
 
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()

@@ -1,13 +1,16 @@
 package kubeapi
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,13 +19,51 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// fakeBackend serves set pods and events; set bumps the version and
+// wakes watches as the engine does.
 type fakeBackend struct {
-	pods   []v1.Pod
-	events []v1.Event
+	mu      sync.Mutex
+	pods    []v1.Pod
+	events  []v1.Event
+	version uint64
+	changed chan struct{}
 }
 
-func (f *fakeBackend) Pods() []v1.Pod     { return f.pods }
-func (f *fakeBackend) Events() []v1.Event { return f.events }
+func (f *fakeBackend) Pods() []v1.Pod {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.pods)
+}
+
+func (f *fakeBackend) Events() []v1.Event {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.events)
+}
+
+func (f *fakeBackend) Changes() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.version, f.changed
+}
+
+func (f *fakeBackend) Node(context.Context) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}}
+}
+
+func (f *fakeBackend) set(pods []v1.Pod, events []v1.Event) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pods, f.events = pods, events
+	f.version++
+	if f.changed != nil {
+		close(f.changed)
+		f.changed = nil
+	}
+}
 
 // fakeStreams records which subresource was served for which pod.
 type fakeStreams struct{ got []string }

@@ -65,6 +65,8 @@ type Engine struct {
 	probes *prober.Manager
 	events eventLog
 	env    *podEnv // what workers get
+	// changes counts status and event changes for the API's watches.
+	changes changes
 
 	mu      sync.Mutex
 	sources map[string]manifests.Snapshot
@@ -118,6 +120,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
 		netGCTimeout: 2 * time.Minute,
 	}
+	e.events.changed = e.changes.bump
 	exec := execer(rt)
 	e.probes = prober.NewManager(prober.Config{
 		Exec:           exec,
@@ -149,6 +152,7 @@ func (e *Engine) markTerminating(uid types.UID, pod *v1.Pod, now time.Time) {
 	out.DeletionTimestamp = &ts
 	out.DeletionGracePeriodSeconds = pod.Spec.TerminationGracePeriodSeconds
 	e.statuses[uid] = out
+	e.changes.bump()
 }
 
 // probeFailed records a failed probe attempt as the kubelet's Unhealthy
@@ -557,6 +561,7 @@ func (e *Engine) workerDone(w *podWorker) {
 		delete(e.workers, w.uid)
 	}
 	delete(e.statuses, w.uid)
+	e.changes.bump()
 	// A pod of the same name may be waiting for this one to finish.
 	for _, o := range e.workers {
 		o.poke()
@@ -600,6 +605,7 @@ func (e *Engine) setStatus(pod *v1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.statuses[pod.UID] = pod
+	e.changes.bump()
 }
 
 // Pods returns every pod with its current status, sorted by namespace/name.

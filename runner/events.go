@@ -20,6 +20,8 @@ type eventLog struct {
 	seq   int
 	items []*v1.Event          // oldest first
 	byKey map[string]*v1.Event // pod uid, object, reason, message
+	// changed, if set, is called (under mu) after every record.
+	changed func()
 }
 
 // record adds an event about a pod, or about one of its containers when
@@ -39,6 +41,9 @@ func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason,
 	defer l.mu.Unlock()
 	if l.byKey == nil {
 		l.byKey = map[string]*v1.Event{}
+	}
+	if l.changed != nil {
+		defer l.changed()
 	}
 	if ev := l.byKey[key]; ev != nil {
 		ev.Count++
