@@ -383,9 +383,3 @@ func writerOrDiscard(w io.WriteCloser) io.Writer {
 func isWebSocket(r *http.Request) bool {
 	return httpstream.IsUpgradeRequest(r) && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
 }
-
-// refuseWebSocket answers a WebSocket upgrade without upgrading: kubectl
-// then falls back to SPDY, which every kubectl speaks.
-func refuseWebSocket(w http.ResponseWriter) {
-	writeStatus(w, badRequest("noderun streams over SPDY only; WebSocket is not served"))
-}

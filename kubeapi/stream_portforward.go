@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/net/websocket"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/streaming/pkg/httpstream"
@@ -20,9 +23,12 @@ import (
 // same requestID.
 const (
 	portForwardProtocol = "portforward.k8s.io"
-	portHeader          = "port"
-	requestIDHeader     = "requestID"
-	streamTypeData      = "data"
+	// portForwardTunnelProtocol is the WebSocket subprotocol of SPDY
+	// tunnelled through a WebSocket (kubectl's default since 1.31).
+	portForwardTunnelProtocol = "SPDY/3.1+" + portForwardProtocol
+	portHeader                = "port"
+	requestIDHeader           = "requestID"
+	streamTypeData            = "data"
 	// portForwardLinger is how long the client's side of a forwarded
 	// connection may take to end after the pod's has (containerd CRI's
 	// wait).
@@ -43,42 +49,45 @@ func (s *StreamServer) PortForward(w http.ResponseWriter, r *http.Request, names
 		return
 	}
 	if isWebSocket(r) {
-		refuseWebSocket(w)
+		s.portForwardTunnel(w, r, pod)
 		return
 	}
 	if _, err := httpstream.Handshake(r, w, []string{portForwardProtocol}); err != nil {
 		return // Handshake answered
 	}
-	streams := make(chan httpstream.Stream, 1)
-	done := make(chan struct{})
-	defer close(done)
-	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, _ <-chan struct{}) error {
-		if err := checkPortStream(st); err != nil {
-			return err
-		}
-		select {
-		case streams <- st:
-			return nil
-		case <-done:
-			return errors.New("port forwarding has ended")
-		}
-	})
+	f := s.newForwarder(pod)
+	defer f.end()
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, f.received)
 	if conn == nil {
 		return // the upgrader answered
 	}
-	defer conn.Close()
-	conn.SetIdleTimeout(streamIdleTimeout)
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	f := &forwarder{s: s, pod: pod, conn: conn, pairs: map[string]*streamPair{}}
-	for {
-		select {
-		case <-conn.CloseChan():
-			return
-		case st := <-streams:
-			f.add(ctx, st)
-		}
-	}
+	f.run(r.Context(), conn)
+}
+
+// portForwardTunnel serves kubectl's default port-forward: SPDY carried in
+// the binary messages of a WebSocket whose subprotocol names it. A client
+// that does not offer it is refused (403) and falls back to plain SPDY.
+func (s *StreamServer) portForwardTunnel(w http.ResponseWriter, r *http.Request, pod *v1.Pod) {
+	websocket.Server{
+		Handshake: func(cfg *websocket.Config, _ *http.Request) error {
+			if !slices.Contains(cfg.Protocol, portForwardTunnelProtocol) {
+				return fmt.Errorf("websocket subprotocol %q not offered", portForwardTunnelProtocol)
+			}
+			cfg.Protocol = []string{portForwardTunnelProtocol}
+			return nil
+		},
+		Handler: func(ws *websocket.Conn) {
+			ws.PayloadType = websocket.BinaryFrame
+			f := s.newForwarder(pod)
+			defer f.end()
+			conn, err := spdy.NewServerConnection(ws, f.received)
+			if err != nil {
+				s.cfg.Log.Info("port-forward tunnel", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+				return
+			}
+			f.run(r.Context(), conn)
+		},
+	}.ServeHTTP(w, r)
 }
 
 // checkPortStream refuses a stream without a valid port and type.
@@ -96,12 +105,50 @@ func checkPortStream(st httpstream.Stream) error {
 // forwarder pairs a port-forward connection's streams and forwards each
 // complete pair.
 type forwarder struct {
-	s     *StreamServer
-	pod   *v1.Pod
-	conn  httpstream.Connection
-	mu    sync.Mutex
-	pairs map[string]*streamPair
+	s       *StreamServer
+	pod     *v1.Pod
+	conn    httpstream.Connection
+	streams chan httpstream.Stream
+	done    chan struct{} // closed when the session ends
+	mu      sync.Mutex
+	pairs   map[string]*streamPair
 }
+
+func (s *StreamServer) newForwarder(pod *v1.Pod) *forwarder {
+	return &forwarder{s: s, pod: pod, streams: make(chan httpstream.Stream, 1), done: make(chan struct{}), pairs: map[string]*streamPair{}}
+}
+
+// received is the connection's callback for each stream the client opens.
+func (f *forwarder) received(st httpstream.Stream, _ <-chan struct{}) error {
+	if err := checkPortStream(st); err != nil {
+		return err
+	}
+	select {
+	case f.streams <- st:
+		return nil
+	case <-f.done:
+		return errors.New("port forwarding has ended")
+	}
+}
+
+// run forwards the session's connections until the client closes it.
+func (f *forwarder) run(ctx context.Context, conn httpstream.Connection) {
+	f.conn = conn
+	defer conn.Close()
+	conn.SetIdleTimeout(streamIdleTimeout)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for {
+		select {
+		case <-conn.CloseChan():
+			return
+		case st := <-f.streams:
+			f.add(ctx, st)
+		}
+	}
+}
+
+func (f *forwarder) end() { close(f.done) }
 
 // streamPair is one forwarded connection's streams.
 type streamPair struct {

@@ -20,6 +20,8 @@ import (
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream/spdy"
 )
 
 // streamPod is a running pod with one container, run 2 of it, and its
@@ -139,19 +141,24 @@ func TestStreamRequestErrors(t *testing.T) {
 			t.Errorf("%s: %d %s; want %d with %q", tt.path, resp.StatusCode, body, tt.code, tt.want)
 		}
 	}
-	// kubectl tries a WebSocket first for port-forward and falls back to
-	// SPDY on a refusal.
-	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/api/v1/namespaces/default/pods/web/portforward", nil)
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "websocket")
-	resp, err := srv.Client().Do(req)
+	// A WebSocket that offers neither v5 exec nor the SPDY tunnel is
+	// refused, so that kubectl falls back to SPDY.
+	for _, sub := range []string{"exec?command=ls&stdout=true", "portforward"} {
+		if ws, err := dialWebSocket(srv, sub, "v4.channel.k8s.io"); err == nil {
+			ws.Close()
+			t.Errorf("%s: a WebSocket with v4.channel.k8s.io was accepted", sub)
+		}
+	}
+}
+
+func dialWebSocket(srv *httptest.Server, sub, protocol string) (*websocket.Conn, error) {
+	cfg, err := websocket.NewConfig(strings.Replace(srv.URL, "https", "wss", 1)+"/api/v1/namespaces/default/pods/web/"+sub, srv.URL)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusSwitchingProtocols || resp.StatusCode < 400 {
-		t.Errorf("websocket upgrade answered %d, want a refusal", resp.StatusCode)
-	}
+	cfg.Protocol = []string{protocol}
+	cfg.TlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	return websocket.DialConfig(cfg)
 }
 
 func TestLogs(t *testing.T) {
@@ -229,12 +236,33 @@ func TestPortForwardOverSPDY(t *testing.T) {
 		return net.Dial("tcp", ln.Addr().String())
 	}
 	srv := streamServer(t, s)
-	conn, err := dialSPDY(context.Background(), srv.URL+"/api/v1/namespaces/default/pods/web/portforward",
-		srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", portForwardProtocol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	t.Run("SPDY", func(t *testing.T) {
+		conn, err := dialSPDY(context.Background(), srv.URL+"/api/v1/namespaces/default/pods/web/portforward",
+			srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", portForwardProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		checkForwards(t, conn)
+	})
+	// kubectl's default: SPDY inside a WebSocket's binary messages.
+	t.Run("SPDY in a WebSocket", func(t *testing.T) {
+		ws, err := dialWebSocket(srv, "portforward", portForwardTunnelProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws.PayloadType = websocket.BinaryFrame
+		conn, err := spdy.NewClientConnection(ws)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		checkForwards(t, conn)
+	})
+}
+
+// checkForwards forwards connections through a port-forward session.
+func checkForwards(t *testing.T, conn httpstream.Connection) {
 	forward := func(id, port string, send string) (data, errs string) {
 		h := http.Header{}
 		h.Set(streamTypeHeader, streamTypeError)
@@ -287,14 +315,7 @@ func TestExecOverWebSocket(t *testing.T) {
 		return 7, nil
 	}
 	srv := streamServer(t, s)
-	cfg, err := websocket.NewConfig(strings.Replace(srv.URL, "https", "wss", 1)+
-		"/api/v1/namespaces/default/pods/web/exec?command=cat&stdin=true&stdout=true&stderr=true", srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Protocol = []string{"v5.channel.k8s.io"}
-	cfg.TlsConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
-	ws, err := websocket.DialConfig(cfg)
+	ws, err := dialWebSocket(srv, "exec?command=cat&stdin=true&stdout=true&stderr=true", "v5.channel.k8s.io")
 	if err != nil {
 		t.Fatal(err)
 	}
