@@ -24,6 +24,7 @@ import (
 func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, podLogDir, runDir string, log *slog.Logger) *kubeapi.StreamServer {
 	return kubeapi.NewStreamServer(kubeapi.StreamConfig{
 		Pods:      engine.Pods,
+		Changes:   engine.Changes,
 		PodLogDir: podLogDir,
 		Exec: func(ctx context.Context, id string, cmd []string, s kubeapi.ExecIO) (int, error) {
 			return rt.Exec(ctx, id, cmd, runner.ExecIO{

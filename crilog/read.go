@@ -19,8 +19,8 @@ import (
 
 // ReadOptions are what `kubectl logs` asks of a container's log.
 type ReadOptions struct {
-	// Follow keeps writing what the container adds until Running says it
-	// ended and the log is read to its end, or ctx ends.
+	// Follow keeps writing what the container adds until Ended is closed
+	// and the log is read to its end, or ctx ends.
 	Follow bool
 	// Since skips lines written before it; zero keeps all.
 	Since time.Time
@@ -32,18 +32,18 @@ type ReadOptions struct {
 	LimitBytes int64
 	// Timestamps starts each line with its RFC 3339 time.
 	Timestamps bool
-	// Running reports whether the container may still write to the log; a
-	// follow ends once it does not. Nil means it has ended.
-	Running func() bool
+	// Ended is closed once the container has ended; a follow then reads
+	// what the log driver still writes and returns. Nil: until ctx ends.
+	Ended <-chan struct{}
 	// Stderr, when set, gets the lines the container wrote to its stderr
 	// (kubectl attach keeps the two apart); otherwise they go to w.
 	Stderr io.Writer
 }
 
-// stateCheckPeriod is how often a follow that sees no writes asks whether
-// the container still runs (the kubelet's logs.stateCheckPeriod is 5 s;
-// noderun answers from memory, so it can ask sooner and end promptly).
-const stateCheckPeriod = time.Second
+// endSettle is how long a follow goes on reading after the container
+// ended: the log driver may still be writing the container's last output
+// from its pipes when the end is known.
+const endSettle = 500 * time.Millisecond
 
 // maxJoined bounds a line joined from partial records: a line that never
 // ends must not take all memory; what is held past it goes out as a line.
@@ -218,8 +218,8 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch 
 			f.Close()
 		}
 	}()
-	check := time.NewTicker(stateCheckPeriod)
-	defer check.Stop()
+	ended := lr.opts.Ended
+	var settled <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -250,16 +250,16 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch 
 			if err := lr.drain(f); err != nil {
 				return err
 			}
-		case <-check.C:
-			running := lr.opts.Running != nil && lr.opts.Running()
-			// Read once more after the end is known: the last writes
-			// may have come after the last event was handled.
+		case <-ended:
+			ended = nil
+			settled = time.After(endSettle)
+		case <-settled:
+			// Read once more: the last writes may have come after the
+			// last event was handled.
 			if err := lr.drain(f); err != nil {
 				return err
 			}
-			if !running {
-				return lr.flush()
-			}
+			return lr.flush()
 		}
 	}
 }

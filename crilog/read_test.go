@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -153,12 +152,11 @@ func TestReadLogFollow(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "0.log")
 	writeFile(t, path, rec(0, Stdout, "F", "old")+rec(1, Stdout, "F", "last"))
-	var running atomic.Bool
-	running.Store(true)
+	ended := make(chan struct{})
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- ReadLog(context.Background(), path, out, ReadOptions{Follow: true, TailLines: 1, Running: running.Load})
+		done <- ReadLog(context.Background(), path, out, ReadOptions{Follow: true, TailLines: 1, Ended: ended})
 	}()
 	waitFor(t, "the tail", func() bool { return out.String() == "last\n" })
 
@@ -184,8 +182,9 @@ func TestReadLogFollow(t *testing.T) {
 		t.Fatalf("follow ended while the container runs: %v", err)
 	default:
 	}
+	close(ended)
+	// The log driver's last write may come after the end is known.
 	appendFile(t, path, rec(6, Stdout, "F", "the end"))
-	running.Store(false)
 	select {
 	case err := <-done:
 		if err != nil {
@@ -206,7 +205,7 @@ func TestReadLogFollowWaitsForTheLog(t *testing.T) {
 	out := &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- ReadLog(ctx, path, out, ReadOptions{Follow: true, TailLines: -1, Running: func() bool { return true }})
+		done <- ReadLog(ctx, path, out, ReadOptions{Follow: true, TailLines: -1})
 	}()
 	appendFile(t, path, rec(0, Stdout, "F", "first"))
 	waitFor(t, "the new log", func() bool { return out.String() == "first\n" })
@@ -222,12 +221,11 @@ func TestReadLogFromEndApart(t *testing.T) {
 	path := filepath.Join(dir, "0.log")
 	writeFile(t, path+".20260102-030405", rec(0, Stdout, "F", "rotated"))
 	writeFile(t, path, rec(1, Stdout, "F", "before")+rec(2, Stderr, "F", "before too"))
-	var running atomic.Bool
-	running.Store(true)
+	ended := make(chan struct{})
 	out, errOut := &syncBuffer{}, &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- ReadLog(context.Background(), path, out, ReadOptions{Follow: true, TailLines: 0, Stderr: errOut, Running: running.Load})
+		done <- ReadLog(context.Background(), path, out, ReadOptions{Follow: true, TailLines: 0, Stderr: errOut, Ended: ended})
 	}()
 	// Written once the follow runs: before that it would be skipped.
 	waitFor(t, "the follow", func() bool {
@@ -236,7 +234,7 @@ func TestReadLogFromEndApart(t *testing.T) {
 		return strings.Contains(out.String(), "ping\n")
 	})
 	appendFile(t, path, rec(4, Stdout, "F", "out")+rec(5, Stderr, "F", "err"))
-	running.Store(false)
+	close(ended)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

@@ -39,8 +39,14 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 		return
 	}
 	id := runtimeID(st.ContainerID)
-	if opts.Follow && run == st.RestartCount {
-		opts.Running = s.stillRunning(namespace, podName, c.Name, id)
+	if opts.Follow {
+		if run == st.RestartCount {
+			opts.Ended = s.ended(r.Context(), namespace, podName, c.Name, id)
+		} else { // a previous run has ended
+			ended := make(chan struct{})
+			close(ended)
+			opts.Ended = ended
+		}
 	}
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)

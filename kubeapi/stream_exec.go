@@ -134,7 +134,7 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
 	err := crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), writerOrDiscard(rs.stdout), crilog.ReadOptions{
-		Follow: true, Stderr: writerOrDiscard(rs.stderr), Running: s.stillRunning(namespace, podName, name, id),
+		Follow: true, Stderr: writerOrDiscard(rs.stderr), Ended: s.ended(ctx, namespace, podName, name, id),
 	})
 	rs.finish(0, err)
 }

@@ -57,6 +57,7 @@ func newTestStreams(t *testing.T, pods ...v1.Pod) (*StreamServer, string) {
 	dir := t.TempDir()
 	s := NewStreamServer(StreamConfig{
 		Pods:      func() []v1.Pod { return pods },
+		Changes:   func() (uint64, <-chan struct{}) { return 0, nil }, // nothing changes
 		PodLogDir: dir,
 		Log:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
@@ -185,6 +186,9 @@ func TestLogs(t *testing.T) {
 		{"web/log", 200, "run two\nmore\n"},
 		{"web/log?previous=true", 200, "run one\n"},
 		{"web/log?previous=1", 200, "run one\n"},
+		// A follow of a run that ended ends once it is read.
+		{"web/log?previous=true&follow=true", 200, "run one\n"},
+		{"crash/log?follow=true", 200, "run two\nmore\n"},
 		{"web/log?tailLines=1&timestamps=true", 200, "2026-01-02T03:04:07Z more\n"},
 		{"web/log?limitBytes=4", 200, "run "},
 		{"web/log?sinceTime=2026-01-02T03:04:07Z", 200, "more\n"},
@@ -349,12 +353,14 @@ func TestExecOverWebSocket(t *testing.T) {
 func TestAttach(t *testing.T) {
 	pod := streamPod()
 	var mu sync.Mutex
+	changed := make(chan struct{})
 	s, dir := newTestStreams(t)
 	s.cfg.Pods = func() []v1.Pod {
 		mu.Lock()
 		defer mu.Unlock()
 		return []v1.Pod{*pod.DeepCopy()}
 	}
+	s.cfg.Changes = func() (uint64, <-chan struct{}) { return 0, changed }
 	logDir := filepath.Join(dir, "default_web_uid-1", "app")
 	os.MkdirAll(logDir, 0o755)
 	logFile := filepath.Join(logDir, "2.log")
@@ -389,6 +395,7 @@ func TestAttach(t *testing.T) {
 	mu.Lock()
 	pod.Status.ContainerStatuses[0].State = v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}
 	mu.Unlock()
+	close(changed)
 	select {
 	case err := <-done:
 		if err != nil {

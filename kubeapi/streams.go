@@ -21,6 +21,9 @@ import (
 type StreamConfig struct {
 	// Pods returns the pods with their status (the engine's Pods).
 	Pods func() []v1.Pod
+	// Changes returns a channel closed once pod statuses change (the
+	// engine's Changes); a follow learns so that its container ended.
+	Changes func() (version uint64, changed <-chan struct{})
 	// PodLogDir holds the container logs:
 	// <dir>/<namespace>_<name>_<uid>/<container>/<restart>.log.
 	PodLogDir string
@@ -134,16 +137,34 @@ func runtimeID(containerID string) string {
 	return containerID
 }
 
-// stillRunning says whether the container run id of the pod runs.
-func (s *StreamServer) stillRunning(namespace, podName, name, id string) func() bool {
-	return func() bool {
-		pod, serr := s.pod(namespace, podName)
-		if serr != nil {
-			return false
+// ended is closed once the container run id of the pod no longer runs.
+// It wakes on the engine's status changes only, never on a timer.
+func (s *StreamServer) ended(ctx context.Context, namespace, podName, name, id string) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for {
+			_, changed := s.cfg.Changes() // before the look: no change is missed
+			if !s.running(namespace, podName, name, id) {
+				close(ch)
+				return
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return
+			}
 		}
-		_, st, serr := findContainer(pod, name)
-		return serr == nil && st.State.Running != nil && runtimeID(st.ContainerID) == id
+	}()
+	return ch
+}
+
+func (s *StreamServer) running(namespace, podName, name, id string) bool {
+	pod, serr := s.pod(namespace, podName)
+	if serr != nil {
+		return false
 	}
+	_, st, serr := findContainer(pod, name)
+	return serr == nil && st.State.Running != nil && runtimeID(st.ContainerID) == id
 }
 
 // logPath is where a run of a container logs, as the runner names it.
