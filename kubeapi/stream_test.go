@@ -425,3 +425,51 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// With a terminal, kubectl's sizes reach the command's terminal and stderr
+// is not a stream of its own.
+func TestExecTerminalOverWebSocket(t *testing.T) {
+	s, _ := newTestStreams(t, streamPod())
+	got := make(chan []TerminalSize, 1)
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+		if !e.TTY || e.Stderr != nil || e.Resize == nil {
+			return 1, fmt.Errorf("tty %t, stderr %v, resize %v", e.TTY, e.Stderr, e.Resize)
+		}
+		var sizes []TerminalSize
+		for sz := range e.Resize {
+			if sizes = append(sizes, sz); len(sizes) == 2 {
+				break
+			}
+		}
+		got <- sizes
+		return 0, nil
+	}
+	srv := streamServer(t, s)
+	ws, err := dialWebSocket(srv, "exec?command=sh&stdin=true&stdout=true&stderr=true&tty=true", "v5.channel.k8s.io")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	for _, sz := range []string{`{"Width":80,"Height":24}`, `{"Width":120,"Height":40}`} {
+		if err := websocket.Message.Send(ws, append([]byte{4}, sz...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var status string
+	for {
+		var frame []byte
+		if err := websocket.Message.Receive(ws, &frame); err != nil {
+			break
+		}
+		if len(frame) > 0 && frame[0] == 3 {
+			status += string(frame[1:])
+		}
+	}
+	if err := statusResult([]byte(status)); err != nil {
+		t.Fatalf("status %q: %v", status, err)
+	}
+	want := []TerminalSize{{80, 24}, {120, 40}}
+	if sizes := <-got; len(sizes) != 2 || sizes[0] != want[0] || sizes[1] != want[1] {
+		t.Errorf("sizes %v, want %v", sizes, want)
+	}
+}
