@@ -5,13 +5,19 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"time"
 
 	ctrd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/noderun/noderun/runner"
 )
+
+// firstSizeWait bounds the wait for a terminal's first size, which
+// clients send as soon as the exec's streams are open.
+const firstSizeWait = time.Second
 
 // Exec runs cmd in the running container id with the streams of s, as
 // containerd's CRI Exec does for kubectl exec: the container's process
@@ -26,6 +32,20 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.Ex
 		return 0, err
 	}
 	spec.Args, spec.Terminal, spec.CommandLine = cmd, s.TTY, ""
+	if s.TTY && s.Resize != nil {
+		// The terminal gets the client's size from the start: a command
+		// that asks for it at once (stty size, a full-screen program)
+		// would otherwise find 0x0.
+		select {
+		case sz, ok := <-s.Resize:
+			if ok {
+				spec.ConsoleSize = &specs.Box{Height: uint(sz.Height), Width: uint(sz.Width)}
+			}
+		case <-time.After(firstSizeWait):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
 	// The command's stdin ends when the client's does: copied through a
 	// pipe so that its end can be told to the shim (CloseIO), which
 	// otherwise keeps the command's stdin open.

@@ -33,18 +33,22 @@ func TestExec(t *testing.T) {
 		var out bytes.Buffer
 		sizes := make(chan runner.TerminalSize, 1)
 		sizes <- runner.TerminalSize{Width: 123, Height: 45}
-		// stty reads the size once the resize arrived; the shell waits
-		// for it briefly. Stdin stays open: its end hangs the terminal up.
+		// The first size is the terminal's from the start; a later one
+		// resizes it. Stdin stays open: its end hangs the terminal up.
 		stdin, stdinW := io.Pipe()
 		defer stdinW.Close()
+		go func() {
+			time.Sleep(500 * time.Millisecond)
+			sizes <- runner.TerminalSize{Width: 99, Height: 11}
+		}()
 		code, err := rt.Exec(context.Background(), cfg.ID,
-			[]string{"sh", "-c", `for i in 1 2 3 4 5 6 7 8 9 10; do s=$(stty size 2>/dev/null); [ "$s" = "45 123" ] && break; sleep 0.2; done; echo "$s"; [ -t 0 ] && echo tty; echo err >&2`},
+			[]string{"sh", "-c", `stty size; for i in $(seq 50); do s=$(stty size); [ "$s" = "11 99" ] && break; sleep 0.1; done; echo "$s"; [ -t 0 ] && echo tty; echo err >&2`},
 			runner.ExecIO{Stdin: stdin, Stdout: &out, TTY: true, Resize: sizes})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// A terminal turns \n into \r\n and carries stderr too.
-		if want := "45 123\r\ntty\r\nerr\r\n"; out.String() != want || code != 0 {
+		if want := "45 123\r\n11 99\r\ntty\r\nerr\r\n"; out.String() != want || code != 0 {
 			t.Errorf("output %q, exit %d; want %q, 0", out.String(), code, want)
 		}
 	})
