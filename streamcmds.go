@@ -79,9 +79,10 @@ func podFlags() []cli.Flag {
 
 func logsCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "logs",
-		Usage:     "print a container's log, as `kubectl logs` does, through the node's Kubernetes API",
-		ArgsUsage: "POD",
+		Name:                   "logs",
+		UseShortOptionHandling: true, // -fp
+		Usage:                  "print a container's log, as `kubectl logs` does, through the node's Kubernetes API",
+		ArgsUsage:              "POD",
 		Flags: append(podFlags(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the container ends"},
 			&cli.BoolFlag{Name: "previous", Aliases: []string{"p"}, Usage: "the log of the container's previous run"},
@@ -150,9 +151,10 @@ func statusError(resp *http.Response) error {
 
 func execCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "exec",
-		Usage:     "run a command in a container, as `kubectl exec` does, through the node's Kubernetes API (admin token); exits with the command's code",
-		ArgsUsage: "POD -- COMMAND [ARG...]",
+		Name:                   "exec",
+		UseShortOptionHandling: true, // -it
+		Usage:                  "run a command in a container, as `kubectl exec` does, through the node's Kubernetes API (admin token); exits with the command's code",
+		ArgsUsage:              "POD -- COMMAND [ARG...]",
 		Flags: append(podFlags(),
 			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass stdin to the command"},
 			&cli.BoolFlag{Name: "tty", Aliases: []string{"t"}, Usage: "give the command a terminal (with -i and a terminal on stdin)"},

@@ -2,16 +2,22 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -142,6 +148,22 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	cmd.Stdin = strings.NewReader("hello\n")
 	if o, err := cmd.Output(); err != nil || string(o) != "HELLO\ndone\n" {
 		t.Errorf("kubectl exec -i: %v, %q; want \"HELLO\\ndone\\n\"", err, o)
+	}
+
+	// With -it on a terminal, kubectl and noderun exec give the command a
+	// terminal of the client's size.
+	for _, c := range []struct {
+		name string
+		cmd  *exec.Cmd
+	}{
+		{"kubectl", n.kubectlCmd(ctx, admin, "exec", "-it", pod, "--", "sh", "-c", "stty size; [ -t 0 ] && echo tty; exit 5")},
+		{"noderun", exec.CommandContext(ctx, noderunBin, "--state-dir", n.state, "--run-dir", n.run,
+			"exec", "-it", pod, "--", "sh", "-c", "stty size; [ -t 0 ] && echo tty; exit 5")},
+	} {
+		out, code := runOnTerminal(t, c.cmd, 33, 101)
+		if code != 5 || !strings.Contains(out, "33 101\r\ntty\r\n") {
+			t.Errorf("%s exec -it: exit %d, output %q; want 5 and \"33 101\\r\\ntty\\r\\n\"", c.name, code, out)
+		}
 	}
 
 	// kubectl attach shows what the container writes from now on.
@@ -278,4 +300,47 @@ spec:
 	if _, e, err := n.kubectl(view, "port-forward", "pod/"+pod, ":8080"); err == nil || !strings.Contains(e, "forbidden") {
 		t.Errorf("kubectl port-forward with the view token: %v, %s; want forbidden", err, e)
 	}
+}
+
+// runOnTerminal runs cmd with a new pseudo-terminal of rows x cols as its
+// stdin, stdout and stderr, and returns what it wrote and its exit code.
+func runOnTerminal(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (string, int) {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.IoctlSetWinsize(int(pts.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = pts, pts, pts
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pts.Close() // the child has it
+	var out bytes.Buffer
+	copied := make(chan struct{})
+	go func() {
+		io.Copy(&out, ptmx) // ends with EIO once the child's side is closed
+		close(copied)
+	}()
+	err = cmd.Wait()
+	select {
+	case <-copied:
+	case <-time.After(5 * time.Second):
+	}
+	return out.String(), exitCode(err)
 }
