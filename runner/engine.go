@@ -630,6 +630,7 @@ func (e *Engine) Pods() []v1.Pod {
 func (e *Engine) setSource(s manifests.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.manifestErrors(e.sources[s.Source].Errors, s.Errors)
 	e.sources[s.Source] = s
 }
 
