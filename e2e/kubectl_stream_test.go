@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -343,4 +345,55 @@ func runOnTerminal(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (string, int)
 	case <-time.After(5 * time.Second):
 	}
 	return out.String(), exitCode(err)
+}
+
+// kubectl logs reads the rotated files too, the gzipped one included, in
+// order, and --tail counts across them.
+func TestKubectlLogsAcrossRotation(t *testing.T) {
+	t.Parallel()
+	n := newNode(t, "--container-log-max-size", "8Ki", "--container-log-max-files", "3")
+	view := n.kubeconfig(false)
+	n.writeManifest("chatty.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: chatty
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    # 100 lines (6 KiB) a second: at most one rotation in a second.
+    command: ["sh", "-c", 'i=0; while [ $i -lt 600 ]; do echo "line $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"; i=$((i+1)); [ $((i % 100)) -eq 0 ] && sleep 1.1; done; echo done; sleep 3600']
+`)
+	p := n.waitPod("chatty", "Running", running)
+	path := n.logPath(p, "main", 0)
+	n.waitLogLine(path, "done")
+	waitUntil(t, "a plain and a gzipped rotated log", func() bool {
+		all, _ := filepath.Glob(path + ".*")
+		gz, _ := filepath.Glob(path + ".*.gz")
+		return len(all) == 2 && len(gz) == 1
+	})
+	current := len(n.readLog(path))
+	pod := "chatty-" + nodeName
+	o, e, err := n.kubectl(view, "logs", pod)
+	if err != nil {
+		t.Fatalf("kubectl logs: %v %s", err, e)
+	}
+	lines := strings.Split(strings.TrimSuffix(o, "\n"), "\n")
+	if len(lines) <= current || lines[len(lines)-1] != "done" {
+		t.Fatalf("kubectl logs: %d lines ending %q; want more than the current file's %d, ending with done", len(lines), lines[len(lines)-1], current)
+	}
+	// The lines kept are the last ones, in order, with no gap.
+	var first int
+	if _, err := fmt.Sscanf(lines[0], "line %d", &first); err != nil {
+		t.Fatalf("first line %q", lines[0])
+	}
+	for i, l := range lines[:len(lines)-1] {
+		if want := fmt.Sprintf("line %d ", first+i); !strings.HasPrefix(l, want) {
+			t.Fatalf("line %d is %q, want it to start with %q", i, l, want)
+		}
+	}
+	if o, _, err := n.kubectl(view, "logs", "--tail", strconv.Itoa(current+5), pod); err != nil || strings.Count(o, "\n") != current+5 {
+		t.Errorf("kubectl logs --tail %d: %v, %d lines", current+5, err, strings.Count(o, "\n"))
+	}
 }
