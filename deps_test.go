@@ -25,6 +25,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/bandwidth":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups"},
 		"internal/cgroups":              nil,
+		"kubeapi":                       {"crilog", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
@@ -48,6 +49,23 @@ func TestPackageDependencies(t *testing.T) {
 		for _, imp := range fields[1:] {
 			if dep, ok := strings.CutPrefix(imp, mod+"/"); ok && !slices.Contains(allow, dep) {
 				t.Errorf("%s imports %s; allowed: %v", pkg, dep, allow)
+			}
+		}
+	}
+}
+
+// TestBinaryLinksNoKubernetesClient keeps client-go, kubectl and the API
+// server's libraries out of noderun's binary (megabytes each); the e2e
+// tests build kubectl from a module of their own (e2e/kubectl).
+func TestBinaryLinksNoKubernetesClient(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, dep := range strings.Fields(string(out)) {
+		for _, banned := range []string{"k8s.io/client-go", "k8s.io/kubectl", "k8s.io/apiserver", "k8s.io/kubernetes", "k8s.io/component-base"} {
+			if dep == banned || strings.HasPrefix(dep, banned+"/") {
+				t.Errorf("noderun links %s", dep)
 			}
 		}
 	}

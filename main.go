@@ -40,6 +40,9 @@ func main() {
 			checkCommand(),
 			imagesCommand(),
 			resetCommand(),
+			kubeconfigCommand(),
+			logsCommand(),
+			execCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
@@ -105,7 +108,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
-	}, urlFlags()...)
+	}, append(urlFlags(), apiFlags()...)...)
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/cgroups"
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -70,6 +71,15 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer closeAPI()
+	// Logs, exec, attach and port-forward need the engine and runtime;
+	// the API answers 503 until both are there.
+	routeKlog(log)
+	streams := &engineStreams{}
+	kube, closeKube, err := startKubeAPI(c, log, kubeapi.WithStreams(streams))
+	if err != nil {
+		return err
+	}
+	defer closeKube()
 
 	// READY=1 waits for containerd and the first reconcile, which may take
 	// longer than systemd's start timeout.
@@ -88,6 +98,7 @@ func runNode(c *cli.Context) error {
 		}
 		msg := "waiting for containerd: " + err.Error()
 		api.setWaiting(msg)
+		kube.SetWaiting(msg)
 		_, _ = systemd.Status(msg)
 	}
 	conn, err := ctrdrt.Connect(ctx, dcfg)
@@ -196,6 +207,15 @@ func runNode(c *cli.Context) error {
 	}
 
 	api.serve(engine.Handler())
+	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
+	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
+		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
+		RuntimeVersion: func(ctx context.Context) (string, error) {
+			v, err := client.Version(ctx)
+			return v.Version, err
+		},
+		Healthy: engine.Healthy,
+	}})
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")

@@ -89,6 +89,7 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		"--cni-conf-dir", filepath.Dir(e.cniConf),
 		"--cni-bin-dir", cniBinDir,
 		"--status-socket", n.socket,
+		"--api-port", "0", // never the port of a noderun running on the host
 	)
 	n.cmd.Stdout, n.cmd.Stderr = out, out
 	// Should the bench die without cleaning up, noderun goes with it.

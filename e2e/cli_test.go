@@ -50,7 +50,7 @@ func TestNoContainerdIsAClearError(t *testing.T) {
 	dir := t.TempDir()
 	cmd := exec.Command(noderunBin, "--manifests", dir, "--state-dir", filepath.Join(dir, "s"),
 		"--run-dir", filepath.Join(dir, "r"), "--pod-log-dir", filepath.Join(dir, "l"),
-		"--containerd-address", filepath.Join(dir, "none.sock"))
+		"--containerd-address", filepath.Join(dir, "none.sock"), "--api-port", "0")
 	cmd.Env = []string{"PATH=" + dir} // no containerd binary to start
 	out, err := cmd.CombinedOutput()
 	var exit *exec.ExitError

@@ -157,6 +157,7 @@ func setup(dir string) (stop func(), err error) {
 			fmt.Fprintln(os.Stderr, "stop containerd:", err)
 		}
 	}
+	startKubectlBuild()
 	ctrdSocket = d.Address()
 	client, err = containerd.New(ctrdSocket, containerd.WithTimeout(10*time.Second))
 	if err != nil {
@@ -370,6 +371,8 @@ func (n *node) flags() []string {
 		"--cni-bin-dir", cniBinDir,
 		"--pod-cidr", n.subnet,
 		"--status-socket", n.socket,
+		// Parallel nodes each get a port (`noderun kubeconfig` finds it).
+		"--api-port", "0",
 		// Nothing from the host's registry setup leaks into a test.
 		"--registry-config-dir", filepath.Join(n.root, "certs.d"),
 		"--registry-auth-file", filepath.Join(n.state, "config.json"),

@@ -68,6 +68,7 @@ func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	if f := e.counts.field(pod); f != nil {
 		*f++
 	}
+	e.changes.bump()
 	if e.counts != before {
 		select {
 		case e.countsChanged <- struct{}{}:

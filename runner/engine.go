@@ -66,6 +66,8 @@ type Engine struct {
 	probes *prober.Manager
 	events eventLog
 	env    *podEnv // what workers get
+	// changes counts status and event changes for the API's watches.
+	changes changes
 
 	mu      sync.Mutex
 	sources map[string]manifests.Snapshot
@@ -119,6 +121,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
 		netGCTimeout: 2 * time.Minute,
 	}
+	e.events.changed = e.changes.bump
 	exec := execer(rt)
 	e.probes = prober.NewManager(prober.Config{
 		Exec:           exec,
@@ -625,6 +628,7 @@ func (e *Engine) Pods() []v1.Pod {
 func (e *Engine) setSource(s manifests.Snapshot) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.manifestErrors(e.sources[s.Source].Errors, s.Errors)
 	e.sources[s.Source] = s
 }
 

@@ -2,6 +2,8 @@ package runner
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -49,6 +51,18 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 	}
 	s.Conditions = w.conditions(pod, s, initDone)
 	w.board.setStatus(out)
+}
+
+// publishPending reports a new pod as Pending before its first sync, as
+// the kubelet's SyncPod sets the status before it makes the sandbox (a
+// watch sees Pending, then Running). A pod run before (its state dir
+// exists) is left to the sync, which finds its containers: a restart of
+// noderun does not flash running pods back to Pending.
+func (w *podWorker) publishPending(pod *v1.Pod) {
+	if _, err := os.Stat(w.podStateDir()); !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 }
 
 func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerStatus, init bool) v1.ContainerStatus {

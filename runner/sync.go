@@ -49,6 +49,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
 			e.log.Error("pod sandbox", "pod", podRef(pod), "err", err)
+			w.sandboxFailed(pod, err)
 			w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 			return minPositive(retry, w.failDelay("sandbox"))
 		}
@@ -537,7 +538,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 		return err
 	}
 	if err := w.setupVolumes(pod); err != nil {
-		return err
+		return fmt.Errorf("%w: %w", errVolumeSetup, err)
 	}
 	w.st.sandboxOK = true
 	return nil

@@ -144,6 +144,7 @@ func (w *podWorker) run(ctx context.Context) {
 	w.st.timer = w.env.clock.NewTimer(time.Hour)
 	w.st.timer.Stop()
 	defer w.st.timer.Stop()
+	announced := false // the pod's Pending status, before its first sync
 	for {
 		select {
 		case <-ctx.Done():
@@ -194,6 +195,10 @@ func (w *podWorker) run(ctx context.Context) {
 		}
 		w.cancel = cancel
 		w.mu.Unlock()
+		if !announced {
+			announced = true
+			w.publishPending(pod)
+		}
 		onFreshStack(func() { after = w.sync(sctx, pod) })
 		w.mu.Lock()
 		w.cancel = nil

@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// apiServer is the URL noderun serves its Kubernetes API on.
+func (n *node) apiServer() string {
+	n.t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.run, "api-server"))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return string(bytes.TrimSpace(b))
+}
+
+// apiClient trusts the node's API CA, as a kubeconfig from it does.
+func (n *node) apiClient() *http.Client {
+	n.t.Helper()
+	var cfg struct {
+		Clusters []struct {
+			Cluster struct {
+				CA []byte `json:"certificate-authority-data"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+	}
+	b, err := os.ReadFile(n.kubeconfig(false))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil {
+		n.t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(cfg.Clusters[0].Cluster.CA) {
+		n.t.Fatal("kubeconfig holds no CA")
+	}
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+}
+
+// Who may do what: no token 401, plain HTTP refused, the view token reads
+// but cannot exec (403), each through the real kubectl where it can show it.
+func TestKubeAPIAccess(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("web.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", '`+untilTerm+`']
+`)
+	n.waitPod("web", "Running", running)
+	view, admin := n.kubeconfig(false), n.kubeconfig(true)
+	for _, cfg := range []string{view, admin} {
+		if fi, err := os.Stat(cfg); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: mode %v (%v), want 0600", cfg, fi.Mode(), err)
+		}
+	}
+
+	out, errOut, err := n.kubectl(view, "get", "pod", "web-e2e", "-o", "name")
+	if err != nil || strings.TrimSpace(out) != "pod/web-e2e" {
+		t.Fatalf("kubectl get with the view token: %v %q\n%s", err, out, errOut)
+	}
+	out, errOut, err = n.kubectl(view, "exec", "web-e2e", "--", "true")
+	if err == nil || !strings.Contains(errOut, `pods "web-e2e" is forbidden`) {
+		t.Errorf("kubectl exec with the view token: %v, want Forbidden\n%s%s", err, out, errOut)
+	}
+
+	server, hc := n.apiServer(), n.apiClient()
+	resp, err := hc.Get(server + "/api/v1/pods")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st metav1.Status
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || json.Unmarshal(body, &st) != nil || st.Reason != metav1.StatusReasonUnauthorized {
+		t.Errorf("no token: %s %s, want 401 with a Status", resp.Status, body)
+	}
+
+	plain := "http://" + strings.TrimPrefix(server, "https://")
+	resp, err = (&http.Client{Timeout: 10 * time.Second}).Get(plain + "/api/v1/pods")
+	if err == nil {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode < 400 || strings.Contains(string(body), "web-e2e") {
+			t.Errorf("plain HTTP served: %s %s", resp.Status, body)
+		}
+	}
+}

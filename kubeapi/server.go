@@ -1,0 +1,261 @@
+// Package kubeapi serves a read-only slice of the Kubernetes API for this
+// node over HTTPS with bearer tokens, so kubectl works against noderun
+// unchanged. It reads the engine through Backend and serves pods'
+// streaming subresources through Streams; it never imports runner.
+package kubeapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// DefaultPort is the API's port when --api-port is not given. It is none
+// of the ports a node may also run Kubernetes components on (noderun
+// bootstraps control planes): kube-apiserver 6443 (k3s 6444, rke2 9345),
+// kubelet 10250/10255/10248, etcd 2379-2381, kube-proxy 10249/10256,
+// kube-controller-manager 10257, cloud-controller-manager 10258,
+// kube-scheduler 10259; and it lies below Linux's ephemeral range.
+const DefaultPort = 10266
+
+// Backend is what the API reads from the node.
+type Backend interface {
+	// Pods returns every pod with its current status.
+	Pods() []v1.Pod
+	// Events returns the kept events, oldest first.
+	Events() []v1.Event
+	// Changes returns the version of pods and events and a channel closed
+	// when either changes after it: watches wait on it, never poll.
+	Changes() (version uint64, changed <-chan struct{})
+	// Node returns this node as a Node object.
+	Node(ctx context.Context) *v1.Node
+}
+
+// Streams serves a pod's subresources that stream; the node's implementation lives in stream*.go.
+type Streams interface {
+	Log(w http.ResponseWriter, r *http.Request, namespace, pod string)
+	Exec(w http.ResponseWriter, r *http.Request, namespace, pod string)
+	Attach(w http.ResponseWriter, r *http.Request, namespace, pod string)
+	PortForward(w http.ResponseWriter, r *http.Request, namespace, pod string)
+}
+
+// Server is the API's handler. Until Ready gives it the backend, it
+// authenticates requests and answers them 503.
+type Server struct {
+	creds   *Credentials
+	streams Streams
+	log     *slog.Logger
+	version string
+	backend atomic.Pointer[Backend]
+	waiting atomic.Pointer[string]
+	mux     *http.ServeMux
+	now     func() time.Time
+
+	pods   *resource[v1.Pod]
+	events *resource[v1.Event]
+	// created is when each pod was first seen, its creationTimestamp
+	// unless it started earlier (an adopted pod); guarded by pods' store.
+	created map[types.UID]time.Time
+}
+
+// Option sets an optional part of the Server.
+type Option func(*Server)
+
+// WithStreams serves logs, exec, attach and port-forward through s; without
+// it (or with nil) those subresources answer 404.
+func WithStreams(s Streams) Option { return func(srv *Server) { srv.streams = s } }
+
+// WithLogger logs what the API refuses and what fails while serving.
+func WithLogger(l *slog.Logger) Option { return func(srv *Server) { srv.log = l } }
+
+// WithVersion is noderun's version, reported by /version.
+func WithVersion(v string) Option { return func(srv *Server) { srv.version = v } }
+
+// New returns the API handler serving with creds.
+func New(creds *Credentials, opts ...Option) *Server {
+	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now, created: map[types.UID]time.Time{}}
+	for _, o := range opts {
+		o(s)
+	}
+	s.pods = podResource(s)
+	s.events = eventResource(s)
+	s.mux = s.routes()
+	return s
+}
+
+// Ready hands the server the node's backend; requests are served from then on.
+func (s *Server) Ready(b Backend) { s.backend.Store(&b) }
+
+// SetWaiting says, in the 503 answers before Ready, what startup waits for.
+func (s *Server) SetWaiting(msg string) { s.waiting.Store(&msg) }
+
+// role is what a request's token allows.
+type role int
+
+const (
+	roleNone  role = iota
+	roleView       // read everything
+	roleAdmin      // also exec, attach and port-forward
+)
+
+func (s *Server) authenticate(r *http.Request) role {
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok || tok == "" {
+		return roleNone
+	}
+	switch {
+	case subtle.ConstantTimeCompare([]byte(tok), []byte(s.creds.AdminToken)) == 1:
+		return roleAdmin
+	case subtle.ConstantTimeCompare([]byte(tok), []byte(s.creds.ViewToken)) == 1:
+		return roleView
+	}
+	return roleNone
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// A browser page must not be able to reach the API, even with a
+	// token it somehow holds.
+	if r.Header.Get("Origin") != "" {
+		writeStatus(w, forbidden("browser requests (with an Origin header) are refused"))
+		return
+	}
+	rl := s.authenticate(r)
+	if rl == roleNone {
+		writeStatus(w, unauthorized())
+		return
+	}
+	if s.backend.Load() == nil {
+		msg := "noderun is starting"
+		if m := s.waiting.Load(); m != nil {
+			msg += ": " + *m
+		}
+		writeStatus(w, unavailable(msg))
+		return
+	}
+	if sub, ns, name, ok := adminOnly(r); ok && rl != roleAdmin {
+		// Worded as the API server words it.
+		st := forbidden(fmt.Sprintf("pods %q is forbidden: the view token cannot %s resource \"pods/%s\" in the namespace %q; use the admin token (noderun kubeconfig --admin)",
+			name, strings.ToLower(r.Method), sub, ns))
+		st.Details = &metav1.StatusDetails{Name: name, Kind: "pods"}
+		writeStatus(w, st)
+		return
+	}
+	s.mux.ServeHTTP(w, r)
+}
+
+// streamSubresources are the pod subresources only the admin token may use:
+// they run commands in, or reach into, a pod.
+var streamSubresources = []string{"exec", "attach", "portforward"}
+
+// adminOnly reports whether the request is for a subresource only the admin
+// token may use, and which. Everything else may be read with either token;
+// writes are refused for both by the routes (with 405).
+func adminOnly(r *http.Request) (sub, namespace, name string, ok bool) {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	// api v1 namespaces NS pods NAME SUB
+	if len(parts) == 7 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" && parts[4] == "pods" &&
+		slices.Contains(streamSubresources, parts[6]) {
+		return parts[6], parts[3], parts[5], true
+	}
+	return "", "", "", false
+}
+
+func (s *Server) be() Backend { return *s.backend.Load() }
+
+// sync brings the watched stores up to the backend's version.
+func (s *Server) sync() {
+	v, _ := s.be().Changes()
+	s.pods.store.sync(v)
+	s.events.store.sync(v)
+}
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	const pod = "/api/v1/namespaces/{namespace}/pods/{name}/"
+	stream := func(serve func(Streams, http.ResponseWriter, *http.Request, string, string)) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			ns, name := r.PathValue("namespace"), r.PathValue("name")
+			if s.streams == nil {
+				writeStatus(w, notFoundMsg("this node serves no "+r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]))
+				return
+			}
+			if s.findPod(ns, name) == nil {
+				writeStatus(w, notFound("pods", name))
+				return
+			}
+			serve(s.streams, w, r, ns, name)
+		}
+	}
+	mux.Handle("GET "+pod+"log", stream(Streams.Log))
+	for _, m := range []string{"GET ", "POST "} {
+		mux.Handle(m+pod+"exec", stream(Streams.Exec))
+		mux.Handle(m+pod+"attach", stream(Streams.Attach))
+		mux.Handle(m+pod+"portforward", stream(Streams.PortForward))
+	}
+	s.readRoutes(mux)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeStatus(w, notFoundMsg("the server could not find the requested resource"))
+	})
+	return mux
+}
+
+// findPod returns the pod namespace/name, or nil.
+func (s *Server) findPod(namespace, name string) *v1.Pod {
+	for _, p := range s.be().Pods() {
+		if p.Namespace == namespace && p.Name == name {
+			return &p
+		}
+	}
+	return nil
+}
+
+// Listen opens the API's TCP listener on address:port (port 0: one the
+// kernel picks).
+func Listen(address string, port int) (net.Listener, error) {
+	return net.Listen("tcp", net.JoinHostPort(address, strconv.Itoa(port)))
+}
+
+// IsLoopback reports whether address reaches only this machine.
+func IsLoopback(address string) bool {
+	if address == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(address)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Serve serves the API over TLS on l until the returned close function is
+// called. Plain HTTP on the port is refused by the TLS handshake.
+func (s *Server) Serve(l net.Listener) (closeFn func() error) {
+	srv := &http.Server{
+		Handler: s,
+		TLSConfig: &tls.Config{
+			MinVersion:   tls.VersionTLS12,
+			Certificates: []tls.Certificate{s.creds.Cert},
+		},
+		ReadHeaderTimeout: 10 * time.Second,
+		// No write timeout: watches, logs -f and exec sessions last.
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	go func() {
+		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.log.Error("kubernetes API", "err", err)
+		}
+	}()
+	return srv.Close
+}

@@ -1,0 +1,177 @@
+package kubeapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+)
+
+const (
+	// historyLen is how many changes a store keeps for watches that resume
+	// from a resourceVersion (kubectl get -w watches from its list's).
+	historyLen = 1000
+	// watcherBuffer is how many changes a watch may fall behind before it
+	// is ended (the client then watches again), as the API server does with
+	// a slow watcher rather than letting it hold memory.
+	watcherBuffer = 256
+)
+
+// store keeps one resource's objects as last served, each with the
+// resourceVersion at which it last changed, and the recent changes. A
+// resourceVersion is the backend's change counter plus one (0 means "any"
+// to clients), so it only grows while noderun runs.
+type store[T any] struct {
+	list func() []T
+	meta func(*T) *metav1.ObjectMeta
+	key  func(*T) string
+
+	mu       sync.Mutex
+	synced   bool
+	rv       uint64 // the resourceVersion of the last sync
+	items    []T    // current objects, in the backend's order
+	raw      map[string][]byte
+	byKey    map[string]int // index into items
+	history  []change[T]    // oldest first
+	dropped  uint64         // history is complete for changes after this rv
+	watchers map[*watcher[T]]struct{}
+}
+
+// change is one watch event: the object (and for MODIFIED, what it was).
+type change[T any] struct {
+	typ  watch.EventType
+	obj  T
+	prev *T
+	rv   uint64
+}
+
+type watcher[T any] struct {
+	ch chan change[T]
+}
+
+func newStore[T any](list func() []T, meta func(*T) *metav1.ObjectMeta, key func(*T) string) *store[T] {
+	return &store[T]{list: list, meta: meta, key: key, watchers: map[*watcher[T]]struct{}{}}
+}
+
+// sync brings the store to the backend's version, recording what changed.
+// It is cheap when nothing changed, so every request calls it.
+func (s *store[T]) sync(version uint64) {
+	rv := version + 1
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.synced && rv <= s.rv {
+		return
+	}
+	items := s.list()
+	raw := make(map[string][]byte, len(items))
+	byKey := make(map[string]int, len(items))
+	var changes []change[T]
+	for i := range items {
+		m := s.meta(&items[i])
+		m.ResourceVersion = ""
+		b, err := json.Marshal(&items[i])
+		if err != nil {
+			continue // not for types that always marshal
+		}
+		k := s.key(&items[i])
+		raw[k], byKey[k] = b, i
+		old, had := s.byKey[k]
+		switch {
+		case had && bytes.Equal(s.raw[k], b):
+			m.ResourceVersion = s.meta(&s.items[old]).ResourceVersion
+		case had:
+			m.ResourceVersion = strconv.FormatUint(rv, 10)
+			prev := s.items[old]
+			changes = append(changes, change[T]{typ: watch.Modified, obj: items[i], prev: &prev, rv: rv})
+		default:
+			m.ResourceVersion = strconv.FormatUint(rv, 10)
+			changes = append(changes, change[T]{typ: watch.Added, obj: items[i], rv: rv})
+		}
+	}
+	for k, i := range s.byKey {
+		if _, ok := byKey[k]; !ok {
+			gone := s.items[i]
+			s.meta(&gone).ResourceVersion = strconv.FormatUint(rv, 10)
+			changes = append(changes, change[T]{typ: watch.Deleted, obj: gone, rv: rv})
+		}
+	}
+	s.items, s.raw, s.byKey, s.rv = items, raw, byKey, rv
+	if !s.synced {
+		// What was there at the start is no change.
+		s.synced, s.dropped = true, rv
+		return
+	}
+	s.history = append(s.history, changes...)
+	if over := len(s.history) - historyLen; over > 0 {
+		s.dropped = s.history[over-1].rv
+		s.history = append(s.history[:0:0], s.history[over:]...)
+	}
+	for w := range s.watchers {
+		for _, c := range changes {
+			select {
+			case w.ch <- c:
+			default: // too slow: end it
+				close(w.ch)
+				delete(s.watchers, w)
+			}
+			if _, ok := s.watchers[w]; !ok {
+				break
+			}
+		}
+	}
+}
+
+// snapshot returns the current objects and the resourceVersion of the list.
+func (s *store[T]) snapshot() ([]T, uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]T(nil), s.items...), s.rv
+}
+
+// errExpired: a watch from a resourceVersion older than the kept history.
+type errExpired struct{ rv, oldest uint64 }
+
+// watch starts a watch: the changes to replay first, and the watcher for
+// the rest. From "" or "0": every current object as ADDED (the API
+// server's synthetic events); from a resourceVersion: the changes after it.
+func (s *store[T]) watch(from uint64) ([]change[T], *watcher[T], *errExpired) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var initial []change[T]
+	switch {
+	case from == 0:
+		for _, it := range s.items {
+			rv, _ := strconv.ParseUint(s.meta(&it).ResourceVersion, 10, 64)
+			initial = append(initial, change[T]{typ: watch.Added, obj: it, rv: rv})
+		}
+	case from < s.dropped:
+		return nil, nil, &errExpired{rv: from, oldest: s.dropped}
+	default:
+		for _, c := range s.history {
+			if c.rv > from {
+				initial = append(initial, c)
+			}
+		}
+	}
+	w := &watcher[T]{ch: make(chan change[T], watcherBuffer)}
+	s.watchers[w] = struct{}{}
+	return initial, w, nil
+}
+
+func (s *store[T]) stopWatch(w *watcher[T]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.watchers[w]; ok {
+		delete(s.watchers, w)
+		close(w.ch)
+	}
+}
+
+func (s *store[T]) watcherCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.watchers)
+}

@@ -1,0 +1,385 @@
+package kubeapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/streaming/pkg/httpstream"
+	"k8s.io/streaming/pkg/httpstream/spdy"
+	"k8s.io/streaming/pkg/httpstream/wsstream"
+
+	"github.com/noderun/noderun/crilog"
+)
+
+// The remote command subprotocols over SPDY, newest first. v4 carries the
+// exit code as a Status; v3 adds terminal resizing to v2. v5, over a
+// WebSocket only, adds closing one stream (the client's stdin).
+const (
+	remoteCommandV5 = "v5.channel.k8s.io"
+	remoteCommandV4 = "v4.channel.k8s.io"
+	remoteCommandV3 = "v3.channel.k8s.io"
+	remoteCommandV2 = "v2.channel.k8s.io"
+	remoteCommandV1 = "channel.k8s.io"
+)
+
+var remoteCommandProtocols = []string{remoteCommandV4, remoteCommandV3, remoteCommandV2, remoteCommandV1}
+
+// Stream types a client names in the streamType header of each stream.
+const (
+	streamTypeHeader = "streamType"
+	streamTypeStdin  = "stdin"
+	streamTypeStdout = "stdout"
+	streamTypeStderr = "stderr"
+	streamTypeError  = "error"
+	streamTypeResize = "resize"
+)
+
+// remoteOptions are the streams a client of exec or attach asks for, with
+// the query parameters kubectl sends to the API server.
+type remoteOptions struct {
+	stdin, stdout, stderr, tty bool
+}
+
+func parseRemoteOptions(q url.Values) (remoteOptions, *metav1.Status) {
+	var o remoteOptions
+	for _, p := range []struct {
+		name string
+		v    *bool
+	}{{"stdin", &o.stdin}, {"stdout", &o.stdout}, {"stderr", &o.stderr}, {"tty", &o.tty}} {
+		if s := q.Get(p.name); s != "" {
+			var err error
+			if *p.v, err = strconv.ParseBool(s); err != nil {
+				return o, badRequest(fmt.Sprintf("%s: invalid value %q: must be true or false", p.name, s))
+			}
+		}
+	}
+	if !o.stdin && !o.stdout && !o.stderr {
+		return o, badRequest("you must specify at least one of stdin, stdout, stderr")
+	}
+	if o.tty && o.stderr {
+		o.stderr = false // a terminal carries both; the kubelet drops stderr too
+	}
+	return o, nil
+}
+
+// Exec serves pods/exec: a command run in a running container with the
+// client's streams; its exit code reaches the client.
+func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, podName string) {
+	q := r.URL.Query()
+	cmd := q["command"]
+	if len(cmd) == 0 {
+		writeStatus(w, badRequest("you must specify at least one command for the container"))
+		return
+	}
+	opts, serr := parseRemoteOptions(q)
+	if serr != nil {
+		writeStatus(w, serr)
+		return
+	}
+	_, _, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "exec into")
+	if serr != nil {
+		writeStatus(w, serr)
+		return
+	}
+	rs, ok := s.acceptRemote(w, r, opts)
+	if !ok {
+		return
+	}
+	ctx, cancel := rs.context(r.Context())
+	defer cancel()
+	code, err := s.cfg.Exec(ctx, id, cmd, ExecIO{
+		Stdin: rs.stdin, Stdout: rs.stdout, Stderr: rs.stderr,
+		TTY: opts.tty, Resize: rs.resize,
+	})
+	if err != nil {
+		err = fmt.Errorf("error executing command in container: %w", err)
+	}
+	rs.finish(code, err)
+}
+
+// Attach serves pods/attach. noderun refuses stdin and tty in manifests
+// and its containers write to their log driver, so attaching is what the
+// kubelet gives for a container without stdin: its output from now on,
+// stdout and stderr apart, until it ends (read from its log).
+func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace, podName string) {
+	q := r.URL.Query()
+	opts, serr := parseRemoteOptions(q)
+	if serr != nil {
+		writeStatus(w, serr)
+		return
+	}
+	pod, name, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "attach to")
+	if serr != nil {
+		writeStatus(w, serr)
+		return
+	}
+	if opts.stdin || opts.tty {
+		writeStatus(w, badRequest(fmt.Sprintf("container %s has no stdin or tty to attach to: noderun runs containers without them (stdin and tty are refused in manifests)", name)))
+		return
+	}
+	_, st, _ := findContainer(pod, name)
+	rs, ok := s.acceptRemote(w, r, opts)
+	if !ok {
+		return
+	}
+	ctx, cancel := rs.context(r.Context())
+	defer cancel()
+	err := crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), writerOrDiscard(rs.stdout), crilog.ReadOptions{
+		Follow: true, Stderr: writerOrDiscard(rs.stderr), Ended: s.ended(ctx, namespace, podName, name, id),
+	})
+	rs.finish(0, err)
+}
+
+// remoteStreams are the client's streams of one exec or attach, over SPDY
+// or a WebSocket. Streams the client did not ask for are nil.
+type remoteStreams struct {
+	protocol string
+	stdin    io.Reader
+	stdout   io.WriteCloser
+	stderr   io.WriteCloser
+	errors   io.WriteCloser // the status at the end
+	resize   chan TerminalSize
+	// gone is closed when the client's connection ends: a hijacked
+	// request's context outlives it.
+	gone  chan struct{}
+	close func() error
+}
+
+// acceptRemote upgrades the request and waits for the client's streams.
+// On failure the client has its answer already.
+func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
+	if isWebSocket(r) {
+		return s.acceptWebSocket(w, r, opts)
+	}
+	return s.acceptSPDY(w, r, opts)
+}
+
+func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
+	protocol, err := httpstream.Handshake(r, w, remoteCommandProtocols)
+	if err != nil {
+		return nil, false // Handshake answered
+	}
+	type arrival struct {
+		stream    httpstream.Stream
+		replySent <-chan struct{}
+	}
+	arrivals := make(chan arrival)
+	done := make(chan struct{})
+	defer close(done)
+	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, replySent <-chan struct{}) error {
+		select {
+		case arrivals <- arrival{st, replySent}:
+			return nil
+		case <-done:
+			return errors.New("unexpected stream")
+		}
+	})
+	if conn == nil {
+		return nil, false // the upgrader answered
+	}
+	conn.SetIdleTimeout(streamIdleTimeout)
+	rs := &remoteStreams{protocol: protocol, gone: make(chan struct{}), close: conn.Close}
+	go func() {
+		<-conn.CloseChan()
+		close(rs.gone)
+	}()
+	want := 1 // the error stream
+	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr, opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1} {
+		if b {
+			want++
+		}
+	}
+	replied := make(chan struct{})
+	expired := time.NewTimer(streamCreationTimeout)
+	defer expired.Stop()
+	for got := 0; got < want; {
+		select {
+		case a := <-arrivals:
+			switch a.stream.Headers().Get(streamTypeHeader) {
+			case streamTypeError:
+				rs.errors = a.stream
+			case streamTypeStdin:
+				rs.stdin = a.stream
+			case streamTypeStdout:
+				rs.stdout = a.stream
+			case streamTypeStderr:
+				rs.stderr = a.stream
+			case streamTypeResize:
+				rs.resize = make(chan TerminalSize)
+				go readResizes(a.stream, rs.resize, rs.gone)
+			default:
+				a.stream.Reset()
+				continue
+			}
+			go func() {
+				select {
+				case <-a.replySent:
+					replied <- struct{}{}
+				case <-done:
+				}
+			}()
+		case <-replied:
+			got++
+		case <-expired.C:
+			s.cfg.Log.Warn("streaming client did not open its streams", "path", r.URL.Path, "timeout", streamCreationTimeout)
+			conn.Close()
+			return nil, false
+		}
+	}
+	return rs, true
+}
+
+// The channels of the WebSocket protocol, in their order on the wire.
+const (
+	wsStdin = iota
+	wsStdout
+	wsStderr
+	wsError
+	wsResize
+)
+
+// acceptWebSocket opens the channels of v5.channel.k8s.io, which kubectl
+// tries before SPDY. A client that does not offer v5 is refused and falls
+// back to SPDY.
+func (s *StreamServer) acceptWebSocket(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
+	channel := func(use bool, t wsstream.ChannelType) wsstream.ChannelType {
+		if use {
+			return t
+		}
+		return wsstream.IgnoreChannel
+	}
+	conn := wsstream.NewConn(map[string]wsstream.ChannelProtocolConfig{
+		remoteCommandV5: {Binary: true, Channels: []wsstream.ChannelType{
+			wsStdin:  channel(opts.stdin, wsstream.ReadChannel),
+			wsStdout: channel(opts.stdout, wsstream.WriteChannel),
+			wsStderr: channel(opts.stderr, wsstream.WriteChannel),
+			wsError:  wsstream.WriteChannel,
+			// Always read: its end is how the client's leaving shows.
+			wsResize: wsstream.ReadChannel,
+		}},
+	})
+	conn.SetIdleTimeout(streamIdleTimeout)
+	protocol, ch, err := conn.Open(w, r)
+	if err != nil {
+		s.cfg.Log.Info("websocket upgrade failed", "path", r.URL.Path, "err", err)
+		return nil, false
+	}
+	rs := &remoteStreams{protocol: protocol, errors: ch[wsError], gone: make(chan struct{}), close: conn.Close}
+	if opts.stdin {
+		rs.stdin = ch[wsStdin]
+	}
+	if opts.stdout {
+		rs.stdout = ch[wsStdout]
+	}
+	if opts.stderr {
+		rs.stderr = ch[wsStderr]
+	}
+	if opts.tty {
+		rs.resize = make(chan TerminalSize)
+	}
+	go func() {
+		readResizes(ch[wsResize], rs.resize, nil)
+		close(rs.gone)
+	}()
+	// As the kubelet does: an empty message tells the client the
+	// channels are open.
+	first := ch[wsError]
+	if opts.stdout {
+		first = ch[wsStdout]
+	} else if opts.stderr {
+		first = ch[wsStderr]
+	}
+	first.Write(nil)
+	return rs, true
+}
+
+// context is ctx ended also when the client goes.
+func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-rs.gone:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
+}
+
+// readResizes passes on the terminal sizes the client sends as JSON until
+// the stream ends; with out nil it only waits for that end.
+func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
+	if out != nil {
+		defer close(out)
+	}
+	dec := json.NewDecoder(st)
+	for {
+		var sz TerminalSize
+		if err := dec.Decode(&sz); err != nil {
+			return
+		}
+		if out == nil {
+			continue
+		}
+		select {
+		case out <- sz:
+		case <-gone:
+			return
+		}
+	}
+}
+
+// finish ends the output streams and tells the client how the command
+// ended: v4 as a Status that carries a non-zero exit code, older
+// protocols as text on failure only.
+func (rs *remoteStreams) finish(code int, err error) {
+	for _, st := range []io.WriteCloser{rs.stdout, rs.stderr} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	status := metav1.Status{Status: metav1.StatusSuccess}
+	switch {
+	case err != nil:
+		status = metav1.Status{Status: metav1.StatusFailure, Reason: metav1.StatusReasonInternalError,
+			Code: http.StatusInternalServerError, Message: fmt.Sprintf("Internal error occurred: %v", err)}
+	case code != 0:
+		status = metav1.Status{Status: metav1.StatusFailure, Reason: "NonZeroExitCode",
+			Message: fmt.Sprintf("command terminated with non-zero exit code: exit status %d", code),
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: "ExitCode", Message: strconv.Itoa(code)}}}}
+	}
+	if rs.errors == nil { // a client that sent no error stream hears nothing
+		rs.close()
+		return
+	}
+	if rs.protocol == remoteCommandV4 || rs.protocol == remoteCommandV5 {
+		b, _ := json.Marshal(&status)
+		rs.errors.Write(b)
+	} else if status.Status != metav1.StatusSuccess {
+		io.WriteString(rs.errors, status.Message)
+	}
+	rs.errors.Close()
+	rs.close()
+}
+
+// writerOrDiscard is w, or where to drop what the client did not ask for.
+func writerOrDiscard(w io.WriteCloser) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
+
+// isWebSocket tells a WebSocket upgrade, which kubectl tries first.
+func isWebSocket(r *http.Request) bool {
+	return httpstream.IsUpgradeRequest(r) && strings.EqualFold(r.Header.Get("Upgrade"), "websocket")
+}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/atomicfile"
+	"github.com/noderun/noderun/kubeapi"
+	"github.com/noderun/noderun/runner"
+)
+
+func apiFlags() []cli.Flag {
+	env := func(name string) []string { return []string{"NODERUN_" + name} }
+	return []cli.Flag{
+		&cli.StringFlag{Name: "api-address", Value: "127.0.0.1", Usage: "address the Kubernetes API (HTTPS, for kubectl) listens on; beyond loopback anyone who reaches it needs only a token", EnvVars: env("API_ADDRESS")},
+		&cli.IntFlag{Name: "api-port", Value: kubeapi.DefaultPort, Usage: "port of the Kubernetes API (0: one the kernel picks; `noderun kubeconfig` finds it)", EnvVars: env("API_PORT")},
+	}
+}
+
+// apiDir holds the API's CA, serving certificate and tokens.
+func apiDir(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "api") }
+
+// apiServerFile records the URL the running noderun serves the API on.
+func apiServerFile(c *cli.Context) string { return filepath.Join(c.String("run-dir"), "api-server") }
+
+// startKubeAPI opens the Kubernetes API's listener and serves it; until the
+// engine is handed over (Ready) it answers 503.
+func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv *kubeapi.Server, stop func() error, err error) {
+	addr, port := c.String("api-address"), c.Int("api-port")
+	if port < 0 || port > 65535 {
+		return nil, nil, fmt.Errorf("--api-port %d: want 0 to 65535", port)
+	}
+	if !kubeapi.IsLoopback(addr) {
+		log.Warn("the Kubernetes API listens beyond loopback; whoever reaches it needs only a token", "address", addr)
+	}
+	creds, err := kubeapi.LoadCredentials(apiDir(c), kubeapi.Hosts(addr), time.Now())
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes API credentials: %w", err)
+	}
+	l, err := kubeapi.Listen(addr, port)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes API (--api-address, --api-port): %w", err)
+	}
+	url := kubeapi.ServerURL(l.Addr())
+	if err := atomicfile.WriteFile(apiServerFile(c), []byte(url+"\n"), 0o644); err != nil {
+		l.Close()
+		return nil, nil, err
+	}
+	srv = kubeapi.New(creds, append([]kubeapi.Option{kubeapi.WithLogger(log), kubeapi.WithVersion(version)}, opts...)...)
+	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
+	return srv, srv.Serve(l), nil
+}
+
+// kubeBackend is what the Kubernetes API reads: the engine, and the Node
+// object made from the host.
+type kubeBackend struct {
+	*runner.Engine
+	node *kubeapi.NodeReporter
+}
+
+func (b kubeBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
+
+func kubeconfigCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "kubeconfig",
+		Usage: "print a kubeconfig for kubectl: the view token (read-only), or with --admin the admin token (adds exec, attach, port-forward)",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "admin", Usage: "use the admin token"},
+			&cli.StringFlag{Name: "server", Usage: "the API's URL (default: where the running noderun serves it)"},
+			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to this file (mode 0600) instead of stdout"},
+		},
+		Action: func(c *cli.Context) error {
+			server := c.String("server")
+			if server == "" {
+				b, err := os.ReadFile(apiServerFile(c))
+				if errors.Is(err, fs.ErrNotExist) {
+					return fmt.Errorf("no %s: noderun is not running (or not with this --run-dir); give --server https://HOST:PORT", apiServerFile(c))
+				}
+				if err != nil {
+					return err
+				}
+				server = string(bytes.TrimSpace(b))
+			}
+			cfg, err := kubeapi.Kubeconfig(server, apiDir(c), c.Bool("admin"))
+			if err != nil {
+				return err
+			}
+			if out := c.String("output"); out != "" {
+				return atomicfile.WriteFile(out, cfg, 0o600)
+			}
+			_, err = os.Stdout.Write(cfg)
+			return err
+		},
+	}
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync/atomic"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+
+	"github.com/go-logr/logr"
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/kubeapi"
+	"github.com/noderun/noderun/runner"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+)
+
+// kubeStreams serves pods' logs, exec, attach and port-forward for the
+// Kubernetes API from the engine's status, the pod logs, the runtime and
+// the pods' pinned network namespaces.
+func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, podLogDir, runDir string, log *slog.Logger) *kubeapi.StreamServer {
+	return kubeapi.NewStreamServer(kubeapi.StreamConfig{
+		Pods:      engine.Pods,
+		Changes:   engine.Changes,
+		PodLogDir: podLogDir,
+		Exec: func(ctx context.Context, id string, cmd []string, s kubeapi.ExecIO) (int, error) {
+			return rt.Exec(ctx, id, cmd, runner.ExecIO{
+				Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr, TTY: s.TTY, Resize: terminalSizes(ctx, s.Resize),
+			})
+		},
+		DialPod: func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error) {
+			if pod.Spec.HostNetwork {
+				return cni.DialLoopback(ctx, "", port)
+			}
+			sb := runner.Sandbox{Dir: filepath.Join(runDir, "pods", runner.SandboxID(string(pod.UID)))}
+			return cni.DialLoopback(ctx, sb.NetNSPath(), port)
+		},
+		Log: log,
+	})
+}
+
+// terminalSizes passes kubeapi's terminal sizes on as the runtime's.
+func terminalSizes(ctx context.Context, in <-chan kubeapi.TerminalSize) <-chan runner.TerminalSize {
+	if in == nil {
+		return nil
+	}
+	out := make(chan runner.TerminalSize)
+	go func() {
+		defer close(out)
+		for sz := range in {
+			select {
+			case out <- runner.TerminalSize(sz):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out
+}
+
+// engineStreams hands the API's streaming requests to the StreamServer
+// once the engine runs; the API refuses requests (503) until then.
+type engineStreams struct {
+	s atomic.Pointer[kubeapi.StreamServer]
+}
+
+var _ kubeapi.Streams = (*engineStreams)(nil)
+
+func (e *engineStreams) set(s *kubeapi.StreamServer) { e.s.Store(s) }
+
+// get is the StreamServer, or nil after answering 503.
+func (e *engineStreams) get(w http.ResponseWriter) *kubeapi.StreamServer {
+	s := e.s.Load()
+	if s == nil {
+		http.Error(w, "noderun is starting", http.StatusServiceUnavailable)
+	}
+	return s
+}
+
+func (e *engineStreams) Log(w http.ResponseWriter, r *http.Request, ns, pod string) {
+	if s := e.get(w); s != nil {
+		s.Log(w, r, ns, pod)
+	}
+}
+
+func (e *engineStreams) Exec(w http.ResponseWriter, r *http.Request, ns, pod string) {
+	if s := e.get(w); s != nil {
+		s.Exec(w, r, ns, pod)
+	}
+}
+
+func (e *engineStreams) Attach(w http.ResponseWriter, r *http.Request, ns, pod string) {
+	if s := e.get(w); s != nil {
+		s.Attach(w, r, ns, pod)
+	}
+}
+
+func (e *engineStreams) PortForward(w http.ResponseWriter, r *http.Request, ns, pod string) {
+	if s := e.get(w); s != nil {
+		s.PortForward(w, r, ns, pod)
+	}
+}
+
+// routeKlog sends what the Kubernetes streaming libraries log through klog
+// to noderun's log, at debug level: the one error they log for every
+// WebSocket session ("Error on socket receive") is how a session ends when
+// the server closes it, and their other messages are answered to clients.
+func routeKlog(log *slog.Logger) {
+	klog.SetLogger(logr.FromSlogHandler(debugHandler{log.Handler()}))
+}
+
+// debugHandler logs every record at debug level.
+type debugHandler struct{ slog.Handler }
+
+func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
+	return h.Handler.Enabled(ctx, slog.LevelDebug)
+}
+
+func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
+	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+		return nil // logr does not ask Enabled before an error
+	}
+	r.Level = slog.LevelDebug
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h debugHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return debugHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h debugHandler) WithGroup(name string) slog.Handler {
+	return debugHandler{h.Handler.WithGroup(name)}
+}

@@ -1,0 +1,134 @@
+package containerd
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/errdefs"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// firstSizeWait bounds the wait for a terminal's first size, which
+// clients send as soon as the exec's streams are open.
+const firstSizeWait = time.Second
+
+// Exec runs cmd in the running container id with the streams of s, as
+// containerd's CRI Exec does for kubectl exec: the container's process
+// spec (user, env, cwd, capabilities, ...) with other args, a terminal
+// when asked for. It returns the command's exit status once it ended and
+// its output was written. When ctx ends (the client went away) the
+// command is killed.
+func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.ExecIO) (int, error) {
+	ctx = r.ctx(ctx)
+	task, spec, err := r.runningTask(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	spec.Args, spec.Terminal, spec.CommandLine = cmd, s.TTY, ""
+	if s.TTY && s.Resize != nil {
+		// The terminal gets the client's size from the start: a command
+		// that asks for it at once (stty size, a full-screen program)
+		// would otherwise find 0x0.
+		select {
+		case sz, ok := <-s.Resize:
+			if ok {
+				spec.ConsoleSize = &specs.Box{Height: uint(sz.Height), Width: uint(sz.Width)}
+			}
+		case <-time.After(firstSizeWait):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	// The command's stdin ends when the client's does: copied through a
+	// pipe so that its end can be told to the shim (CloseIO), which
+	// otherwise keeps the command's stdin open.
+	var stdin io.Reader
+	var stdinW *io.PipeWriter
+	if s.Stdin != nil {
+		var stdinR *io.PipeReader
+		stdinR, stdinW = io.Pipe()
+		// Ends the copy from the client, whose stream may outlive the
+		// command, once the command is gone.
+		defer stdinR.Close()
+		stdin = stdinR
+	}
+	stdout, stderr := orDiscard(s.Stdout), orDiscard(s.Stderr)
+	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir)}
+	if s.TTY {
+		opts = append(opts, cio.WithTerminal)
+	}
+	execID := "exec-" + rand.Text()
+	proc, err := task.Exec(ctx, execID, spec, cio.NewCreator(opts...))
+	if err != nil {
+		if stdinW != nil {
+			stdinW.Close()
+		}
+		return 0, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	defer r.deleteExec(proc, id) // kills it if it still runs
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// Wait before Start, or a quick exit could be missed.
+	exited, err := proc.Wait(waitCtx)
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
+	}
+	if err := proc.Start(ctx); err != nil {
+		return 0, fmt.Errorf("exec in %s: start: %w", id, err)
+	}
+	if stdinW != nil {
+		go func() {
+			io.Copy(stdinW, s.Stdin)
+			stdinW.Close()
+			if err := proc.CloseIO(ctx, ctrd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && ctx.Err() == nil {
+				r.log.Warn("close exec stdin", "container", id, "exec", execID, "err", err)
+			}
+		}()
+	}
+	if s.Resize != nil {
+		go resizeExec(waitCtx, proc, s.Resize)
+	}
+	select {
+	case st := <-exited:
+		code, _, err := st.Result()
+		if err != nil {
+			return 0, fmt.Errorf("exec in %s: wait: %w", id, err)
+		}
+		// Output still in the pipes goes out before the status; a child
+		// left holding them is not waited for past execDrainTimeout.
+		ioDone(ctx, proc.IO(), execDrainTimeout)
+		return int(code), nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// resizeExec passes the client's terminal sizes to the exec's terminal.
+func resizeExec(ctx context.Context, proc ctrd.Process, sizes <-chan runner.TerminalSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			// A resize racing the command's end fails; nothing to do.
+			_ = proc.Resize(ctx, uint32(sz.Width), uint32(sz.Height))
+		}
+	}
+}
+
+func orDiscard(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}
