@@ -31,9 +31,13 @@ import (
 // shimBinary is the runtime noderun runs containers with.
 const shimBinary = "containerd-shim-runc-v2"
 
-// groupAnnotations name the group whose tasks one runc v2 shim serves, in
-// the order the shim reads them (containerd's runtime/v2/runc manager).
-var groupAnnotations = []string{"io.containerd.runc.v2.group", "io.kubernetes.cri.sandbox-id"}
+// shimGroupAnnotation names, in a container's spec, the group of tasks one
+// runc v2 shim serves.
+const shimGroupAnnotation = "io.containerd.runc.v2.group"
+
+// groupAnnotations are the annotations the shim groups by, in the order it
+// reads them (containerd's runtime/v2/runc manager).
+var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-id"}
 
 // shimProc is a running shim process.
 type shimProc struct {
