@@ -101,7 +101,10 @@ func runNode(c *cli.Context) error {
 	client := conn.Client
 	// Before anything else in the namespace, which the lock keeps to us: a
 	// noderun killed while a task was deleted can leave its shim running.
-	if n, err := ctrdrt.ReapStrayShims(ctx, client, conn.Address, c.String("containerd-namespace"), log); err != nil {
+	reapCtx, reaped := context.WithTimeout(ctx, 30*time.Second) // a stalled shim must not hold the start
+	n, err := ctrdrt.ReapStrayShims(reapCtx, client, conn.Address, c.String("containerd-namespace"), log)
+	reaped()
+	if err != nil {
 		log.Warn("stray shims not looked for", "err", err)
 	} else if n > 0 {
 		log.Info("killed shims left serving no task by an earlier run", "count", n)
