@@ -48,7 +48,8 @@ type shimProc struct {
 
 // ReapStrayShims kills the runc v2 shims of namespace ns on the containerd
 // at address (as the shims' -address names it) that serve no task
-// containerd lists, and says how many it killed. Shims of other daemons
+// containerd lists and whose bundle containerd has deleted, and says how
+// many it killed. Shims of other daemons
 // and namespaces are never looked at.
 //
 // A task's shim is the one listening where containerd's shim package puts
@@ -80,6 +81,11 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 	for _, s := range shims {
 		if len(s.sockets) == 0 || slices.ContainsFunc(s.sockets, func(sock string) bool { return served[sock] }) {
 			continue // serving, or not listening where shims do
+		}
+		if !bundleGone(s.pid) {
+			// containerd still holds its bundle: a task it may be creating
+			// yet (for the noderun just killed), or one it cleans up itself.
+			continue
 		}
 		if err := syscall.Kill(s.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.pid, s.id, err)
@@ -252,4 +258,11 @@ func listensOn(pid int, paths map[string]string) []string {
 		}
 	}
 	return out
+}
+
+// bundleGone says whether the shim's working directory, the bundle of the
+// task it was started for, has been deleted.
+func bundleGone(pid int) bool {
+	cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+	return err == nil && strings.HasSuffix(cwd, " (deleted)")
 }

@@ -22,7 +22,12 @@ import (
 // cut short leaves. It returns the shim's pid, killed at cleanup.
 func plantShim(t *testing.T, address, ns, id string) int {
 	t.Helper()
-	bundle := t.TempDir()
+	return plantShimIn(t, t.TempDir(), address, ns, id, true)
+}
+
+// plantShimIn starts the shim in bundle, and deletes it with deleteBundle.
+func plantShimIn(t *testing.T, bundle, address, ns, id string, deleteBundle bool) int {
+	t.Helper()
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +66,9 @@ func plantShim(t *testing.T, address, ns, id string) int {
 			t.Fatal("the planted shim did not open its log")
 		}
 	}
+	if !deleteBundle {
+		return pid
+	}
 	if err := os.RemoveAll(bundle); err != nil {
 		t.Fatal(err)
 	}
@@ -90,9 +98,10 @@ func shimOf(t *testing.T, d *Daemon, id string) int {
 	return shimListeningOn(t, d.Address(), testNamespace, shimSocket(d.Address(), testNamespace, id))
 }
 
-// Only the shim of this daemon and namespace that serves no task is killed:
-// the shims of a running and of an exited task, and a stray one of another
-// daemon or namespace, are left.
+// Only the shim of this daemon and namespace that serves no task and whose
+// bundle is deleted is killed: the shims of a running and of an exited
+// task, one whose bundle is still there (its task being created), and a
+// stray one of another daemon or namespace, are left.
 func TestReapStrayShims(t *testing.T) {
 	rt, d := testRuntimeDaemon(t)
 	live := testConfig(t, rt, "live", "sleep", "1000")
@@ -105,6 +114,7 @@ func TestReapStrayShims(t *testing.T) {
 	stray := plantShim(t, d.Address(), testNamespace, "stray")
 	otherDaemon := plantShim(t, filepath.Join(shortTempDir(t), "other.sock"), testNamespace, "stray")
 	otherNamespace := plantShim(t, d.Address(), "other-namespace", "stray")
+	creating := plantShimIn(t, t.TempDir(), d.Address(), testNamespace, "creating", false)
 
 	// Through a symlink and with the scheme, as a recorded address may be.
 	link := filepath.Join(shortTempDir(t), "link.sock")
@@ -129,7 +139,7 @@ func TestReapStrayShims(t *testing.T) {
 		t.Errorf("the stray shim's socket is left: %v", err)
 	}
 	for name, pid := range map[string]int{"running task's": liveShim, "exited task's": exitedShim,
-		"other daemon's": otherDaemon, "other namespace's": otherNamespace} {
+		"other daemon's": otherDaemon, "other namespace's": otherNamespace, "bundled": creating} {
 		if !alive(pid) {
 			t.Errorf("the %s shim was killed", name)
 		}
