@@ -43,26 +43,26 @@ var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-
 type shimProc struct {
 	pid     int
 	id      string   // the task it was started for
+	address string   // containerd's, as the shim was given it
 	sockets []string // the paths it listens on
 }
 
 // ReapStrayShims kills the runc v2 shims of namespace ns on the containerd
-// at address (as the shims' -address names it) that serve no task
-// containerd lists and whose bundle containerd has deleted, and says how
-// many it killed. Shims of other daemons
-// and namespaces are never looked at.
+// at address (as the shims' -address names it, symlinks resolved) that
+// serve no task containerd lists and whose bundle containerd has deleted,
+// and says how many it killed. Shims of other daemons and namespaces are
+// never looked at.
 //
 // A task's shim is the one listening where containerd's shim package puts
 // the socket of the task's group (shimSocket). When a task whose process
 // runs has no shim listening there, that rule is not this daemon's, and
 // no shim is judged.
 func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log *slog.Logger) (int, error) {
-	address = canonicalAddress(address)
-	shims, err := findShims(address, ns)
+	shims, err := findShims(canonicalAddress(address), ns)
 	if err != nil || len(shims) == 0 {
 		return 0, err
 	}
-	served, running, err := taskSockets(namespaces.WithNamespace(ctx, ns), c, address, ns)
+	listed, err := listTaskGroups(namespaces.WithNamespace(ctx, ns), c)
 	if err != nil {
 		return 0, err
 	}
@@ -72,9 +72,17 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 			listening[sock] = true
 		}
 	}
-	for id, sock := range running {
-		if !listening[sock] {
-			return 0, fmt.Errorf("no shim listens on %s for running task %s: cannot tell which shims serve tasks", sock, id)
+	// Each task's socket, by every address the shims were given.
+	served := map[string]bool{}
+	for _, t := range listed {
+		found := false
+		for _, s := range shims {
+			sock := shimSocket(s.address, ns, t.group)
+			served[sock] = true
+			found = found || listening[sock]
+		}
+		if t.running && !found {
+			return 0, fmt.Errorf("no shim listens where running task %s's should: cannot tell which shims serve tasks", t.id)
 		}
 	}
 	n := 0
@@ -97,16 +105,22 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 	return n, nil
 }
 
-// taskSockets are the sockets of the shims of the tasks containerd lists,
-// and of those whose process runs, by task.
-func taskSockets(ctx context.Context, c *ctrd.Client, address, ns string) (served map[string]bool, running map[string]string, err error) {
+// taskGroup is a task containerd lists, with the group its shim serves.
+type taskGroup struct {
+	id, group string
+	running   bool // its process runs, so its shim must
+}
+
+// listTaskGroups lists the tasks of the context's namespace with their
+// groups, read from their containers' specs as the shim reads them.
+func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 	resp, err := c.TaskService().List(ctx, &tasks.ListTasksRequest{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("list tasks: %w", err)
+		return nil, fmt.Errorf("list tasks: %w", err)
 	}
 	recs, err := c.ContainerService().List(ctx)
 	if err != nil {
-		return nil, nil, fmt.Errorf("list containers: %w", err)
+		return nil, fmt.Errorf("list containers: %w", err)
 	}
 	groups := map[string]string{}
 	for _, rec := range recs {
@@ -117,7 +131,7 @@ func taskSockets(ctx context.Context, c *ctrd.Client, address, ns string) (serve
 			Annotations map[string]string `json:"annotations"`
 		}
 		if err := json.Unmarshal(rec.Spec.GetValue(), &spec); err != nil {
-			return nil, nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
+			return nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
 		}
 		for _, a := range groupAnnotations {
 			if g, ok := spec.Annotations[a]; ok {
@@ -126,19 +140,15 @@ func taskSockets(ctx context.Context, c *ctrd.Client, address, ns string) (serve
 			}
 		}
 	}
-	served, running = map[string]bool{}, map[string]string{}
+	out := make([]taskGroup, 0, len(resp.Tasks))
 	for _, t := range resp.Tasks {
-		group := t.ID
-		if g, ok := groups[t.ID]; ok {
-			group = g
+		g := taskGroup{id: t.ID, group: t.ID, running: t.Status == tasktypes.Status_RUNNING || t.Status == tasktypes.Status_PAUSED}
+		if group, ok := groups[t.ID]; ok {
+			g.group = group
 		}
-		sock := shimSocket(address, ns, group)
-		served[sock] = true
-		if t.Status == tasktypes.Status_RUNNING || t.Status == tasktypes.Status_PAUSED {
-			running[t.ID] = sock
-		}
+		out = append(out, g)
 	}
-	return served, running, nil
+	return out, nil
 }
 
 // removeSockets removes the sockets a killed shim listened on, once it is
@@ -166,7 +176,7 @@ func shimSocket(address, ns, group string) string {
 }
 
 // findShims lists the shim processes whose command line names namespace ns
-// and containerd address.
+// and containerd address (symlinks resolved).
 func findShims(address, ns string) ([]shimProc, error) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -192,7 +202,7 @@ func findShims(address, ns string) ([]shimProc, error) {
 		}
 		flags := shimFlags(args[1:])
 		if flags["namespace"] == ns && canonicalAddress(flags["address"]) == address {
-			out = append(out, shimProc{pid: pid, id: flags["id"], sockets: listensOn(pid, paths)})
+			out = append(out, shimProc{pid: pid, id: flags["id"], address: flags["address"], sockets: listensOn(pid, paths)})
 		}
 	}
 	return out, nil
@@ -211,7 +221,8 @@ func shimFlags(args []string) map[string]string {
 }
 
 // canonicalAddress is a containerd socket's path without the unix://
-// scheme and with symlinks resolved, as containerd hands its own to shims.
+// scheme and with symlinks resolved, so that two names of one socket
+// compare equal.
 func canonicalAddress(address string) string {
 	path := filepath.Clean(strings.TrimPrefix(address, "unix://"))
 	if real, err := filepath.EvalSymlinks(path); err == nil {
