@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,9 +11,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
-
-	"github.com/noderun/noderun/internal/testenv"
 )
 
 // plantStrayShim leaves what a noderun killed during a task's deletion
@@ -88,78 +84,5 @@ func TestStartKillsStrayShim(t *testing.T) {
 	p := n.waitPod("keep", "still Running", running)
 	if got := containerID(p.Status.ContainerStatuses[0]); got != id || n.task(id).Pid != taskPID {
 		t.Fatalf("the pod's container %s (task pid %d), want %s (%d) untouched", got, n.task(id).Pid, id, taskPID)
-	}
-}
-
-// A pod's containers share one shim. One of them restarting (its run
-// replaced), noderun killed and started again meanwhile, and the shim's
-// first container being the one replaced, leave its sibling's process
-// untouched in the same shim; the shim ends with the pod.
-func TestGroupedPodRestartsOneContainer(t *testing.T) {
-	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("pair.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: pair
-spec:
-  terminationGracePeriodSeconds: 5
-  containers:
-  - name: crasher
-    image: busybox:1.36
-    command: ["sh", "-c", "sleep 2; exit 3"]
-  - name: steady
-    image: busybox:1.36
-    command: ["sh", "-c", '`+untilTerm+`']
-`)
-	byName := func(p *v1.Pod, name string) v1.ContainerStatus {
-		for _, cs := range p.Status.ContainerStatuses {
-			if cs.Name == name {
-				return cs
-			}
-		}
-		t.Fatalf("no status of %s", name)
-		return v1.ContainerStatus{}
-	}
-	first := n.waitPod("pair", "both running", func(p *v1.Pod) bool {
-		return len(p.Status.ContainerStatuses) == 2 && byName(p, "crasher").State.Running != nil && byName(p, "steady").State.Running != nil
-	})
-	crasherTask := n.task(containerID(byName(first, "crasher")))
-	steadyID := containerID(byName(first, "steady"))
-	steadyPID := n.task(steadyID).Pid
-	shim := testenv.ParentPID(t, int(steadyPID))
-	if got := testenv.ParentPID(t, int(crasherTask.Pid)); got != shim {
-		t.Fatalf("the pod's containers run under shims %d and %d, want one", got, shim)
-	}
-	// Containers start in order: the shim was started for crasher's first
-	// run, which its restart removes.
-	if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", shim)); !strings.Contains(string(cmdline), "\x00"+crasherTask.ID+"\x00") {
-		t.Fatalf("the pod's shim was started for another container than crasher's first run %s: %q", crasherTask.ID, cmdline)
-	}
-
-	restarted := func(after int32) func(*v1.Pod) bool {
-		return func(p *v1.Pod) bool {
-			cs := byName(p, "crasher")
-			return cs.RestartCount > after && cs.State.Running != nil
-		}
-	}
-	p := n.waitPodFor("pair", "crasher restarted", 2*waitTimeout, restarted(0))
-	n.kill9()
-	n.start()
-	p = n.waitPodFor("pair", "crasher restarted after noderun's restart", 2*waitTimeout, restarted(byName(p, "crasher").RestartCount))
-	cs := byName(p, "crasher")
-	if got := testenv.ParentPID(t, int(n.task(containerID(cs)).Pid)); got != shim {
-		t.Errorf("crasher's run %d under shim %d, want the pod's %d", cs.RestartCount, got, shim)
-	}
-	steady := byName(p, "steady")
-	if containerID(steady) != steadyID || steady.RestartCount != 0 || n.task(steadyID).Pid != steadyPID {
-		t.Fatalf("steady is %s (restarts %d), want %s untouched", containerID(steady), steady.RestartCount, steadyID)
-	}
-	n.removeManifest("pair.yaml")
-	n.waitGone("pair", waitTimeout)
-	for deadline := time.Now().Add(waitTimeout); alive(shim); time.Sleep(pollEvery / 4) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pod's shim %d still runs %s after the pod was removed", shim, waitTimeout)
-		}
 	}
 }

@@ -32,28 +32,8 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int) []oci.SpecOpts {
 		withResources(cfg.Resources),
 		withoutDefaultRlimits,
 		withSysctls(cfg.Pod),
-		withShimGroup(cfg.Sandbox),
 	}
 	return opts
-}
-
-// withShimGroup has one runc v2 shim serve every container of the pod's
-// sandbox, as containerd's CRI does (there by the sandbox ID): one shim per
-// pod instead of one per container. The group names the sandbox's epoch
-// too, so a sandbox made anew (after a reboot) starts a shim of its own.
-// The shim stays while any task of the group exists and exits with the
-// last one.
-func withShimGroup(sb *runner.Sandbox) oci.SpecOpts {
-	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if sb == nil || sb.ID == "" || sb.Epoch == "" {
-			return nil
-		}
-		if s.Annotations == nil {
-			s.Annotations = map[string]string{}
-		}
-		s.Annotations[shimGroupAnnotation] = sb.ID + "-" + sb.Epoch
-		return nil
-	}
 }
 
 // withSysctls sets the pod's sysctls in every container: runc writes them
