@@ -111,6 +111,16 @@ func runNode(c *cli.Context) error {
 	defer conn.Client.Close()
 	go conn.Supervise(ctx)
 	client := conn.Client
+	// Before anything else in the namespace, which the lock keeps to us: a
+	// noderun killed while a task was deleted can leave its shim running.
+	reapCtx, reaped := context.WithTimeout(ctx, 30*time.Second) // a stalled shim must not hold the start
+	n, err := ctrdrt.ReapStrayShims(reapCtx, client, conn.Address, c.String("containerd-namespace"), log)
+	reaped()
+	if err != nil {
+		log.Warn("stray shims not looked for", "err", err)
+	} else if n > 0 {
+		log.Info("killed shims left serving no task by an earlier run", "count", n)
+	}
 	// Before any create, pull or import: what a killed noderun was doing
 	// holds leases (and snapshots, content) for a day otherwise.
 	if n, err := ctrdrt.ReleaseLeftoverLeases(ctx, client); err != nil {

@@ -29,6 +29,9 @@ type Config struct {
 	CPUWindow time.Duration `json:"cpu_window_ns"`
 	APIGets   int           `json:"api_gets"`   // timed GET /pods at the largest burst
 	ProbePods int           `json:"probe_pods"` // pods per probe CPU measure (0: none)
+	// Multi-container pods for the shim measures (0 pods: none).
+	ShimPods       int `json:"shim_pods"`
+	ShimContainers int `json:"shim_containers"`
 	// Tarballs in the images dir for the start-time measure (0: none).
 	ImageTarballs   int       `json:"image_tarballs"`
 	ImageTarballMiB int       `json:"image_tarball_mib"`
@@ -40,7 +43,7 @@ type Config struct {
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100, ImageTarballs: 5, ImageTarballMiB: 40,
+		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
@@ -56,6 +59,8 @@ func main() {
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
 	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
+	flag.IntVar(&cfg.ShimPods, "shim-pods", cfg.ShimPods, "pods of -shim-containers containers for the shim measures (0: skip them)")
+	flag.IntVar(&cfg.ShimContainers, "shim-containers", cfg.ShimContainers, "containers per pod for the shim measures")
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")

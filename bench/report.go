@@ -155,6 +155,7 @@ func (m *measurements) rows(cfg Config) []Row {
 		add(Row{Key: fmt.Sprintf("rss_anon_%d_pods", n), Measure: fmt.Sprintf("RSS anonymous (not the binary's pages), %d pods", n), Unit: "MiB", Noderun: statsOf(m.anon[n])})
 	}
 	rows = append(rows, m.pssRows(cfg)...)
+	rows = append(rows, m.shims.rows()...)
 	for _, n := range append([]int{0}, cfg.Bursts...) {
 		add(Row{Key: fmt.Sprintf("heap_%d_pods", n), Measure: fmt.Sprintf("Go heap after GC, %d pods", n), Unit: "MiB", Noderun: statsOf(m.heap[n])})
 	}

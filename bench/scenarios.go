@@ -42,6 +42,7 @@ type measurements struct {
 	imagesImported                      float64 // first start to all images in
 	apiGetPods                          int
 	binaryMiB                           float64
+	shims                               shimMeasures // multi-container pods
 }
 
 type bench struct {
@@ -102,6 +103,11 @@ func (b *bench) measureAll(ctx context.Context) error {
 			if err := b.burst(ctx, n, r); err != nil {
 				return err
 			}
+		}
+	}
+	if b.cfg.ShimPods > 0 {
+		if err := b.shimGroups(ctx); err != nil {
+			return err
 		}
 	}
 	if b.cfg.ProbePods > 0 {

@@ -142,10 +142,32 @@ func (w *leakWatch) state() hostState {
 	add("cni cache", n.cniCache()...)
 	add("iptables", w.iptablesRules()...)
 	add("cgroups", w.cgroups()...)
+	add("processes", n.processes()...)
 	for k := range s {
 		slices.Sort(s[k])
 	}
 	return s
+}
+
+// processes are the node's shims (started with its containerd namespace)
+// and log drivers (writing under its log dir): each should end with the
+// task it served, even when containerd no longer lists the task.
+func (n *node) processes() []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		shim := strings.HasSuffix(args[0], "containerd-shim-runc-v2") && slices.Contains(args, n.ns)
+		driver := len(args) > 2 && args[1] == "log-driver" && strings.Contains(args[2], n.logs+"/")
+		if shim || driver {
+			out = append(out, strings.Join(args, " "))
+		}
+	}
+	return out
 }
 
 // iptablesRules are the rules and chains naming the node's network or

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/containerd/containerd"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,7 +21,19 @@ const testImage = "docker.io/library/busybox:test"
 // busybox test image.
 func testRuntime(t *testing.T) *Runtime {
 	t.Helper()
-	c := testClient(t)
+	rt, _ := testRuntimeDaemon(t)
+	return rt
+}
+
+// testRuntimeDaemon is testRuntime with the daemon it runs on.
+func testRuntimeDaemon(t *testing.T) (*Runtime, *Daemon) {
+	t.Helper()
+	d := startTestDaemon(t)
+	c, err := ctrd.New(d.Address(), ctrd.WithDefaultNamespace(testNamespace))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	path := filepath.Join(t.TempDir(), "busybox.tar")
 	busyboxTar(t, path, testImage)
 	if _, err := ImportArchive(context.Background(), c, path, testSnapshotter); err != nil {
@@ -30,7 +43,7 @@ func testRuntime(t *testing.T) *Runtime {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(c, testNamespace, filepath.Join(t.TempDir(), "runc"), exe, WithLogger(testLogger(t)))
+	return New(c, testNamespace, filepath.Join(t.TempDir(), "runc"), exe, WithLogger(testLogger(t))), d
 }
 
 // testConfig describes a busybox container running args as root in a

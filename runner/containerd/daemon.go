@@ -62,6 +62,10 @@ func (cfg DaemonConfig) managedSocket() string {
 	return filepath.Join(cfg.RunDir, "containerd", "containerd.sock")
 }
 
+func (cfg DaemonConfig) managedLog() string {
+	return filepath.Join(cfg.StateDir, "containerd", "containerd.log")
+}
+
 func (cfg DaemonConfig) logger() *slog.Logger {
 	if cfg.Logger == nil {
 		return slog.New(slog.DiscardHandler)
@@ -140,10 +144,12 @@ func Dial(ctx context.Context, cfg DaemonConfig) (*ctrd.Client, error) {
 // ctx ends; the engine then adopts the pods in it, as after any containerd
 // restart (the shims keep the containers running meanwhile). A system
 // containerd is its service manager's business: Supervise returns at once.
+// It also keeps the managed daemon's log bounded (daemonlog.go).
 func (c *Conn) Supervise(ctx context.Context) {
 	if !c.Managed {
 		return
 	}
+	go c.cfg.boundDaemonLog(ctx)
 	log := c.cfg.logger()
 	delay := retryMin
 	for {
@@ -229,7 +235,7 @@ func (cfg DaemonConfig) waitFor(ctx context.Context, address string) (c *ctrd.Cl
 func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, pid int, err error) {
 	log := cfg.logger()
 	socket := cfg.managedSocket()
-	logPath := filepath.Join(cfg.StateDir, "containerd", "containerd.log")
+	logPath := cfg.managedLog()
 	err = cfg.retry(ctx, "start managed containerd", func() error {
 		if c, err = dial(ctx, socket, cfg.Namespace); err == nil {
 			if pid, err = socketPID(socket); err != nil {

@@ -1,0 +1,149 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// A writer holding the log open with O_APPEND, as the managed containerd's
+// stderr is, keeps writing whole lines at the start of the emptied file, and
+// the files stay bounded however much it writes.
+func TestBoundLogWithAppendingWriter(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "containerd.log")
+	w, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	const bound, line, lines = 4 << 10, 64, 5000
+	done := make(chan error)
+	go func() {
+		for i := range lines {
+			if _, err := fmt.Fprintf(w, "%0*d\n", line-1, i); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	rotations, biggest := 0, int64(0)
+	for finished := false; !finished; {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			finished = true
+		default:
+		}
+		rotated, err := boundLog(path, bound)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rotated {
+			rotations++
+		}
+		if st, err := os.Stat(path); err == nil {
+			biggest = max(biggest, st.Size())
+		}
+	}
+	if rotations == 0 {
+		t.Fatalf("%d bytes written, never rotated", line*lines)
+	}
+	// A few writes may land between a check and the next.
+	if biggest > lines*line/4 {
+		t.Errorf("log reached %d bytes with a bound of %d", biggest, bound)
+	}
+	for _, p := range []string{path, path + ".1"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.IndexByte(b, 0) >= 0 || len(b)%line != 0 {
+			t.Errorf("%s: %d bytes, holes or cut lines: the writer did not follow the truncation", p, len(b))
+		}
+	}
+	if _, err := os.Stat(path + ".1.tmp"); !os.IsNotExist(err) {
+		t.Errorf("temporary copy left: %v", err)
+	}
+}
+
+func TestBoundLogLeavesSmallOrMissingLog(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "containerd.log")
+	if rotated, err := boundLog(path, 10); rotated || err != nil {
+		t.Fatalf("missing log: rotated %v, %v", rotated, err)
+	}
+	if err := os.WriteFile(path, []byte("short\n"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if rotated, err := boundLog(path, 10); rotated || err != nil {
+		t.Fatalf("small log: rotated %v, %v", rotated, err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "short\n" {
+		t.Errorf("small log changed to %q", b)
+	}
+}
+
+// The log of a real managed containerd stays bounded while Supervise runs,
+// including across a restart of the daemon (which logs its whole start).
+func TestSuperviseBoundsManagedLog(t *testing.T) {
+	requireDaemonPrereqs(t)
+	defer func(m int64, e time.Duration) { daemonLogMax, daemonLogEvery = m, e }(daemonLogMax, daemonLogEvery)
+	daemonLogMax, daemonLogEvery = 2<<10, 100*time.Millisecond
+	cfg := DaemonConfig{
+		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	conn, err := Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Client.Close()
+	t.Cleanup(func() {
+		if pid, err := socketPID(conn.Address); err == nil {
+			stopPID(t, pid)
+		}
+	})
+	logPath := cfg.managedLog()
+	if st, err := os.Stat(logPath); err != nil || st.Size() < daemonLogMax {
+		t.Fatalf("containerd's start should log more than %d bytes: %v %v", daemonLogMax, st, err)
+	}
+	supervised := make(chan struct{})
+	go func() {
+		conn.Supervise(ctx)
+		close(supervised)
+	}()
+	defer func() {
+		cancel()
+		<-supervised
+	}()
+	// rotatedAgain waits for a rotation after the one that made previous
+	// (a renamed copy is a new inode) and for the log to be small again.
+	rotatedAgain := func(what string, previous uint64) uint64 {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			var prev syscall.Stat_t
+			st, err := os.Stat(logPath)
+			if err == nil && st.Size() < daemonLogMax && syscall.Stat(logPath+".1", &prev) == nil && prev.Ino != previous {
+				return prev.Ino
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: log not rotated within 20s (%v, %v)", what, st, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	first := rotatedAgain("first start", 0)
+	if err := syscall.Kill(mustSocketPID(t, conn.Address), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	rotatedAgain("after a restart", first)
+}

@@ -1,0 +1,279 @@
+package containerd
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	ctrd "github.com/containerd/containerd"
+	tasks "github.com/containerd/containerd/api/services/tasks/v1"
+	tasktypes "github.com/containerd/containerd/api/types/task"
+	"github.com/containerd/containerd/defaults"
+	"github.com/containerd/containerd/namespaces"
+)
+
+// A noderun killed while containerd deletes a task can leave that task's
+// shim running: containerd has deleted the task and its bundle but never
+// told the shim to shut down, and nothing ever will. ReapStrayShims ends
+// such shims at start, while the single-instance lock keeps every other
+// noderun out of the namespace.
+
+// shimBinary is the runtime noderun runs containers with.
+const shimBinary = "containerd-shim-runc-v2"
+
+// shimGroupAnnotation names, in a container's spec, the group of tasks one
+// runc v2 shim serves.
+const shimGroupAnnotation = "io.containerd.runc.v2.group"
+
+// groupAnnotations are the annotations the shim groups by, in the order it
+// reads them (containerd's runtime/v2/runc manager).
+var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-id"}
+
+// shimProc is a running shim process.
+type shimProc struct {
+	pid     int
+	id      string   // the task it was started for
+	address string   // containerd's, as the shim was given it
+	sockets []string // the paths it listens on
+}
+
+// ReapStrayShims kills the runc v2 shims of namespace ns on the containerd
+// at address (as the shims' -address names it, symlinks resolved) that
+// serve no task containerd lists and whose bundle containerd has deleted,
+// and says how many it killed. Shims of other daemons and namespaces are
+// never looked at.
+//
+// A task's shim is the one listening where containerd's shim package puts
+// the socket of the task's group (shimSocket). When a task whose process
+// runs has no shim listening there, that rule is not this daemon's, and
+// no shim is judged.
+func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log *slog.Logger) (int, error) {
+	shims, err := findShims(canonicalAddress(address), ns)
+	if err != nil || len(shims) == 0 {
+		return 0, err
+	}
+	listed, err := listTaskGroups(namespaces.WithNamespace(ctx, ns), c)
+	if err != nil {
+		return 0, err
+	}
+	listening := map[string]bool{}
+	for _, s := range shims {
+		for _, sock := range s.sockets {
+			listening[sock] = true
+		}
+	}
+	// Each task's socket, by every address the shims were given.
+	served := map[string]bool{}
+	for _, t := range listed {
+		found := false
+		for _, s := range shims {
+			sock := shimSocket(s.address, ns, t.group)
+			served[sock] = true
+			found = found || listening[sock]
+		}
+		if t.running && !found {
+			return 0, fmt.Errorf("no shim listens where running task %s's should: cannot tell which shims serve tasks", t.id)
+		}
+	}
+	n := 0
+	for _, s := range shims {
+		if len(s.sockets) == 0 || slices.ContainsFunc(s.sockets, func(sock string) bool { return served[sock] }) {
+			continue // serving, or not listening where shims do
+		}
+		if !bundleGone(s.pid) {
+			// containerd still holds its bundle: a task it may be creating
+			// yet (for the noderun just killed), or one it cleans up itself.
+			continue
+		}
+		if err := syscall.Kill(s.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.pid, s.id, err)
+		}
+		log.Info("killed a shim that serves no task", "pid", s.pid, "id", s.id)
+		n++
+		removeSockets(ctx, s)
+	}
+	return n, nil
+}
+
+// taskGroup is a task containerd lists, with the group its shim serves.
+type taskGroup struct {
+	id, group string
+	running   bool // its process runs, so its shim must
+}
+
+// listTaskGroups lists the tasks of the context's namespace with their
+// groups, read from their containers' specs as the shim reads them.
+func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
+	resp, err := c.TaskService().List(ctx, &tasks.ListTasksRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("list tasks: %w", err)
+	}
+	recs, err := c.ContainerService().List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list containers: %w", err)
+	}
+	groups := map[string]string{}
+	for _, rec := range recs {
+		if rec.Spec == nil {
+			continue
+		}
+		var spec struct {
+			Annotations map[string]string `json:"annotations"`
+		}
+		if err := json.Unmarshal(rec.Spec.GetValue(), &spec); err != nil {
+			return nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
+		}
+		for _, a := range groupAnnotations {
+			if g, ok := spec.Annotations[a]; ok {
+				groups[rec.ID] = g
+				break
+			}
+		}
+	}
+	out := make([]taskGroup, 0, len(resp.Tasks))
+	for _, t := range resp.Tasks {
+		g := taskGroup{id: t.ID, group: t.ID, running: t.Status == tasktypes.Status_RUNNING || t.Status == tasktypes.Status_PAUSED}
+		if group, ok := groups[t.ID]; ok {
+			g.group = group
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// removeSockets removes the sockets a killed shim listened on, once it is
+// gone; containerd would otherwise find them stale the next time it starts
+// a shim there.
+func removeSockets(ctx context.Context, s shimProc) {
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(s.pid, 0) == nil && time.Now().Before(deadline); {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(pollInterval):
+		}
+	}
+	for _, sock := range s.sockets {
+		os.Remove(sock)
+	}
+}
+
+// shimSocket is where the shim of a group listens: containerd's
+// runtime/v2/shim.SocketAddress, whose package would bring the whole shim
+// runtime into noderun's binary.
+func shimSocket(address, ns, group string) string {
+	d := sha256.Sum256([]byte(filepath.Join(address, ns, group)))
+	return filepath.Join(shimSocketDir, fmt.Sprintf("%x", d))
+}
+
+// findShims lists the shim processes whose command line names namespace ns
+// and containerd address (symlinks resolved).
+func findShims(address, ns string) ([]shimProc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
+	paths, err := unixSocketPaths()
+	if err != nil {
+		return nil, err
+	}
+	var out []shimProc
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue // gone, or a kernel thread
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if filepath.Base(args[0]) != shimBinary {
+			continue
+		}
+		flags := shimFlags(args[1:])
+		if flags["namespace"] == ns && canonicalAddress(flags["address"]) == address {
+			out = append(out, shimProc{pid: pid, id: flags["id"], address: flags["address"], sockets: listensOn(pid, paths)})
+		}
+	}
+	return out, nil
+}
+
+// shimFlags reads a shim's "-name value" arguments.
+func shimFlags(args []string) map[string]string {
+	flags := map[string]string{}
+	for i := 0; i+1 < len(args); i++ {
+		if name, ok := strings.CutPrefix(args[i], "-"); ok && !strings.HasPrefix(args[i+1], "-") {
+			flags[strings.TrimPrefix(name, "-")] = args[i+1]
+			i++
+		}
+	}
+	return flags
+}
+
+// canonicalAddress is a containerd socket's path without the unix://
+// scheme and with symlinks resolved, so that two names of one socket
+// compare equal.
+func canonicalAddress(address string) string {
+	path := filepath.Clean(strings.TrimPrefix(address, "unix://"))
+	if real, err := filepath.EvalSymlinks(path); err == nil {
+		return real
+	}
+	return path
+}
+
+// shimSocketDir holds every shim's socket, whatever the daemon's state dir.
+var shimSocketDir = filepath.Join(defaults.DefaultStateDir, "s")
+
+// unixSocketPaths maps the inodes of the host's unix sockets bound in
+// shimSocketDir to their paths. A shim is not the process that bound its
+// socket (its starter did, and passed it on), so SO_PEERCRED cannot tell
+// which shim listens where; its descriptors can.
+func unixSocketPaths() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/net/unix")
+	if err != nil {
+		return nil, err
+	}
+	paths := map[string]string{}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		// Num RefCount Protocol Flags Type St Inode Path
+		f := strings.Fields(line)
+		if len(f) == 8 && strings.HasPrefix(f[7], shimSocketDir+"/") {
+			paths[f[6]] = f[7]
+		}
+	}
+	return paths, nil
+}
+
+// listensOn is the paths in paths of the sockets process pid holds.
+func listensOn(pid int, paths map[string]string) []string {
+	fds, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "fd"))
+	var out []string
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "fd", fd.Name()))
+		if err != nil {
+			continue
+		}
+		inode, ok := strings.CutPrefix(target, "socket:[")
+		if path, known := paths[strings.TrimSuffix(inode, "]")]; ok && known && !slices.Contains(out, path) {
+			out = append(out, path)
+		}
+	}
+	return out
+}
+
+// bundleGone says whether the shim's working directory, the bundle of the
+// task it was started for, has been deleted.
+func bundleGone(pid int) bool {
+	cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
+	return err == nil && strings.HasSuffix(cwd, " (deleted)")
+}

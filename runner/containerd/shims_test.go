@@ -1,0 +1,153 @@
+package containerd
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// plantShim starts a runc v2 shim for namespace ns and containerd address
+// as containerd does, in a bundle that is then deleted: what a task delete
+// cut short leaves. It returns the shim's pid, killed at cleanup.
+func plantShim(t *testing.T, address, ns, id string) int {
+	t.Helper()
+	return plantShimIn(t, t.TempDir(), address, ns, id, true)
+}
+
+// plantShimIn starts the shim in bundle, and deletes it with deleteBundle.
+func plantShimIn(t *testing.T, bundle, address, ns, id string, deleteBundle bool) int {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The shim logs to a FIFO its containerd reads.
+	if err := unix.Mkfifo(filepath.Join(bundle, "log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logReader, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(shimBinary, "-namespace", ns, "-id", id, "-address", address, "start")
+	cmd.Dir = bundle
+	cmd.Env = append(os.Environ(), "TTRPC_ADDRESS="+address+".ttrpc")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("start shim: %v: %s", err, out)
+	}
+	socket := strings.TrimPrefix(strings.TrimSpace(string(out)), "unix://")
+	if socket != shimSocket(address, ns, id) {
+		t.Fatalf("shim listens on %s, shimSocket says %s", socket, shimSocket(address, ns, id))
+	}
+	pid := shimListeningOn(t, address, ns, socket)
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		os.Remove(socket)
+		logReader.Close()
+	})
+	// The shim opens its log in the bundle as it starts: only then may the
+	// bundle go.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/2", pid)); target == filepath.Join(bundle, "log") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the planted shim did not open its log")
+		}
+	}
+	if !deleteBundle {
+		return pid
+	}
+	if err := os.RemoveAll(bundle); err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// shimListeningOn is the pid of the shim of containerd address and
+// namespace ns listening on socket.
+func shimListeningOn(t *testing.T, address, ns, socket string) int {
+	t.Helper()
+	shims, err := findShims(canonicalAddress(address), ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range shims {
+		if slices.Contains(s.sockets, socket) {
+			return s.pid
+		}
+	}
+	t.Fatalf("no shim of %s in %s listens on %s: %+v", address, ns, socket, shims)
+	return 0
+}
+
+// shimOf is the pid of the shim running the container's task.
+func shimOf(t *testing.T, d *Daemon, id string) int {
+	t.Helper()
+	return shimListeningOn(t, d.Address(), testNamespace, shimSocket(d.Address(), testNamespace, id))
+}
+
+// Only the shim of this daemon and namespace that serves no task and whose
+// bundle is deleted is killed: the shims of a running and of an exited
+// task, one whose bundle is still there (its task being created), and a
+// stray one of another daemon or namespace, are left.
+func TestReapStrayShims(t *testing.T) {
+	rt, d := testRuntimeDaemon(t)
+	live := testConfig(t, rt, "live", "sleep", "1000")
+	startContainer(t, rt, live)
+	exited := testConfig(t, rt, "exited", "true")
+	startContainer(t, rt, exited)
+	waitExited(t, rt, exited)
+	liveShim, exitedShim := shimOf(t, d, live.ID), shimOf(t, d, exited.ID)
+
+	stray := plantShim(t, d.Address(), testNamespace, "stray")
+	otherDaemon := plantShim(t, filepath.Join(shortTempDir(t), "other.sock"), testNamespace, "stray")
+	otherNamespace := plantShim(t, d.Address(), "other-namespace", "stray")
+	creating := plantShimIn(t, t.TempDir(), d.Address(), testNamespace, "creating", false)
+
+	// Through a symlink and with the scheme, as a recorded address may be.
+	link := filepath.Join(shortTempDir(t), "link.sock")
+	if err := os.Symlink(d.Address(), link); err != nil {
+		t.Fatal(err)
+	}
+	n, err := ReapStrayShims(context.Background(), rt.client, "unix://"+link, testNamespace, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != 1 {
+		t.Errorf("killed %d shims, want 1", n)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for alive(stray) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if alive(stray) {
+		t.Error("the stray shim still runs")
+	}
+	if _, err := os.Stat(shimSocket(d.Address(), testNamespace, "stray")); !os.IsNotExist(err) {
+		t.Errorf("the stray shim's socket is left: %v", err)
+	}
+	for name, pid := range map[string]int{"running task's": liveShim, "exited task's": exitedShim,
+		"other daemon's": otherDaemon, "other namespace's": otherNamespace, "bundled": creating} {
+		if !alive(pid) {
+			t.Errorf("the %s shim was killed", name)
+		}
+	}
+	if st := containerStatus(t, rt, live); st.State != runner.StateRunning {
+		t.Errorf("live container in state %v after the reaping", st.State)
+	}
+	if st := containerStatus(t, rt, exited); st.State != runner.StateExited {
+		t.Errorf("exited container in state %v after the reaping", st.State)
+	}
+}
