@@ -140,9 +140,13 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	logSock := collectorSocket(runDir)
+	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
+	go logs.Run(ctx)
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(rotation))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
+		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -188,7 +192,7 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	api.serve(engine.Handler())
+	api.serve(withLogStreams(engine.Handler(), logs))
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	log.Info("stopping; pods keep running")

@@ -37,25 +37,31 @@ const MaxLineLen = 16 * 1024
 var ErrBadLine = errors.New("crilog: malformed log line")
 
 // URI returns the log URI that makes containerd's shim run
-// `exe log-driver logPath`. It has exactly one query key because the shim
-// builds the argument list by iterating over a map.
-func URI(exe, logPath string) string {
+// `exe log-driver <t.Arg()>`. It has exactly one query key because the
+// shim builds the argument list by iterating over a map.
+func URI(exe string, t Target) string {
 	u := url.URL{
 		Scheme:   "binary",
 		Path:     exe,
-		RawQuery: url.Values{"log-driver": {logPath}}.Encode(),
+		RawQuery: url.Values{"log-driver": {t.Arg()}}.Encode(),
 	}
 	return u.String()
 }
 
-// ServeFDs runs Serve on the descriptors containerd's shim passes to a binary
-// log driver: fd 3 stdout, fd 4 stderr, fd 5 the ready pipe. Run any other
-// way, closing fd 5 fails and Serve says so. Each failure is also sent, as it
-// happens, to syslog at syslogAddr ("" for the local one, the journal on a
-// systemd host; see Syslog): the shim gives the driver no stderr, and
-// noderun may be down.
+// handoffWait is how long a driver tries to reach the collector: noderun
+// restarts a dead one within a second or so.
+const handoffWait = 10 * time.Second
+
+// ServeFDs runs the log driver on the descriptors containerd's shim passes
+// to a binary log driver: fd 3 stdout, fd 4 stderr, fd 5 the ready pipe.
+// With a collector in arg it hands the pipes to it and returns; without
+// one, or when none answers in time, it copies them itself (Serve) until
+// they end. Run any other way, closing fd 5 fails and it says so. Each
+// failure is also sent, as it happens, to syslog at syslogAddr ("" for the
+// local one, the journal on a systemd host; see Syslog): the shim gives
+// the driver no stderr, and noderun may be down.
 func ServeFDs(arg, syslogAddr string) error {
-	path, rot, err := ParseArg(arg)
+	t, err := ParseArg(arg)
 	if err != nil {
 		return err
 	}
@@ -64,7 +70,66 @@ func ServeFDs(arg, syslogAddr string) error {
 	ready := os.NewFile(5, "ready")
 	defer stdout.Close()
 	defer stderr.Close()
-	return serve(path, rot, stdout, stderr, ready, Syslog(syslogAddr, path))
+	report := Syslog(syslogAddr, t.Path)
+	if t.Collector != "" {
+		key := os.Getenv("CONTAINER_NAMESPACE") + "/" + os.Getenv("CONTAINER_ID")
+		if key == "/" {
+			key = t.Path
+		}
+		err := Handoff(t, key, int(stdout.Fd()), int(stderr.Fd()), handoffWait)
+		if err == nil {
+			if err := ready.Close(); err != nil {
+				return fmt.Errorf("crilog: signal ready: %w", err)
+			}
+			return nil
+		}
+		if errors.Is(err, errRefused) {
+			report(err)
+			return err
+		}
+		report(fmt.Errorf("%w; this driver writes the log itself", err))
+	}
+	return serve(t.Path, t.Rotation, stdout, stderr, ready, report)
+}
+
+var errRefused = errors.New("crilog: the log collector refused the container")
+
+// Handoff passes a container's pipes to the collector at t.Collector and
+// returns once it took them, retrying for up to wait while no collector
+// answers. A collector that registers the same key twice keeps the first.
+func Handoff(t Target, key string, stdout, stderr int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	buf := make([]byte, maxMessage)
+	for {
+		err := handoffOnce(t, key, stdout, stderr, buf)
+		if err == nil || errors.Is(err, errRefused) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func handoffOnce(t Target, key string, stdout, stderr int, buf []byte) error {
+	c, err := dialCollector(t.Collector, time.Second)
+	if err != nil {
+		return fmt.Errorf("crilog: log collector: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := sendMsg(c, message{Op: opRegister, Key: key, Path: t.Path, Rotation: t.Rotation}, stdout, stderr); err != nil {
+		return fmt.Errorf("crilog: log collector: %w", err)
+	}
+	m, fds, err := recvMsg(c, buf)
+	closeFDs(fds)
+	switch {
+	case err != nil:
+		return fmt.Errorf("crilog: log collector: %w", err)
+	case m.Op == opFail:
+		return fmt.Errorf("%w: %s", errRefused, m.Error)
+	case m.Op != opAck:
+		return fmt.Errorf("crilog: log collector answered %q", m.Op)
+	}
+	return nil
 }
 
 // Serve appends stdout and stderr to the CRI log file at path until both
@@ -86,30 +151,74 @@ func serve(path string, rot Rotation, stdout, stderr io.Reader, ready io.Closer,
 		}
 		return err
 	}
-	f, err := openLog(path)
-	if err != nil {
+	w := newRecordWriter(path, rot, report)
+	if err := w.open(true); err != nil {
 		return reported(err)
 	}
-	w := &recordWriter{w: f, now: time.Now, report: report}
-	if rot.MaxSize > 0 {
-		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
-		if fi, err := f.Stat(); err == nil {
-			w.rot.size = fi.Size()
-		}
-	}
 	if err := ready.Close(); err != nil {
-		f.Close()
+		w.close()
 		return reported(fmt.Errorf("crilog: signal ready: %w", err))
 	}
 
 	errs := make(chan error, 2)
 	go func() { errs <- reported(copyStream(w, stdout, Stdout)) }()
 	go func() { errs <- reported(copyStream(w, stderr, Stderr)) }()
-	err = errors.Join(<-errs, <-errs, w.firstErr)
-	if cerr := w.w.(*os.File).Close(); cerr != nil {
+	err := errors.Join(<-errs, <-errs, w.firstErr)
+	if cerr := w.close(); cerr != nil {
 		err = errors.Join(err, reported(cerr))
 	}
 	return err
+}
+
+func newRecordWriter(path string, rot Rotation, report func(error)) *recordWriter {
+	w := &recordWriter{path: path, now: time.Now, report: report}
+	if rot.MaxSize > 0 {
+		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
+	}
+	return w
+}
+
+// open opens the log file for appending; mkdir creates its directory
+// first, which only a new container's log may need: the collector opens an
+// adopted stream's log at its first record and must not recreate the
+// directory of a pod removed meanwhile.
+func (rw *recordWriter) open(mkdir bool) error {
+	var f *os.File
+	var err error
+	if mkdir {
+		f, err = openLog(rw.path)
+	} else {
+		f, err = os.OpenFile(rw.path, os.O_WRONLY|os.O_APPEND, 0o640)
+	}
+	if err != nil {
+		return err
+	}
+	rw.w = f
+	if rw.rot != nil {
+		if fi, err := f.Stat(); err == nil {
+			rw.rot.size = fi.Size()
+		}
+	}
+	return nil
+}
+
+func (rw *recordWriter) close() error {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	f, ok := rw.w.(*os.File)
+	if !ok {
+		return nil
+	}
+	rw.w = nil
+	return f.Close()
+}
+
+// Dropped is how many records could not be written since the writer
+// started, and whether writes are failing now.
+func (rw *recordWriter) Dropped() (total int64, dropping bool) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.total, rw.dropped > 0
 }
 
 // async sends reports from a goroutine of their own, dropping them when
@@ -157,12 +266,14 @@ func openLog(path string) (*os.File, error) {
 // failure and the recovery, with the count dropped, are reported.
 type recordWriter struct {
 	mu       sync.Mutex
-	w        io.Writer
+	path     string
+	w        io.Writer // nil until open
 	now      func() time.Time
 	report   func(error)
 	buf      []byte
 	rot      *rotator // nil: the file is never rotated
 	dropped  int      // records dropped since writing last failed
+	total    int64    // records dropped since the writer started
 	firstErr error    // the first write failure
 }
 
@@ -178,7 +289,14 @@ func (rw *recordWriter) write(stream, tag string, content []byte) {
 	b = append(b, content...)
 	b = append(b, '\n')
 	rw.buf = b
-	n, err := rw.w.Write(b)
+	var n int
+	var err error
+	if rw.w == nil {
+		err = rw.open(false) // an adopted stream, or a log that could not be opened
+	}
+	if err == nil {
+		n, err = rw.w.Write(b)
+	}
 	if err == nil {
 		if rw.dropped > 0 {
 			rw.report(fmt.Errorf("crilog: writing again after dropping %d records", rw.dropped))
@@ -205,6 +323,7 @@ func (rw *recordWriter) write(stream, tag string, content []byte) {
 		rw.firstErr = fmt.Errorf("crilog: write: %w", err)
 	}
 	rw.dropped++
+	rw.total++
 }
 
 // copyStream turns r into records the way containerd's CRI logger does: a

@@ -24,7 +24,7 @@ type record struct {
 }
 
 func TestURI(t *testing.T) {
-	got := URI("/usr/local/bin/noderun", "/var/log/pods/ns_p_uid/c/0.log")
+	got := URI("/usr/local/bin/noderun", Target{Path: "/var/log/pods/ns_p_uid/c/0.log"})
 	want := "binary:///usr/local/bin/noderun?log-driver=%2Fvar%2Flog%2Fpods%2Fns_p_uid%2Fc%2F0.log"
 	if got != want {
 		t.Fatalf("URI = %q, want %q", got, want)

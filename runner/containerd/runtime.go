@@ -45,6 +45,7 @@ type Runtime struct {
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	logDriver    string // absolute path of the binary containerd runs as log driver
 	logRotation  crilog.Rotation
+	logCollector string // the collector's socket; "": one driver process per container
 	ownOOM       int
 	pullFallback bool // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
@@ -91,6 +92,10 @@ func WithImportLedger(l *ImportLedger) Option { return func(r *Runtime) { r.ledg
 
 // WithLogRotation has the log driver rotate each container's log.
 func WithLogRotation(rot crilog.Rotation) Option { return func(r *Runtime) { r.logRotation = rot } }
+
+// WithLogCollector has each log driver hand its container's output to the
+// node's collector at sock and exit.
+func WithLogCollector(sock string) Option { return func(r *Runtime) { r.logCollector = sock } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
@@ -276,7 +281,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 			}
 		}
 	}()
-	logURI, err := url.Parse(crilog.URI(r.logDriver, r.logRotation.Arg(cfg.LogPath)))
+	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
 	if err != nil {
 		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}
