@@ -142,6 +142,9 @@ func (w *leakWatch) state() hostState {
 	add("cni cache", n.cniCache()...)
 	add("iptables", w.iptablesRules()...)
 	add("cgroups", w.cgroups()...)
+	if n.running() {
+		add("log collectors", fmt.Sprintf("%d running", n.collectors()))
+	}
 	for k := range s {
 		slices.Sort(s[k])
 	}
@@ -211,8 +214,9 @@ func (w *leakWatch) waitNoLeaks(baseline hostState, timeout time.Duration) []str
 	}
 }
 
-// procStats is what a noderun process holds: open fds and goroutines.
-type procStats struct{ fds, goroutines int }
+// procStats is what a noderun process holds, open fds and goroutines,
+// and the fds its log collector holds (3 a container: two pipes, the log).
+type procStats struct{ fds, goroutines, collectorFDs int }
 
 var goroutineTotal = regexp.MustCompile(`goroutine profile: total (\d+)`)
 
@@ -231,7 +235,11 @@ func (n *node) procStats() procStats {
 		n.t.Fatalf("no goroutine total in the profile:\n%.300s", body)
 	}
 	g, _ := strconv.Atoi(m[1])
-	return procStats{fds: len(fds), goroutines: g}
+	var cfds []os.DirEntry
+	if pid := n.collectorPID(); pid != 0 {
+		cfds, _ = os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	}
+	return procStats{fds: len(fds), goroutines: g, collectorFDs: len(cfds)}
 }
 
 // Growth allowed between two quiet moments with the same pods: connections
@@ -245,7 +253,7 @@ func (n *node) waitProcSettled(base procStats, timeout time.Duration) (procStats
 	deadline := time.Now().Add(timeout)
 	for {
 		s := n.procStats()
-		if s.fds <= base.fds+fdSlack && s.goroutines <= base.goroutines+goroutineSlack {
+		if s.fds <= base.fds+fdSlack && s.goroutines <= base.goroutines+goroutineSlack && s.collectorFDs <= base.collectorFDs+fdSlack {
 			return s, true
 		}
 		if time.Now().After(deadline) {
