@@ -42,6 +42,7 @@ type measurements struct {
 	imagesImported                      float64 // first start to all images in
 	apiGetPods                          int
 	binaryMiB                           float64
+	logTP                               logThroughput
 }
 
 type bench struct {
@@ -102,6 +103,11 @@ func (b *bench) measureAll(ctx context.Context) error {
 			if err := b.burst(ctx, n, r); err != nil {
 				return err
 			}
+		}
+	}
+	if b.cfg.LogWindow > 0 {
+		if err := b.measureLogThroughput(ctx, b.cfg.LogWindow); err != nil {
+			return err
 		}
 	}
 	if b.cfg.ProbePods > 0 {
