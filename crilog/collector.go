@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,7 +34,8 @@ const holderWriteTimeout = 2 * time.Second
 // restarted takes them back and the container never meets a pipe without a
 // reader.
 type Collector struct {
-	report func(path string, err error)
+	report   func(path string, err error)
+	activity func()
 
 	mu      sync.Mutex
 	streams map[string]*stream
@@ -50,13 +52,19 @@ type stream struct {
 	fds   [2]int      // the same, for passing on
 }
 
+// idleStart is how long a collector that no holder ever reached waits:
+// the noderun that started it may have stopped meanwhile.
+const idleStart = time.Minute
+
 // RunCollector runs the node's collector on the unix socket sock until ctx
 // ends or it has nothing left to do: no holder connected and no stream
 // open (the next noderun starts a new one). Only one runs per socket
 // (a flock on sock + ".lock"); a second returns nil at once. report gets
 // each failure with the log path it concerns; it is called from one
-// goroutine of its own and must not block for long.
-func RunCollector(ctx context.Context, sock string, report func(path string, err error)) error {
+// goroutine of its own and must not block for long. activity is called
+// after each change of streams or holder (to return memory once quiet).
+func RunCollector(ctx context.Context, sock string, report func(path string, err error), activity func()) error {
+	closeInherited()
 	unlock, err := lockCollector(sock + ".lock")
 	if err != nil || unlock == nil {
 		return err
@@ -73,7 +81,12 @@ func RunCollector(ctx context.Context, sock string, report func(path string, err
 	}
 	send, flush := asyncReport(report)
 	defer flush()
-	c := &Collector{report: send, streams: map[string]*stream{}, idle: make(chan struct{})}
+	c := &Collector{report: send, activity: activity, streams: map[string]*stream{}, idle: make(chan struct{})}
+	time.AfterFunc(idleStart, func() {
+		c.mu.Lock()
+		c.checkIdle()
+		c.mu.Unlock()
+	})
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -158,8 +171,10 @@ func (c *Collector) isIdle() bool {
 	}
 }
 
-// checkIdle ends the collector when nobody needs it; c.mu is held.
+// checkIdle ends the collector when nobody needs it; c.mu is held. It is
+// called after each change, so it also notes activity.
 func (c *Collector) checkIdle() {
+	c.activity()
 	if c.holder == nil && len(c.streams) == 0 && !c.isIdle() {
 		close(c.idle)
 	}
@@ -167,7 +182,7 @@ func (c *Collector) checkIdle() {
 
 func (c *Collector) serveConn(conn *net.UnixConn) {
 	defer conn.Close()
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, smallMessage)
 	m, fds, err := recvMsg(conn, buf)
 	if err != nil {
 		return
@@ -241,24 +256,23 @@ func (c *Collector) add(s *stream, toHolder bool) bool {
 	}
 	c.streams[s.key] = s
 	h := c.holder
+	c.activity()
 	c.mu.Unlock()
 	if toHolder && h != nil {
 		c.toHolder(h, s.message(opStream), s.fds[:]...)
 	}
-	done := make(chan struct{}, 2)
+	var open atomic.Int32
+	open.Store(2)
 	for i, name := range []string{Stdout, Stderr} {
 		go func() {
 			if err := copyStream(s.w, s.files[i], name); err != nil {
 				c.report(s.w.path, err)
 			}
-			done <- struct{}{}
+			if open.Add(-1) == 0 {
+				c.end(s)
+			}
 		}()
 	}
-	go func() {
-		<-done
-		<-done
-		c.end(s)
-	}()
 	return true
 }
 
@@ -369,4 +383,25 @@ func (c *Collector) Stats() []StreamStats {
 		out = append(out, StreamStats{Key: s.key, Path: s.w.path, Dropped: total, Dropping: dropping})
 	}
 	return out
+}
+
+// closeInherited closes the descriptors the collector inherited beyond
+// stdio: whatever its starter left without close-on-exec (a pipe of the
+// shell that started noderun, say) must not be held open by a process
+// that outlives it. Everything Go opens is close-on-exec, so a descriptor
+// without the flag was inherited.
+func closeInherited() {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
 }

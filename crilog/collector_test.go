@@ -64,7 +64,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // waits in the pipe.
 func TestCollectorSurvivesKill(t *testing.T) {
 	if sock := os.Getenv("CRILOG_COLLECTOR"); sock != "" {
-		err := RunCollector(context.Background(), sock, func(path string, err error) { fmt.Fprintln(os.Stderr, path, err) })
+		err := RunCollector(context.Background(), sock, func(path string, err error) { fmt.Fprintln(os.Stderr, path, err) }, func() {})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
@@ -167,7 +167,7 @@ func TestCollectorCountsDrops(t *testing.T) {
 		case reports <- path + ": " + err.Error():
 		default:
 		}
-	})
+	}, func() {})
 	h := NewHolder(sock, func() error { return nil }, slog.New(slog.DiscardHandler))
 	go h.Run(ctx)
 	outR, outW := mustPipe(t)
@@ -221,4 +221,36 @@ func readMaybeGzip(p string) (string, error) {
 	}
 	b, err := io.ReadAll(zr)
 	return string(b), err
+}
+
+// A collector exits once its holder is gone and no stream is left, so it
+// never outlives the node's last container and noderun.
+func TestCollectorExitsWhenIdle(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "c.sock")
+	done := make(chan error, 1)
+	go func() { done <- RunCollector(context.Background(), sock, func(string, error) {}, func() {}) }()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := NewHolder(sock, func() error { return nil }, slog.New(slog.DiscardHandler))
+	go h.Run(ctx)
+	waitFor(t, "the holder to connect", func() bool {
+		_, err := h.Streams(ctx)
+		return err == nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the collector ended with its holder connected: %v", err)
+	default:
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collector did not exit after its holder left")
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left behind: %v", err)
+	}
 }

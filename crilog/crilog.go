@@ -99,7 +99,7 @@ var errRefused = errors.New("crilog: the log collector refused the container")
 // answers. A collector that registers the same key twice keeps the first.
 func Handoff(t Target, key string, stdout, stderr int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
-	buf := make([]byte, maxMessage)
+	buf := make([]byte, smallMessage)
 	for {
 		err := handoffOnce(t, key, stdout, stderr, buf)
 		if err == nil || errors.Is(err, errRefused) || time.Now().After(deadline) {

@@ -26,8 +26,12 @@ const (
 
 // maxMessage bounds one packet: a stats answer for about a thousand
 // streams (a packet must also fit the socket's send buffer, 208 KiB by
-// default).
-const maxMessage = 192 << 10
+// default). Only the holder reads those; what drivers and the holder send
+// the collector fits in smallMessage (a log path is at most 4 KiB).
+const (
+	maxMessage   = 192 << 10
+	smallMessage = 16 << 10
+)
 
 type message struct {
 	Op       string        `json:"op"`
@@ -63,7 +67,7 @@ func sendMsg(c *net.UnixConn, m message, fds ...int) error {
 	return err
 }
 
-// recvMsg reads one packet into buf (maxMessage long). The descriptors it
+// recvMsg reads one packet into buf. The descriptors it
 // returns are the caller's to close, also when the message is not what it
 // expected.
 func recvMsg(c *net.UnixConn, buf []byte) (message, []int, error) {
