@@ -150,7 +150,7 @@ func TestLogsDiskFull(t *testing.T) {
 		}
 	})
 	ballast := filepath.Join(logs, "ballast")
-	if err := os.WriteFile(ballast, make([]byte, 900<<10), 0o644); err != nil {
+	if err := os.WriteFile(ballast, make([]byte, 1000<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	progress := t.TempDir()
@@ -163,7 +163,7 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", "trap 'exit 0' TERM; i=0; while :; do i=$((i+1)); echo line $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; echo $i > /progress/count; sleep 0.005 & wait; done"]
+    command: ["sh", "-c", "trap 'exit 0' TERM; i=0; while :; do i=$((i+1)); echo line $i xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx; echo $i > /progress/c.tmp; mv /progress/c.tmp /progress/count; sleep 0.005 & wait; done"]
     volumeMounts: [{name: progress, mountPath: /progress}]
   volumes:
   - {name: progress, hostPath: {path: %s, type: Directory}}
