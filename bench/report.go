@@ -226,6 +226,10 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.1f ms", v)
 	case "MiB":
 		return fmt.Sprintf("%.1f MiB", v)
+	case "KiB":
+		return fmt.Sprintf("%.0f KiB", v)
+	case "MB/s":
+		return fmt.Sprintf("%.1f MB/s", v)
 	case "×":
 		return fmt.Sprintf("%.2f×", v)
 	case "% of a core":
@@ -374,7 +378,7 @@ func (m *measurements) pssRows(cfg Config) []Row {
 		if idle := part(m.pss[0], func(p nodePSS) float64 { return p.logging }); n > 0 && idle != nil {
 			// Marginal: what the pods added to the collector running at 0 pods.
 			rows = append(rows, Row{Key: fmt.Sprintf("pss_logging_per_container_%d_pods", n), Measure: fmt.Sprintf("PSS of logging per added container, %d pods", n),
-				Unit: "MiB", Noderun: part(samples, func(p nodePSS) float64 { return (p.logging - idle.Median) / float64(n) }), target: atMost(0.3, "MiB")}.finish())
+				Unit: "KiB", Noderun: part(samples, func(p nodePSS) float64 { return (p.logging - idle.Median) * 1024 / float64(n) }), target: atMost(0.3*1024, "KiB")}.finish())
 		}
 	}
 	// The cost of one more container: the growth of the whole node from
