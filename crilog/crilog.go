@@ -9,6 +9,7 @@ package crilog
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -270,68 +271,141 @@ type recordWriter struct {
 	w        io.Writer // nil until open
 	now      func() time.Time
 	report   func(error)
-	buf      []byte
 	rot      *rotator // nil: the file is never rotated
 	dropped  int      // records dropped since writing last failed
 	total    int64    // records dropped since the writer started
 	firstErr error    // the first write failure
 }
 
+// write writes one record at once.
 func (rw *recordWriter) write(stream, tag string, content []byte) {
+	b := batch{w: rw, stream: stream}
+	b.add(tag, content)
+	b.flush()
+}
+
+// appendRecord formats one record onto p.
+func (rw *recordWriter) appendRecord(p []byte, stream, tag string, content []byte) []byte {
+	p = rw.now().AppendFormat(p, time.RFC3339Nano)
+	p = append(p, ' ')
+	p = append(p, stream...)
+	p = append(p, ' ')
+	p = append(p, tag...)
+	p = append(p, ' ')
+	p = append(p, content...)
+	return append(p, '\n')
+}
+
+// writeRecords writes whole records (p ends with one) in as few writes as
+// rotation allows: as when each record is written alone, the file is
+// rotated after the record that takes it to MaxSize.
+func (rw *recordWriter) writeRecords(p []byte) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	b := rw.now().AppendFormat(rw.buf[:0], time.RFC3339Nano)
-	b = append(b, ' ')
-	b = append(b, stream...)
-	b = append(b, ' ')
-	b = append(b, tag...)
-	b = append(b, ' ')
-	b = append(b, content...)
-	b = append(b, '\n')
-	rw.buf = b
-	var n int
-	var err error
 	if rw.w == nil {
-		err = rw.open(false) // an adopted stream, or a log that could not be opened
+		// An adopted stream, or a log that could not be opened.
+		if err := rw.open(false); err != nil {
+			rw.failed(err, bytes.Count(p, []byte{'\n'}))
+			return
+		}
 	}
-	if err == nil {
-		n, err = rw.w.Write(b)
+	for len(p) > 0 {
+		n := len(p)
+		if rt := rw.rot; rt != nil {
+			if need := rt.r.MaxSize - rt.size; need > 0 && need < int64(n) {
+				n = int(need) + bytes.IndexByte(p[need-1:], '\n')
+			}
+		}
+		rw.writeChunk(p[:n])
+		p = p[n:]
+		if rt := rw.rot; rt != nil && rt.size >= rt.r.MaxSize {
+			rw.w = rt.rotate(rw.w.(*os.File))
+		}
 	}
+}
+
+func (rw *recordWriter) writeChunk(p []byte) {
+	written, err := rw.w.Write(p)
 	if err == nil {
 		if rw.dropped > 0 {
 			rw.report(fmt.Errorf("crilog: writing again after dropping %d records", rw.dropped))
 			rw.dropped = 0
 		}
 		if rw.rot != nil {
-			if rw.rot.size += int64(n); rw.rot.size >= rw.rot.r.MaxSize {
-				rw.w = rw.rot.rotate(rw.w.(*os.File))
-			}
+			rw.rot.size += int64(written)
 		}
 		return
 	}
-	if f, ok := rw.w.(*os.File); ok && n > 0 {
-		// Cut the half record a full disk let through, so the file
-		// stays whole records.
+	if f, ok := rw.w.(*os.File); ok && written > 0 {
+		// Cut the part a full disk let through, so the file stays
+		// whole records.
 		if fi, serr := f.Stat(); serr == nil {
-			_ = f.Truncate(fi.Size() - int64(n))
+			_ = f.Truncate(fi.Size() - int64(written))
 		}
 	}
+	rw.failed(err, bytes.Count(p, []byte{'\n'}))
+}
+
+// failed drops n records that could not be written.
+func (rw *recordWriter) failed(err error, n int) {
 	if rw.dropped == 0 {
 		rw.report(fmt.Errorf("crilog: write: %w; dropping output until writing works again", err))
 	}
 	if rw.firstErr == nil {
 		rw.firstErr = fmt.Errorf("crilog: write: %w", err)
 	}
-	rw.dropped++
-	rw.total++
+	rw.dropped += n
+	rw.total += int64(n)
+}
+
+// flushAt is the size at which a batch of records is written even though
+// more input is waiting.
+const flushAt = 32 << 10
+
+// recordBufs hold batches while they are built: a stream waiting for
+// input holds none, so an idle container costs no buffer.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, flushAt+4096); return &b }}
+
+// batch gathers the records of what one read brought, so that they go to
+// the file in one write instead of one write per line.
+type batch struct {
+	w      *recordWriter
+	stream string
+	buf    *[]byte // nil while empty
+}
+
+func (b *batch) add(tag string, content []byte) {
+	if b.buf == nil {
+		b.buf = recordBufs.Get().(*[]byte)
+	}
+	*b.buf = b.w.appendRecord(*b.buf, b.stream, tag, content)
+	if len(*b.buf) >= flushAt {
+		b.flush()
+	}
+}
+
+func (b *batch) flush() {
+	if b.buf == nil {
+		return
+	}
+	b.w.writeRecords(*b.buf)
+	if *b.buf = (*b.buf)[:0]; cap(*b.buf) <= 2*flushAt { // a huge line's buffer is not kept
+		recordBufs.Put(b.buf)
+	}
+	b.buf = nil
 }
 
 // copyStream turns r into records the way containerd's CRI logger does: a
 // line is written without its "\n" (or "\r\n") as F; content beyond
 // MaxLineLen goes out as P records; an unterminated tail at EOF is written as
 // P because its line never ended.
+//
+// The records of what one read brought are written together, once no
+// whole line is left waiting (or flushAt is reached), so a line is in the
+// file before the next read that may block.
 func copyStream(w *recordWriter, r io.Reader, stream string) error {
 	br := bufio.NewReaderSize(r, 4096)
+	b := &batch{w: w, stream: stream}
 	var line []byte
 	for {
 		chunk, rerr := br.ReadSlice('\n')
@@ -341,16 +415,21 @@ func copyStream(w *recordWriter, r io.Reader, stream string) error {
 			line = trimEOL(line)
 		}
 		for splitLen(line, complete) > MaxLineLen {
-			w.write(stream, tagPartial, line[:MaxLineLen])
+			b.add(tagPartial, line[:MaxLineLen])
 			line = append(line[:0], line[MaxLineLen:]...)
 		}
 		switch {
 		case complete:
-			w.write(stream, tagFull, line)
+			b.add(tagFull, line)
 			line = line[:0]
 		case rerr == bufio.ErrBufferFull:
 		default:
-			return finish(w, stream, line, rerr)
+			return finish(b, line, rerr)
+		}
+		// Flush before a read that may block: nothing is waiting, or only
+		// the start of a line whose end has not come.
+		if rest, _ := br.Peek(br.Buffered()); bytes.IndexByte(rest, '\n') < 0 {
+			b.flush()
 		}
 	}
 }
@@ -365,14 +444,15 @@ func splitLen(line []byte, complete bool) int {
 	return n
 }
 
-func finish(w *recordWriter, stream string, line []byte, rerr error) error {
+func finish(b *batch, line []byte, rerr error) error {
 	if len(line) > 0 {
-		w.write(stream, tagPartial, line)
+		b.add(tagPartial, line)
 	}
+	b.flush()
 	if rerr == io.EOF {
 		return nil
 	}
-	return fmt.Errorf("crilog: read %s: %w", stream, rerr)
+	return fmt.Errorf("crilog: read %s: %w", b.stream, rerr)
 }
 
 func trimEOL(line []byte) []byte {

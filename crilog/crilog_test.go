@@ -467,3 +467,33 @@ func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
 	}
 	<-done
 }
+
+// Lines that came with the start of an unfinished one are written without
+// waiting for its end: the copy must not sit on them in a blocking read.
+func TestLinesNotHeldBehindAPartialLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	w := newRecordWriter(path, Rotation{}, func(error) {})
+	if err := w.open(true); err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	r, pw := mustPipe(t)
+	go copyStream(w, r, Stdout)
+	if _, err := io.WriteString(pw, "one\ntwo\nthe start of thr"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if strings.Contains(string(data), " stdout F one\n") && strings.Contains(string(data), " stdout F two\n") {
+			if strings.Contains(string(data), "thr") {
+				t.Fatalf("the unfinished line was written: %q", data)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("whole lines held back behind an unfinished one: log %q", data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

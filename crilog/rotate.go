@@ -100,7 +100,7 @@ type rotator struct {
 func (rt *rotator) rotate(f *os.File) *os.File {
 	stamp := rt.now().Format(rotatedTime)
 	aside := rt.path + "." + stamp
-	for i := 1; exists(aside) || exists(aside+".gz"); i++ { // two rotations in one second
+	if i := nextIndex(rt.path + "." + stamp); i > 0 { // more rotations in one second
 		aside = fmt.Sprintf("%s.%s-%03d", rt.path, stamp, i) // padded: names sort in time order
 	}
 	if err := os.Rename(rt.path, aside); err != nil {
@@ -185,7 +185,23 @@ func compress(p string) (string, error) {
 	return p + ".gz", nil
 }
 
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
+// nextIndex is the index for one more file rotated in the second of base:
+// 0 when none is there, else one past the highest, even when older ones
+// of that second were removed meanwhile, so that names keep time order.
+func nextIndex(base string) int {
+	matches, _ := filepath.Glob(base + "*")
+	next := 0
+	for _, m := range matches {
+		rest := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(m, base), ".tmp"), ".gz")
+		i := 0
+		if rest != "" {
+			n, err := strconv.Atoi(strings.TrimPrefix(rest, "-"))
+			if err != nil || !strings.HasPrefix(rest, "-") {
+				continue
+			}
+			i = n
+		}
+		next = max(next, i+1)
+	}
+	return next
 }
