@@ -220,3 +220,54 @@ spec:
 		t.Fatalf("the container restarted: %s", statusJSON(p))
 	}
 }
+
+// As the kubelet, a restarting container keeps the current and the
+// previous run's logs; older runs' go, and the collector lets their
+// streams go once their containers are removed.
+func TestLogRetention(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("crasher.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: crasher}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "echo started; sleep 1; exit 1"]
+`)
+	p := n.waitPodFor("crasher", "restarted twice", 3*time.Minute, func(p *v1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].RestartCount >= 2
+	})
+	n.waitLogLine(n.logPath(p, "main", 2), "started")
+	dir := filepath.Dir(n.logPath(p, "main", 0))
+	deadline := time.Now().Add(waitTimeout)
+	for {
+		ents, _ := os.ReadDir(dir)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		restarts := int(n.pod("crasher").Status.ContainerStatuses[0].RestartCount)
+		want := []string{fmt.Sprintf("%d.log", restarts-1), fmt.Sprintf("%d.log", restarts)}
+		if slices.Equal(names, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log files %v at restart %d, want %v", names, restarts, want)
+		}
+		time.Sleep(pollEvery)
+	}
+	old := n.logPath(p, "main", 0)
+	for {
+		var all []crilog.StreamStats
+		if err := n.get("/logs", &all); err == nil && !slices.ContainsFunc(all, func(s crilog.StreamStats) bool { return s.Path == old }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector still has the stream of run 0 (%s)", old)
+		}
+		time.Sleep(pollEvery)
+	}
+}
