@@ -8,7 +8,6 @@
 package crilog
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -18,7 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stream names and tags as defined by the CRI log format.
@@ -400,38 +402,114 @@ func (b *batch) flush() {
 // MaxLineLen goes out as P records; an unterminated tail at EOF is written as
 // P because its line never ended.
 //
-// The records of what one read brought are written together, once no
-// whole line is left waiting (or flushAt is reached), so a line is in the
-// file before the next read that may block.
+// The records of what one read brought are written together before the
+// next read, so a line is in the file before the copy waits again.
 func copyStream(w *recordWriter, r io.Reader, stream string) error {
-	br := bufio.NewReaderSize(r, 4096)
+	cr := newChunkReader(r)
 	b := &batch{w: w, stream: stream}
-	var line []byte
+	var line []byte // the start of a line whose end has not come
 	for {
-		chunk, rerr := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		complete := rerr == nil
-		if complete {
-			line = trimEOL(line)
+		buf, n, rerr := cr.read()
+		data := (*buf)[:n]
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				line = append(line, data...)
+				break
+			}
+			full := data[:i+1]
+			if len(line) > 0 {
+				line = append(line, full...)
+				full = line
+			}
+			data = data[i+1:]
+			full = trimEOL(full)
+			for len(full) > MaxLineLen {
+				b.add(tagPartial, full[:MaxLineLen])
+				full = full[MaxLineLen:]
+			}
+			b.add(tagFull, full)
+			line = line[:0]
 		}
-		for splitLen(line, complete) > MaxLineLen {
+		for splitLen(line, false) > MaxLineLen {
 			b.add(tagPartial, line[:MaxLineLen])
 			line = append(line[:0], line[MaxLineLen:]...)
 		}
-		switch {
-		case complete:
-			b.add(tagFull, line)
-			line = line[:0]
-		case rerr == bufio.ErrBufferFull:
-		default:
+		b.flush()
+		readBufs.Put(buf)
+		if rerr != nil {
 			return finish(b, line, rerr)
 		}
-		// Flush before a read that may block: nothing is waiting, or only
-		// the start of a line whose end has not come.
-		if rest, _ := br.Peek(br.Buffered()); bytes.IndexByte(rest, '\n') < 0 {
-			b.flush()
-		}
 	}
+}
+
+// readSize is what one read takes at most, from a pooled buffer: a stream
+// waiting for input holds none.
+const readSize = 64 << 10
+
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
+
+// chunkReader reads into pooled buffers. A pipe in Go's poller is read
+// through its RawConn, so that the buffer is taken only once data is
+// there; any other reader holds one while its Read blocks.
+type chunkReader struct {
+	r   io.Reader
+	raw syscall.RawConn
+}
+
+func newChunkReader(r io.Reader) *chunkReader {
+	c := &chunkReader{r: r}
+	f, ok := r.(*os.File)
+	if !ok {
+		return c
+	}
+	raw, err := f.SyscallConn() // not f.Fd(), which would make the pipe blocking
+	if err != nil {
+		return c
+	}
+	nonblock := false
+	_ = raw.Control(func(fd uintptr) {
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		nonblock = err == nil && fl&unix.O_NONBLOCK != 0
+	})
+	if nonblock {
+		c.raw = raw
+	}
+	return c
+}
+
+// read returns a buffer (to put back in readBufs), how much of it holds
+// data and the read's error; io.EOF at the end.
+func (c *chunkReader) read() (*[]byte, int, error) {
+	if c.raw == nil {
+		buf := readBufs.Get().(*[]byte)
+		n, err := c.r.Read(*buf)
+		return buf, n, err
+	}
+	var buf *[]byte
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		buf = readBufs.Get().(*[]byte)
+		n, rerr = unix.Read(int(fd), *buf)
+		if rerr == unix.EAGAIN || rerr == unix.EINTR {
+			readBufs.Put(buf)
+			return false // wait until there is data
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		if buf == nil {
+			buf = readBufs.Get().(*[]byte)
+		}
+		return buf, 0, err
+	case rerr != nil:
+		return buf, 0, rerr
+	case n == 0:
+		return buf, 0, io.EOF
+	}
+	return buf, n, nil
 }
 
 // splitLen is the length that counts against MaxLineLen: a trailing "\r" of

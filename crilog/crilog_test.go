@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"net/url"
@@ -495,5 +496,40 @@ func TestLinesNotHeldBehindAPartialLine(t *testing.T) {
 			t.Fatalf("whole lines held back behind an unfinished one: log %q", data)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The collector's pipes (non-blocking, in Go's poller) are read through
+// their RawConn, so a waiting stream holds no read buffer; other readers
+// read plainly.
+func TestChunkReaderPollsNonblockingPipes(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	defer r.Close()
+	defer w.Close()
+	if c := newChunkReader(r); c.raw == nil {
+		t.Error("a non-blocking pipe is not read through its RawConn")
+	}
+	var b [2]int // as the shim passes them to a driver
+	if err := unix.Pipe2(b[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	br, bw := os.NewFile(uintptr(b[0]), "r"), os.NewFile(uintptr(b[1]), "w")
+	defer br.Close()
+	defer bw.Close()
+	if c := newChunkReader(br); c.raw != nil {
+		t.Error("a blocking pipe is read through its RawConn")
+	}
+	io.WriteString(w, "x\n")
+	buf, n, err := newChunkReader(r).read()
+	if err != nil || string((*buf)[:n]) != "x\n" {
+		t.Errorf("read %q, %v", (*buf)[:n], err)
+	}
+	w.Close()
+	if _, _, err := newChunkReader(r).read(); err != io.EOF {
+		t.Errorf("after close: %v, want EOF", err)
 	}
 }
