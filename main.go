@@ -49,6 +49,11 @@ func main() {
 				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "") },
 			},
 			{
+				// The node's one log collector, started by noderun (logcollector.go).
+				Name: "log-collector", Hidden: true, ArgsUsage: "SOCKET",
+				Action: func(c *cli.Context) error { return runCollector(c.Context, c.Args().First()) },
+			},
+			{
 				// PID 1 of a pod with shareProcessNamespace (pause.go).
 				Name: "pause", Hidden: true, ArgsUsage: "ROOT",
 				Action: func(c *cli.Context) error { return runPause(c.Args().First()) },

@@ -167,10 +167,13 @@ func runNode(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	logSock := collectorSocket(runDir)
+	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
+	go logs.Run(ctx)
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(rotation),
-		ctrdrt.WithCgroups(cg))
+		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
+		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock), ctrdrt.WithCgroups(cg))
 
 	relax := newRelaxer()
 	go relax.run(ctx)
@@ -216,7 +219,7 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	api.serve(engine.Handler())
+	api.serve(withLogStreams(engine.Handler(), logs))
 	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
 		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),

@@ -126,7 +126,7 @@ func (f *floor) start(ctx context.Context, id string) (*floorPod, error) {
 		return p, fmt.Errorf("create container %s: %w", id, err)
 	}
 	p.c = c
-	logURI, err := url.Parse(crilog.URI(f.logDriver, filepath.Join(f.logDir, id, "main.log")))
+	logURI, err := url.Parse(crilog.URI(f.logDriver, crilog.Target{Path: filepath.Join(f.logDir, id, "main.log")}))
 	if err != nil {
 		return p, err
 	}

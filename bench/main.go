@@ -27,8 +27,9 @@ type Config struct {
 	BurstRuns int           `json:"burst_runs"` // repetitions of each burst and its teardown
 	Bursts    []int         `json:"bursts"`     // burst sizes
 	CPUWindow time.Duration `json:"cpu_window_ns"`
-	APIGets   int           `json:"api_gets"`   // timed GET /pods at the largest burst
-	ProbePods int           `json:"probe_pods"` // pods per probe CPU measure (0: none)
+	APIGets   int           `json:"api_gets"`      // timed GET /pods at the largest burst
+	ProbePods int           `json:"probe_pods"`    // pods per probe CPU measure (0: none)
+	LogWindow time.Duration `json:"log_window_ns"` // log throughput measure (0: none)
 	// Multi-container pods for the shim measures (0 pods: none).
 	ShimPods       int `json:"shim_pods"`
 	ShimContainers int `json:"shim_containers"`
@@ -43,7 +44,7 @@ type Config struct {
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
+		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, LogWindow: 10 * time.Second, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
@@ -58,6 +59,7 @@ func main() {
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
+	flag.DurationVar(&cfg.LogWindow, "log-window", cfg.LogWindow, "one container logging as fast as it can, this long (0: skip it)")
 	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
 	flag.IntVar(&cfg.ShimPods, "shim-pods", cfg.ShimPods, "pods of -shim-containers containers for the shim measures (0: skip them)")
 	flag.IntVar(&cfg.ShimContainers, "shim-containers", cfg.ShimContainers, "containers per pod for the shim measures")

@@ -378,8 +378,11 @@ func (n *node) liveHeap(ctx context.Context) (float64, error) {
 const userHZ = 100
 
 // cpuTime is noderun's user+system CPU time so far.
-func (n *node) cpuTime() (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n.pid()))
+func (n *node) cpuTime() (time.Duration, error) { return procCPU(n.pid()) }
+
+// procCPU is a process's user+system CPU time so far.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, err
 	}

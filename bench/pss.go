@@ -11,8 +11,8 @@ import (
 )
 
 // nodePSS is the proportional set size, in MiB, of every process a noderun
-// node runs besides the containers: noderun, its log drivers, containerd
-// and the shims. PSS shares each page among the processes mapping it, so
+// node runs besides the containers: noderun, its logging (the log
+// collector and any log driver still running), containerd and the shims. PSS shares each page among the processes mapping it, so
 // the parts add up to what the node costs.
 type nodePSS struct {
 	noderun, logging, containerd, shims float64
@@ -21,9 +21,10 @@ type nodePSS struct {
 
 func (p nodePSS) sum() float64 { return p.noderun + p.logging + p.containerd + p.shims }
 
-// measurePSS finds the node's processes in /proc: noderun by PID, the log
-// drivers as noderun's binary run with "log-driver", containerd by PID and
-// the shims as those started for its socket.
+// measurePSS finds the node's processes in /proc: noderun by PID, its log
+// collector and the log drivers as noderun's binary run with
+// "log-collector <its socket>" or "log-driver", containerd by PID and the
+// shims as those started for its socket.
 func (b *bench) measurePSS() (nodePSS, error) {
 	var out nodePSS
 	ents, err := os.ReadDir("/proc")
@@ -31,6 +32,7 @@ func (b *bench) measurePSS() (nodePSS, error) {
 		return out, err
 	}
 	noderun, ctrd := b.node.cmd.Process.Pid, b.env.daemon.PID()
+	collector := b.node.collectorSocket()
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -46,6 +48,8 @@ func (b *bench) measurePSS() (nodePSS, error) {
 		case len(args) > 1 && args[0] == b.env.bin && args[1] == "log-driver":
 			into = &out.logging
 			out.drivers++
+		case len(args) == 3 && args[0] == b.env.bin && args[1] == "log-collector" && args[2] == collector:
+			into = &out.logging
 		case len(args) > 0 && filepath.Base(args[0]) == "containerd-shim-runc-v2" && slices.Contains(args, b.env.daemon.Address()):
 			into = &out.shims
 		default:

@@ -156,6 +156,7 @@ func (m *measurements) rows(cfg Config) []Row {
 	}
 	rows = append(rows, m.pssRows(cfg)...)
 	rows = append(rows, m.shims.rows()...)
+	rows = append(rows, m.logThroughputRows()...)
 	for _, n := range append([]int{0}, cfg.Bursts...) {
 		add(Row{Key: fmt.Sprintf("heap_%d_pods", n), Measure: fmt.Sprintf("Go heap after GC, %d pods", n), Unit: "MiB", Noderun: statsOf(m.heap[n])})
 	}
@@ -226,6 +227,10 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.1f ms", v)
 	case "MiB":
 		return fmt.Sprintf("%.1f MiB", v)
+	case "KiB":
+		return fmt.Sprintf("%.0f KiB", v)
+	case "MB/s":
+		return fmt.Sprintf("%.1f MB/s", v)
 	case "×":
 		return fmt.Sprintf("%.2f×", v)
 	case "% of a core":
@@ -358,22 +363,23 @@ func (m *measurements) pssRows(cfg Config) []Row {
 			target    *target
 		}{
 			{"noderun", "noderun", func(p nodePSS) float64 { return p.noderun }, nil},
-			{"logging", "its log drivers", func(p nodePSS) float64 { return p.logging }, nil},
+			{"logging", "its log collector (and log drivers)", func(p nodePSS) float64 { return p.logging }, nil},
 			{"containerd", "containerd", func(p nodePSS) float64 { return p.containerd }, nil},
 			{"shims", "the shims", func(p nodePSS) float64 { return p.shims }, nil},
 			{"noderun_logging", "noderun and its logging", func(p nodePSS) float64 { return p.noderun + p.logging },
 				map[int]*target{30: atMost(25, "MiB"), 100: atMost(40, "MiB")}[n]},
 			{"node", "whole node (all four)", nodePSS.sum, nil},
 		} {
-			if n == 0 && (p.key == "logging" || p.key == "shims") {
+			if n == 0 && p.key == "shims" {
 				continue // none without pods
 			}
 			rows = append(rows, Row{Key: fmt.Sprintf("pss_%s_%d_pods", p.key, n), Measure: fmt.Sprintf("PSS, %s, %d pods", p.what, n),
 				Unit: "MiB", Noderun: part(samples, p.f), target: p.target}.finish())
 		}
-		if n > 0 {
-			rows = append(rows, Row{Key: fmt.Sprintf("pss_logging_per_container_%d_pods", n), Measure: fmt.Sprintf("PSS of logging per container, %d pods", n),
-				Unit: "MiB", Noderun: part(samples, func(p nodePSS) float64 { return p.logging / float64(max(p.drivers, 1)) }), target: atMost(0.3, "MiB")}.finish())
+		if idle := part(m.pss[0], func(p nodePSS) float64 { return p.logging }); n > 0 && idle != nil {
+			// Marginal: what the pods added to the collector running at 0 pods.
+			rows = append(rows, Row{Key: fmt.Sprintf("pss_logging_per_container_%d_pods", n), Measure: fmt.Sprintf("PSS of logging per added container, %d pods", n),
+				Unit: "KiB", Noderun: part(samples, func(p nodePSS) float64 { return (p.logging - idle.Median) * 1024 / float64(n) }), target: atMost(0.3*1024, "KiB")}.finish())
 		}
 	}
 	// The cost of one more container: the growth of the whole node from

@@ -43,6 +43,7 @@ type measurements struct {
 	apiGetPods                          int
 	binaryMiB                           float64
 	shims                               shimMeasures // multi-container pods
+	logTP                               logThroughput
 }
 
 type bench struct {
@@ -107,6 +108,11 @@ func (b *bench) measureAll(ctx context.Context) error {
 	}
 	if b.cfg.ShimPods > 0 {
 		if err := b.shimGroups(ctx); err != nil {
+			return err
+		}
+	}
+	if b.cfg.LogWindow > 0 {
+		if err := b.measureLogThroughput(ctx, b.cfg.LogWindow); err != nil {
 			return err
 		}
 	}

@@ -8,7 +8,7 @@
 package crilog
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +17,10 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stream names and tags as defined by the CRI log format.
@@ -37,25 +40,31 @@ const MaxLineLen = 16 * 1024
 var ErrBadLine = errors.New("crilog: malformed log line")
 
 // URI returns the log URI that makes containerd's shim run
-// `exe log-driver logPath`. It has exactly one query key because the shim
-// builds the argument list by iterating over a map.
-func URI(exe, logPath string) string {
+// `exe log-driver <t.Arg()>`. It has exactly one query key because the
+// shim builds the argument list by iterating over a map.
+func URI(exe string, t Target) string {
 	u := url.URL{
 		Scheme:   "binary",
 		Path:     exe,
-		RawQuery: url.Values{"log-driver": {logPath}}.Encode(),
+		RawQuery: url.Values{"log-driver": {t.Arg()}}.Encode(),
 	}
 	return u.String()
 }
 
-// ServeFDs runs Serve on the descriptors containerd's shim passes to a binary
-// log driver: fd 3 stdout, fd 4 stderr, fd 5 the ready pipe. Run any other
-// way, closing fd 5 fails and Serve says so. Each failure is also sent, as it
-// happens, to syslog at syslogAddr ("" for the local one, the journal on a
-// systemd host; see Syslog): the shim gives the driver no stderr, and
-// noderun may be down.
+// handoffWait is how long a driver tries to reach the collector: noderun
+// restarts a dead one within a second or so.
+const handoffWait = 10 * time.Second
+
+// ServeFDs runs the log driver on the descriptors containerd's shim passes
+// to a binary log driver: fd 3 stdout, fd 4 stderr, fd 5 the ready pipe.
+// With a collector in arg it hands the pipes to it and returns; without
+// one, or when none answers in time, it copies them itself (Serve) until
+// they end. Run any other way, closing fd 5 fails and it says so. Each
+// failure is also sent, as it happens, to syslog at syslogAddr ("" for the
+// local one, the journal on a systemd host; see Syslog): the shim gives
+// the driver no stderr, and noderun may be down.
 func ServeFDs(arg, syslogAddr string) error {
-	path, rot, err := ParseArg(arg)
+	t, err := ParseArg(arg)
 	if err != nil {
 		return err
 	}
@@ -64,7 +73,66 @@ func ServeFDs(arg, syslogAddr string) error {
 	ready := os.NewFile(5, "ready")
 	defer stdout.Close()
 	defer stderr.Close()
-	return serve(path, rot, stdout, stderr, ready, Syslog(syslogAddr, path))
+	report := Syslog(syslogAddr, t.Path)
+	if t.Collector != "" {
+		key := os.Getenv("CONTAINER_NAMESPACE") + "/" + os.Getenv("CONTAINER_ID")
+		if key == "/" {
+			key = t.Path
+		}
+		err := Handoff(t, key, int(stdout.Fd()), int(stderr.Fd()), handoffWait)
+		if err == nil {
+			if err := ready.Close(); err != nil {
+				return fmt.Errorf("crilog: signal ready: %w", err)
+			}
+			return nil
+		}
+		if errors.Is(err, errRefused) {
+			report(err)
+			return err
+		}
+		report(fmt.Errorf("%w; this driver writes the log itself", err))
+	}
+	return serve(t.Path, t.Rotation, stdout, stderr, ready, report)
+}
+
+var errRefused = errors.New("crilog: the log collector refused the container")
+
+// Handoff passes a container's pipes to the collector at t.Collector and
+// returns once it took them, retrying for up to wait while no collector
+// answers. A collector that registers the same key twice keeps the first.
+func Handoff(t Target, key string, stdout, stderr int, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	buf := make([]byte, smallMessage)
+	for {
+		err := handoffOnce(t, key, stdout, stderr, buf)
+		if err == nil || errors.Is(err, errRefused) || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func handoffOnce(t Target, key string, stdout, stderr int, buf []byte) error {
+	c, err := dialCollector(t.Collector, time.Second)
+	if err != nil {
+		return fmt.Errorf("crilog: log collector: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if err := sendMsg(c, message{Op: opRegister, Key: key, Path: t.Path, Rotation: t.Rotation}, stdout, stderr); err != nil {
+		return fmt.Errorf("crilog: log collector: %w", err)
+	}
+	m, fds, err := recvMsg(c, buf)
+	closeFDs(fds)
+	switch {
+	case err != nil:
+		return fmt.Errorf("crilog: log collector: %w", err)
+	case m.Op == opFail:
+		return fmt.Errorf("%w: %s", errRefused, m.Error)
+	case m.Op != opAck:
+		return fmt.Errorf("crilog: log collector answered %q", m.Op)
+	}
+	return nil
 }
 
 // Serve appends stdout and stderr to the CRI log file at path until both
@@ -86,30 +154,74 @@ func serve(path string, rot Rotation, stdout, stderr io.Reader, ready io.Closer,
 		}
 		return err
 	}
-	f, err := openLog(path)
-	if err != nil {
+	w := newRecordWriter(path, rot, report)
+	if err := w.open(true); err != nil {
 		return reported(err)
 	}
-	w := &recordWriter{w: f, now: time.Now, report: report}
-	if rot.MaxSize > 0 {
-		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
-		if fi, err := f.Stat(); err == nil {
-			w.rot.size = fi.Size()
-		}
-	}
 	if err := ready.Close(); err != nil {
-		f.Close()
+		w.close()
 		return reported(fmt.Errorf("crilog: signal ready: %w", err))
 	}
 
 	errs := make(chan error, 2)
 	go func() { errs <- reported(copyStream(w, stdout, Stdout)) }()
 	go func() { errs <- reported(copyStream(w, stderr, Stderr)) }()
-	err = errors.Join(<-errs, <-errs, w.firstErr)
-	if cerr := w.w.(*os.File).Close(); cerr != nil {
+	err := errors.Join(<-errs, <-errs, w.firstErr)
+	if cerr := w.close(); cerr != nil {
 		err = errors.Join(err, reported(cerr))
 	}
 	return err
+}
+
+func newRecordWriter(path string, rot Rotation, report func(error)) *recordWriter {
+	w := &recordWriter{path: path, now: time.Now, report: report}
+	if rot.MaxSize > 0 {
+		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
+	}
+	return w
+}
+
+// open opens the log file for appending; mkdir creates its directory
+// first, which only a new container's log may need: the collector opens an
+// adopted stream's log at its first record and must not recreate the
+// directory of a pod removed meanwhile.
+func (rw *recordWriter) open(mkdir bool) error {
+	var f *os.File
+	var err error
+	if mkdir {
+		f, err = openLog(rw.path)
+	} else {
+		f, err = os.OpenFile(rw.path, os.O_WRONLY|os.O_APPEND, 0o640)
+	}
+	if err != nil {
+		return err
+	}
+	rw.w = f
+	if rw.rot != nil {
+		if fi, err := f.Stat(); err == nil {
+			rw.rot.size = fi.Size()
+		}
+	}
+	return nil
+}
+
+func (rw *recordWriter) close() error {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	f, ok := rw.w.(*os.File)
+	if !ok {
+		return nil
+	}
+	rw.w = nil
+	return f.Close()
+}
+
+// Dropped is how many records could not be written since the writer
+// started, and whether writes are failing now.
+func (rw *recordWriter) Dropped() (total int64, dropping bool) {
+	rw.mu.Lock()
+	defer rw.mu.Unlock()
+	return rw.total, rw.dropped > 0
 }
 
 // async sends reports from a goroutine of their own, dropping them when
@@ -157,83 +269,247 @@ func openLog(path string) (*os.File, error) {
 // failure and the recovery, with the count dropped, are reported.
 type recordWriter struct {
 	mu       sync.Mutex
-	w        io.Writer
+	path     string
+	w        io.Writer // nil until open
 	now      func() time.Time
 	report   func(error)
-	buf      []byte
 	rot      *rotator // nil: the file is never rotated
 	dropped  int      // records dropped since writing last failed
+	total    int64    // records dropped since the writer started
 	firstErr error    // the first write failure
 }
 
+// write writes one record at once.
 func (rw *recordWriter) write(stream, tag string, content []byte) {
+	b := batch{w: rw, stream: stream}
+	b.add(tag, content)
+	b.flush()
+}
+
+// appendRecord formats one record onto p.
+func (rw *recordWriter) appendRecord(p []byte, stream, tag string, content []byte) []byte {
+	p = rw.now().AppendFormat(p, time.RFC3339Nano)
+	p = append(p, ' ')
+	p = append(p, stream...)
+	p = append(p, ' ')
+	p = append(p, tag...)
+	p = append(p, ' ')
+	p = append(p, content...)
+	return append(p, '\n')
+}
+
+// writeRecords writes whole records (p ends with one) in as few writes as
+// rotation allows: as when each record is written alone, the file is
+// rotated after the record that takes it to MaxSize.
+func (rw *recordWriter) writeRecords(p []byte) {
 	rw.mu.Lock()
 	defer rw.mu.Unlock()
-	b := rw.now().AppendFormat(rw.buf[:0], time.RFC3339Nano)
-	b = append(b, ' ')
-	b = append(b, stream...)
-	b = append(b, ' ')
-	b = append(b, tag...)
-	b = append(b, ' ')
-	b = append(b, content...)
-	b = append(b, '\n')
-	rw.buf = b
-	n, err := rw.w.Write(b)
+	if rw.w == nil {
+		// An adopted stream, or a log that could not be opened.
+		if err := rw.open(false); err != nil {
+			rw.failed(err, bytes.Count(p, []byte{'\n'}))
+			return
+		}
+	}
+	for len(p) > 0 {
+		n := len(p)
+		if rt := rw.rot; rt != nil {
+			if need := rt.r.MaxSize - rt.size; need > 0 && need < int64(n) {
+				n = int(need) + bytes.IndexByte(p[need-1:], '\n')
+			}
+		}
+		rw.writeChunk(p[:n])
+		p = p[n:]
+		if rt := rw.rot; rt != nil && rt.size >= rt.r.MaxSize {
+			rw.w = rt.rotate(rw.w.(*os.File))
+		}
+	}
+}
+
+func (rw *recordWriter) writeChunk(p []byte) {
+	written, err := rw.w.Write(p)
 	if err == nil {
 		if rw.dropped > 0 {
 			rw.report(fmt.Errorf("crilog: writing again after dropping %d records", rw.dropped))
 			rw.dropped = 0
 		}
 		if rw.rot != nil {
-			if rw.rot.size += int64(n); rw.rot.size >= rw.rot.r.MaxSize {
-				rw.w = rw.rot.rotate(rw.w.(*os.File))
-			}
+			rw.rot.size += int64(written)
 		}
 		return
 	}
-	if f, ok := rw.w.(*os.File); ok && n > 0 {
-		// Cut the half record a full disk let through, so the file
-		// stays whole records.
+	if f, ok := rw.w.(*os.File); ok && written > 0 {
+		// Cut the part a full disk let through, so the file stays
+		// whole records.
 		if fi, serr := f.Stat(); serr == nil {
-			_ = f.Truncate(fi.Size() - int64(n))
+			_ = f.Truncate(fi.Size() - int64(written))
 		}
 	}
+	rw.failed(err, bytes.Count(p, []byte{'\n'}))
+}
+
+// failed drops n records that could not be written.
+func (rw *recordWriter) failed(err error, n int) {
 	if rw.dropped == 0 {
 		rw.report(fmt.Errorf("crilog: write: %w; dropping output until writing works again", err))
 	}
 	if rw.firstErr == nil {
 		rw.firstErr = fmt.Errorf("crilog: write: %w", err)
 	}
-	rw.dropped++
+	rw.dropped += n
+	rw.total += int64(n)
+}
+
+// flushAt is the size at which a batch of records is written even though
+// more input is waiting.
+const flushAt = 32 << 10
+
+// recordBufs hold batches while they are built: a stream waiting for
+// input holds none, so an idle container costs no buffer.
+var recordBufs = sync.Pool{New: func() any { b := make([]byte, 0, flushAt+4096); return &b }}
+
+// batch gathers the records of what one read brought, so that they go to
+// the file in one write instead of one write per line.
+type batch struct {
+	w      *recordWriter
+	stream string
+	buf    *[]byte // nil while empty
+}
+
+func (b *batch) add(tag string, content []byte) {
+	if b.buf == nil {
+		b.buf = recordBufs.Get().(*[]byte)
+	}
+	*b.buf = b.w.appendRecord(*b.buf, b.stream, tag, content)
+	if len(*b.buf) >= flushAt {
+		b.flush()
+	}
+}
+
+func (b *batch) flush() {
+	if b.buf == nil {
+		return
+	}
+	b.w.writeRecords(*b.buf)
+	if *b.buf = (*b.buf)[:0]; cap(*b.buf) <= 2*flushAt { // a huge line's buffer is not kept
+		recordBufs.Put(b.buf)
+	}
+	b.buf = nil
 }
 
 // copyStream turns r into records the way containerd's CRI logger does: a
 // line is written without its "\n" (or "\r\n") as F; content beyond
 // MaxLineLen goes out as P records; an unterminated tail at EOF is written as
 // P because its line never ended.
+//
+// The records of what one read brought are written together before the
+// next read, so a line is in the file before the copy waits again.
 func copyStream(w *recordWriter, r io.Reader, stream string) error {
-	br := bufio.NewReaderSize(r, 4096)
-	var line []byte
+	cr := newChunkReader(r)
+	b := &batch{w: w, stream: stream}
+	var line []byte // the start of a line whose end has not come
 	for {
-		chunk, rerr := br.ReadSlice('\n')
-		line = append(line, chunk...)
-		complete := rerr == nil
-		if complete {
-			line = trimEOL(line)
+		buf, n, rerr := cr.read()
+		data := (*buf)[:n]
+		for len(data) > 0 {
+			i := bytes.IndexByte(data, '\n')
+			if i < 0 {
+				line = append(line, data...)
+				break
+			}
+			full := data[:i+1]
+			if len(line) > 0 {
+				line = append(line, full...)
+				full = line
+			}
+			data = data[i+1:]
+			full = trimEOL(full)
+			for len(full) > MaxLineLen {
+				b.add(tagPartial, full[:MaxLineLen])
+				full = full[MaxLineLen:]
+			}
+			b.add(tagFull, full)
+			line = line[:0]
 		}
-		for splitLen(line, complete) > MaxLineLen {
-			w.write(stream, tagPartial, line[:MaxLineLen])
+		for splitLen(line, false) > MaxLineLen {
+			b.add(tagPartial, line[:MaxLineLen])
 			line = append(line[:0], line[MaxLineLen:]...)
 		}
-		switch {
-		case complete:
-			w.write(stream, tagFull, line)
-			line = line[:0]
-		case rerr == bufio.ErrBufferFull:
-		default:
-			return finish(w, stream, line, rerr)
+		b.flush()
+		readBufs.Put(buf)
+		if rerr != nil {
+			return finish(b, line, rerr)
 		}
 	}
+}
+
+// readSize is what one read takes at most, from a pooled buffer: a stream
+// waiting for input holds none.
+const readSize = 64 << 10
+
+var readBufs = sync.Pool{New: func() any { b := make([]byte, readSize); return &b }}
+
+// chunkReader reads into pooled buffers. A pipe in Go's poller is read
+// through its RawConn, so that the buffer is taken only once data is
+// there; any other reader holds one while its Read blocks.
+type chunkReader struct {
+	r   io.Reader
+	raw syscall.RawConn
+}
+
+func newChunkReader(r io.Reader) *chunkReader {
+	c := &chunkReader{r: r}
+	f, ok := r.(*os.File)
+	if !ok {
+		return c
+	}
+	raw, err := f.SyscallConn() // not f.Fd(), which would make the pipe blocking
+	if err != nil {
+		return c
+	}
+	nonblock := false
+	_ = raw.Control(func(fd uintptr) {
+		fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+		nonblock = err == nil && fl&unix.O_NONBLOCK != 0
+	})
+	if nonblock {
+		c.raw = raw
+	}
+	return c
+}
+
+// read returns a buffer (to put back in readBufs), how much of it holds
+// data and the read's error; io.EOF at the end.
+func (c *chunkReader) read() (*[]byte, int, error) {
+	if c.raw == nil {
+		buf := readBufs.Get().(*[]byte)
+		n, err := c.r.Read(*buf)
+		return buf, n, err
+	}
+	var buf *[]byte
+	var n int
+	var rerr error
+	err := c.raw.Read(func(fd uintptr) bool {
+		buf = readBufs.Get().(*[]byte)
+		n, rerr = unix.Read(int(fd), *buf)
+		if rerr == unix.EAGAIN || rerr == unix.EINTR {
+			readBufs.Put(buf)
+			return false // wait until there is data
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		if buf == nil {
+			buf = readBufs.Get().(*[]byte)
+		}
+		return buf, 0, err
+	case rerr != nil:
+		return buf, 0, rerr
+	case n == 0:
+		return buf, 0, io.EOF
+	}
+	return buf, n, nil
 }
 
 // splitLen is the length that counts against MaxLineLen: a trailing "\r" of
@@ -246,14 +522,15 @@ func splitLen(line []byte, complete bool) int {
 	return n
 }
 
-func finish(w *recordWriter, stream string, line []byte, rerr error) error {
+func finish(b *batch, line []byte, rerr error) error {
 	if len(line) > 0 {
-		w.write(stream, tagPartial, line)
+		b.add(tagPartial, line)
 	}
+	b.flush()
 	if rerr == io.EOF {
 		return nil
 	}
-	return fmt.Errorf("crilog: read %s: %w", stream, rerr)
+	return fmt.Errorf("crilog: read %s: %w", b.stream, rerr)
 }
 
 func trimEOL(line []byte) []byte {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	"net"
 	"net/url"
@@ -24,7 +25,7 @@ type record struct {
 }
 
 func TestURI(t *testing.T) {
-	got := URI("/usr/local/bin/noderun", "/var/log/pods/ns_p_uid/c/0.log")
+	got := URI("/usr/local/bin/noderun", Target{Path: "/var/log/pods/ns_p_uid/c/0.log"})
 	want := "binary:///usr/local/bin/noderun?log-driver=%2Fvar%2Flog%2Fpods%2Fns_p_uid%2Fc%2F0.log"
 	if got != want {
 		t.Fatalf("URI = %q, want %q", got, want)
@@ -466,4 +467,69 @@ func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
 		t.Fatal("the container's writes blocked behind a blocked report")
 	}
 	<-done
+}
+
+// Lines that came with the start of an unfinished one are written without
+// waiting for its end: the copy must not sit on them in a blocking read.
+func TestLinesNotHeldBehindAPartialLine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	w := newRecordWriter(path, Rotation{}, func(error) {})
+	if err := w.open(true); err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	r, pw := mustPipe(t)
+	go copyStream(w, r, Stdout)
+	if _, err := io.WriteString(pw, "one\ntwo\nthe start of thr"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		data, _ := os.ReadFile(path)
+		if strings.Contains(string(data), " stdout F one\n") && strings.Contains(string(data), " stdout F two\n") {
+			if strings.Contains(string(data), "thr") {
+				t.Fatalf("the unfinished line was written: %q", data)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("whole lines held back behind an unfinished one: log %q", data)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// The collector's pipes (non-blocking, in Go's poller) are read through
+// their RawConn, so a waiting stream holds no read buffer; other readers
+// read plainly.
+func TestChunkReaderPollsNonblockingPipes(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(p[0]), "r"), os.NewFile(uintptr(p[1]), "w")
+	defer r.Close()
+	defer w.Close()
+	if c := newChunkReader(r); c.raw == nil {
+		t.Error("a non-blocking pipe is not read through its RawConn")
+	}
+	var b [2]int // as the shim passes them to a driver
+	if err := unix.Pipe2(b[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	br, bw := os.NewFile(uintptr(b[0]), "r"), os.NewFile(uintptr(b[1]), "w")
+	defer br.Close()
+	defer bw.Close()
+	if c := newChunkReader(br); c.raw != nil {
+		t.Error("a blocking pipe is read through its RawConn")
+	}
+	io.WriteString(w, "x\n")
+	buf, n, err := newChunkReader(r).read()
+	if err != nil || string((*buf)[:n]) != "x\n" {
+		t.Errorf("read %q, %v", (*buf)[:n], err)
+	}
+	w.Close()
+	if _, _, err := newChunkReader(r).read(); err != io.EOF {
+		t.Errorf("after close: %v, want EOF", err)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"compress/gzip"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -26,30 +27,61 @@ type Rotation struct {
 // rotatedTime is the kubelet's suffix format for rotated logs.
 const rotatedTime = "20060102-150405"
 
-// Arg encodes path and r as the log driver's single argument:
-// "<max size>:<max files>:<path>", or path alone without rotation.
-func (r Rotation) Arg(path string) string {
-	if r.MaxSize <= 0 {
-		return path
+// Target is what a log driver is told: the log file, its rotation, and
+// the collector's socket ("": drive the log in the driver's own process).
+type Target struct {
+	Path      string
+	Rotation  Rotation
+	Collector string
+}
+
+// Arg encodes t as the log driver's single argument: the path alone,
+// "<max size>:<max files>:<path>" with rotation, or a query string
+// (collector=..&path=..&max-size=..&max-files=..) with a collector.
+func (t Target) Arg() string {
+	if t.Collector != "" {
+		return url.Values{
+			"collector": {t.Collector}, "path": {t.Path},
+			"max-size": {strconv.FormatInt(t.Rotation.MaxSize, 10)}, "max-files": {strconv.Itoa(t.Rotation.MaxFiles)},
+		}.Encode()
 	}
-	return fmt.Sprintf("%d:%d:%s", r.MaxSize, r.MaxFiles, path)
+	if t.Rotation.MaxSize <= 0 {
+		return t.Path
+	}
+	return fmt.Sprintf("%d:%d:%s", t.Rotation.MaxSize, t.Rotation.MaxFiles, t.Path)
 }
 
 // ParseArg reads what Arg wrote.
-func ParseArg(arg string) (string, Rotation, error) {
+func ParseArg(arg string) (Target, error) {
+	if strings.HasPrefix(arg, "collector=") {
+		q, err := url.ParseQuery(arg)
+		if err != nil {
+			return Target{}, fmt.Errorf("crilog: bad argument %q: %w", arg, err)
+		}
+		t := Target{Path: q.Get("path"), Collector: q.Get("collector")}
+		size, err1 := strconv.ParseInt(q.Get("max-size"), 10, 64)
+		files, err2 := strconv.Atoi(q.Get("max-files"))
+		if err1 != nil || err2 != nil || size < 0 || (size > 0 && files < 2) || !filepath.IsAbs(t.Path) || !filepath.IsAbs(t.Collector) {
+			return Target{}, fmt.Errorf("crilog: bad argument %q", arg)
+		}
+		if size > 0 {
+			t.Rotation = Rotation{MaxSize: size, MaxFiles: files}
+		}
+		return t, nil
+	}
 	if strings.HasPrefix(arg, "/") || !strings.Contains(arg, ":") {
-		return arg, Rotation{}, nil
+		return Target{Path: arg}, nil
 	}
 	parts := strings.SplitN(arg, ":", 3)
 	if len(parts) != 3 {
-		return "", Rotation{}, fmt.Errorf("crilog: bad argument %q", arg)
+		return Target{}, fmt.Errorf("crilog: bad argument %q", arg)
 	}
 	size, err1 := strconv.ParseInt(parts[0], 10, 64)
 	files, err2 := strconv.Atoi(parts[1])
 	if err1 != nil || err2 != nil || size <= 0 || files < 2 {
-		return "", Rotation{}, fmt.Errorf("crilog: bad rotation in argument %q", arg)
+		return Target{}, fmt.Errorf("crilog: bad rotation in argument %q", arg)
 	}
-	return parts[2], Rotation{MaxSize: size, MaxFiles: files}, nil
+	return Target{Path: parts[2], Rotation: Rotation{MaxSize: size, MaxFiles: files}}, nil
 }
 
 // rotator renames and compresses a log file as it grows; it is driven by
@@ -68,7 +100,7 @@ type rotator struct {
 func (rt *rotator) rotate(f *os.File) *os.File {
 	stamp := rt.now().Format(rotatedTime)
 	aside := rt.path + "." + stamp
-	for i := 1; exists(aside) || exists(aside+".gz"); i++ { // two rotations in one second
+	if i := nextIndex(rt.path + "." + stamp); i > 0 { // more rotations in one second
 		aside = fmt.Sprintf("%s.%s-%03d", rt.path, stamp, i) // padded: names sort in time order
 	}
 	if err := os.Rename(rt.path, aside); err != nil {
@@ -153,7 +185,23 @@ func compress(p string) (string, error) {
 	return p + ".gz", nil
 }
 
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
+// nextIndex is the index for one more file rotated in the second of base:
+// 0 when none is there, else one past the highest, even when older ones
+// of that second were removed meanwhile, so that names keep time order.
+func nextIndex(base string) int {
+	matches, _ := filepath.Glob(base + "*")
+	next := 0
+	for _, m := range matches {
+		rest := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(m, base), ".tmp"), ".gz")
+		i := 0
+		if rest != "" {
+			n, err := strconv.Atoi(strings.TrimPrefix(rest, "-"))
+			if err != nil || !strings.HasPrefix(rest, "-") {
+				continue
+			}
+			i = n
+		}
+		next = max(next, i+1)
+	}
+	return next
 }

@@ -14,17 +14,23 @@ import (
 	"time"
 )
 
-func TestRotationArg(t *testing.T) {
+func TestTargetArg(t *testing.T) {
 	r := Rotation{MaxSize: 10 << 20, MaxFiles: 5}
-	path, got, err := ParseArg(r.Arg("/var/log/pods/a_b_c/x/0.log"))
-	if err != nil || path != "/var/log/pods/a_b_c/x/0.log" || got != r {
-		t.Fatalf("round trip: %q %+v %v", path, got, err)
+	for _, want := range []Target{
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r},
+		{Path: "/plain/0.log"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Collector: "/run/noderun/log-collector.sock"},
+		{Path: "/odd:name&x=1/0.log", Collector: "/run/noderun/log-collector.sock"},
+	} {
+		got, err := ParseArg(want.Arg())
+		if err != nil || got != want {
+			t.Errorf("round trip of %+v through %q: %+v %v", want, want.Arg(), got, err)
+		}
 	}
-	if path, got, err := ParseArg("/plain/0.log"); err != nil || path != "/plain/0.log" || got != (Rotation{}) {
-		t.Fatalf("a plain path: %q %+v %v", path, got, err)
-	}
-	for _, bad := range []string{"x:5:/p", "100:1:/p", "0:5:/p", "1:2"} {
-		if _, _, err := ParseArg(bad); err == nil {
+	for _, bad := range []string{"x:5:/p", "100:1:/p", "0:5:/p", "1:2",
+		"collector=%2Fs&path=rel&max-size=0&max-files=0", "collector=rel&path=%2Fp&max-size=0&max-files=0",
+		"collector=%2Fs&path=%2Fp&max-size=10&max-files=1", "collector=%2Fs&path=%2Fp"} {
+		if _, err := ParseArg(bad); err == nil {
 			t.Errorf("ParseArg(%q) accepted", bad)
 		}
 	}

@@ -318,10 +318,11 @@ func (s *scenario) finish() {
 		st, ok := n.waitProcSettled(s.stats, 20*time.Second)
 		if !ok {
 			leaks++
-			t.Errorf("noderun holds %d fds and %d goroutines, %d and %d before the fault with the same pods",
-				st.fds, st.goroutines, s.stats.fds, s.stats.goroutines)
+			t.Errorf("noderun holds %d fds and %d goroutines, its log collector %d fds; %d, %d and %d before the fault with the same pods",
+				st.fds, st.goroutines, st.collectorFDs, s.stats.fds, s.stats.goroutines, s.stats.collectorFDs)
 		}
-		t.Logf("noderun's fds %d -> %d, goroutines %d -> %d", s.stats.fds, st.fds, s.stats.goroutines, st.goroutines)
+		t.Logf("noderun's fds %d -> %d, goroutines %d -> %d, log collector's fds %d -> %d",
+			s.stats.fds, st.fds, s.stats.goroutines, st.goroutines, s.stats.collectorFDs, st.collectorFDs)
 	}
 	for file := range s.desired {
 		s.remove(file)

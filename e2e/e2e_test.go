@@ -731,8 +731,9 @@ func cgroupRoots(t *testing.T) []string {
 	return out
 }
 
-// Container logs keep being written while noderun is down: the log driver
-// is the noderun binary run by containerd's shim, not part of the daemon.
+// Container logs keep being written while noderun is down: the log
+// collector is a process of its own, and a restarted noderun takes up
+// holding its pipes again.
 func TestLogsWrittenWhileNoderunDown(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -764,6 +765,14 @@ spec:
 			t.Fatalf("log line %d is %q, want %q: lines lost or mangled", i+1, l.content, want)
 		}
 	}
+	collector := n.collectorPID()
 	n.start()
 	n.waitPod("talker", "Running after restart", running)
+	n.waitLogLine(path, fmt.Sprintf("line %d", len(n.readLog(path))+10))
+	if _, err := n.logStream(path); err != nil {
+		t.Fatalf("the restarted noderun does not see the collector's stream: %v", err)
+	}
+	if pid := n.collectorPID(); pid != collector {
+		t.Fatalf("the log collector changed across a noderun restart: PID %d, then %d", collector, pid)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/noderun/noderun/crilog"
 	"maps"
 	"net"
 	"os"
@@ -143,6 +144,9 @@ func (w *leakWatch) state() hostState {
 	add("iptables", w.iptablesRules()...)
 	add("cgroups", w.cgroups()...)
 	add("processes", n.processes()...)
+	if n.running() {
+		add("log collectors", fmt.Sprintf("%d running", n.collectors()))
+	}
 	for k := range s {
 		slices.Sort(s[k])
 	}
@@ -162,7 +166,13 @@ func (n *node) processes() []string {
 		}
 		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		shim := strings.HasSuffix(args[0], "containerd-shim-runc-v2") && slices.Contains(args, n.ns)
-		driver := len(args) > 2 && args[1] == "log-driver" && strings.Contains(args[2], n.logs+"/")
+		// A driver that found no collector writes the log itself until its
+		// container ends.
+		driver := false
+		if len(args) > 2 && args[1] == "log-driver" {
+			t, err := crilog.ParseArg(args[2])
+			driver = err == nil && strings.HasPrefix(t.Path, n.logs+"/")
+		}
 		if shim || driver {
 			out = append(out, strings.Join(args, " "))
 		}
@@ -233,8 +243,9 @@ func (w *leakWatch) waitNoLeaks(baseline hostState, timeout time.Duration) []str
 	}
 }
 
-// procStats is what a noderun process holds: open fds and goroutines.
-type procStats struct{ fds, goroutines int }
+// procStats is what a noderun process holds, open fds and goroutines,
+// and the fds its log collector holds (3 a container: two pipes, the log).
+type procStats struct{ fds, goroutines, collectorFDs int }
 
 var goroutineTotal = regexp.MustCompile(`goroutine profile: total (\d+)`)
 
@@ -253,7 +264,11 @@ func (n *node) procStats() procStats {
 		n.t.Fatalf("no goroutine total in the profile:\n%.300s", body)
 	}
 	g, _ := strconv.Atoi(m[1])
-	return procStats{fds: len(fds), goroutines: g}
+	var cfds []os.DirEntry
+	if pid := n.collectorPID(); pid != 0 {
+		cfds, _ = os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	}
+	return procStats{fds: len(fds), goroutines: g, collectorFDs: len(cfds)}
 }
 
 // Growth allowed between two quiet moments with the same pods: connections
@@ -267,7 +282,7 @@ func (n *node) waitProcSettled(base procStats, timeout time.Duration) (procStats
 	deadline := time.Now().Add(timeout)
 	for {
 		s := n.procStats()
-		if s.fds <= base.fds+fdSlack && s.goroutines <= base.goroutines+goroutineSlack {
+		if s.fds <= base.fds+fdSlack && s.goroutines <= base.goroutines+goroutineSlack && s.collectorFDs <= base.collectorFDs+fdSlack {
 			return s, true
 		}
 		if time.Now().After(deadline) {

@@ -46,6 +46,7 @@ type Runtime struct {
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	logDriver    string // absolute path of the binary containerd runs as log driver
 	logRotation  crilog.Rotation
+	logCollector string // the collector's socket; "": one driver process per container
 	ownOOM       int
 	pullFallback bool // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
@@ -97,6 +98,10 @@ func WithLogRotation(rot crilog.Rotation) Option { return func(r *Runtime) { r.l
 // WithCgroups sets the cgroup driver and hierarchy (default: cgroupfs on
 // this host's).
 func WithCgroups(l cgroups.Layout) Option { return func(r *Runtime) { r.cgroups = l } }
+
+// WithLogCollector has each log driver hand its container's output to the
+// node's collector at sock and exit.
+func WithLogCollector(sock string) Option { return func(r *Runtime) { r.logCollector = sock } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
@@ -283,7 +288,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 			}
 		}
 	}()
-	logURI, err := url.Parse(crilog.URI(r.logDriver, r.logRotation.Arg(cfg.LogPath)))
+	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
 	if err != nil {
 		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/noderun/noderun/crilog"
+)
+
+// collectorSocket is where the node's log collector listens, root only.
+func collectorSocket(runDir string) string { return runDir + "/log-collector.sock" }
+
+// startCollector starts `exe log-collector sock` in a session of its own,
+// so that it outlives noderun: it keeps writing the containers' logs while
+// noderun restarts. It reports to syslog. Its stderr, where only a crash
+// would write, is a file beside the socket: a pipe noderun was given may
+// be gone before the collector is.
+func startCollector(exe, sock string) func() error {
+	return func() error {
+		stderr, err := os.OpenFile(strings.TrimSuffix(sock, ".sock")+".stderr", os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		defer stderr.Close() // the child has its own copy
+		cmd := exec.Command(exe, "log-collector", sock)
+		cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "NOTIFY_SOCKET=") })
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		cmd.Stderr = stderr
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		go func() { _ = cmd.Wait() }() // reaped if it ends while noderun runs
+		return nil
+	}
+}
+
+// runCollector is the log-collector subcommand. Like the daemon it gives
+// memory back once quiet (memory.go): it runs for as long as the node.
+func runCollector(ctx context.Context, sock string) error {
+	relax := newRelaxer()
+	go relax.run(ctx)
+	relax.activity() // what starting touched
+	return crilog.RunCollector(ctx, sock, func(path string, err error) {
+		crilog.Syslog("", path)(err)
+	}, relax.activity)
+}
+
+// logStreams serves GET /logs: each running container's dropped log
+// records (a full disk), as the collector counts them.
+func logStreams(h *crilog.Holder) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		streams, err := h.Streams(ctx)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		slices.SortFunc(streams, func(a, b crilog.StreamStats) int { return strings.Compare(a.Key, b.Key) })
+		rw.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(rw).Encode(streams)
+	}
+}
+
+// withLogStreams adds GET /logs to the engine's status API.
+func withLogStreams(engine http.Handler, h *crilog.Holder) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/", engine)
+	logs := logStreams(h)
+	mux.HandleFunc("GET /logs", func(rw http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Origin") != "" { // as the engine's routes: no browser page
+			http.Error(rw, "browser requests are refused", http.StatusForbidden)
+			return
+		}
+		logs(rw, r)
+	})
+	return mux
+}
