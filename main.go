@@ -94,6 +94,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "cni-conf-dir", Value: "/etc/cni/net.d", EnvVars: env("CNI_CONF_DIR")},
 		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", EnvVars: env("CNI_BIN_DIR")},
 		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},
+		&cli.StringFlag{Name: "pod-bridge", Value: "noderun0", Usage: "bridge of the default CNI config", EnvVars: env("POD_BRIDGE")},
 		&cli.StringSliceFlag{Name: "allowed-unsafe-sysctls", Usage: "sysctls pods may set beyond the kubelet's safe set: names or prefixes ending in * (repeatable, comma-separated)", EnvVars: env("ALLOWED_UNSAFE_SYSCTLS")},
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
 		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},

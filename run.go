@@ -119,7 +119,8 @@ func runNode(c *cli.Context) error {
 
 	cniMgr, err := cni.New(cni.Config{
 		ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
-		CacheDir: filepath.Join(stateDir, "cni", "cache"), DefaultSubnet: c.String("pod-cidr"), Logger: log,
+		CacheDir: filepath.Join(stateDir, "cni", "cache"), DefaultSubnet: c.String("pod-cidr"),
+		DefaultBridge: c.String("pod-bridge"), Logger: log,
 	})
 	if err != nil {
 		return err

@@ -103,3 +103,21 @@ func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
+
+func TestHalves(t *testing.T) {
+	for _, tc := range []struct{ in, lo, hi string }{
+		{"10.213.0.0/16", "10.213.0.0/17", "10.213.128.0/17"},
+		{"10.214.0.0/24", "10.214.0.0/25", "10.214.0.128/25"},
+		{"10.214.0.77/24", "10.214.0.0/25", "10.214.0.128/25"},
+	} {
+		lo, hi, err := halves(tc.in)
+		if err != nil || lo != tc.lo || hi != tc.hi {
+			t.Errorf("halves(%s) = %s, %s, %v; want %s, %s", tc.in, lo, hi, err, tc.lo, tc.hi)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/30", "fd00::/64", "x"} {
+		if _, _, err := halves(bad); err == nil {
+			t.Errorf("halves(%s) succeeded", bad)
+		}
+	}
+}

@@ -86,7 +86,9 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		"--images-dir", images,
 		"--containerd-address", e.daemon.Address(),
 		"--containerd-namespace", ns,
-		"--cni-conf-dir", filepath.Dir(e.cniConf),
+		"--cni-conf-dir", e.nodeCNIDir,
+		"--pod-cidr", e.nodeSubnet,
+		"--pod-bridge", e.cfg.Bridge,
 		"--cni-bin-dir", cniBinDir,
 		"--status-socket", n.socket,
 	)

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,10 +69,15 @@ type Manager struct {
 	seen configFile
 	// list is the last config that parsed, kept while the file is broken
 	// as the best guess for a DEL that has no cached config.
-	list     *libcni.NetworkConfigList
-	loadErr  error          // why the file last seen did not load
-	notReady error          // as last reported, to log only changes
-	busy     map[string]int // IDs with an Add, Del or Check running; GC skips them
+	list *libcni.NetworkConfigList
+	// own says list is byte for byte the default config noderun writes for
+	// its settings (defaultConf), so Add may run only the plugins a pod
+	// needs (chain.go). A user's config always runs whole.
+	own         bool
+	defaultConf []byte
+	loadErr     error          // why the file last seen did not load
+	notReady    error          // as last reported, to log only changes
+	busy        map[string]int // IDs with an Add, Del or Check running; GC skips them
 
 	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
 }
@@ -132,9 +138,13 @@ func New(cfg Config) (*Manager, error) {
 		busy:   map[string]int{},
 		bounds: defaultTimeouts,
 	}
+	var err error
+	if m.defaultConf, err = defaultConfig(cfg); err != nil {
+		return nil, err
+	}
 	// An unreadable ConfDir is left for Ready to report.
 	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" {
-		if path, err = writeDefaultConfig(cfg); err != nil {
+		if path, err = writeDefaultConfig(cfg.ConfDir, m.defaultConf); err != nil {
 			return nil, err
 		}
 		log.Info("wrote default CNI config", "path", path, "bridge", cfg.DefaultBridge, "subnet", cfg.DefaultSubnet)
@@ -147,7 +157,7 @@ func New(cfg Config) (*Manager, error) {
 // ErrNetworkNotReady that names the config file and what is wrong with it.
 // Like Add, it first reloads the config if the file changed.
 func (m *Manager) Ready() error {
-	_, err := m.refresh()
+	_, _, err := m.refresh()
 	return err
 }
 
@@ -165,9 +175,9 @@ func (m *Manager) NetworkName() string {
 // refresh reloads the config when the first config file in ConfDir is
 // another one, or was rewritten, since the last call, and checks that its
 // plugins are (still) installed. Both are a few stats, cheap enough to do
-// before every ADD. It returns the config for new attachments, or why there
-// is none.
-func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
+// before every ADD. It returns the config for new attachments and whether
+// it is noderun's own default, or why there is none.
+func (m *Manager) refresh() (*libcni.NetworkConfigList, bool, error) {
 	file, statErr := statConfig(m.confDir)
 
 	m.mu.Lock()
@@ -181,11 +191,11 @@ func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
 	default:
 		if file != m.seen {
 			m.seen = file
-			list, loadErr := loadConfig(file.path)
+			list, data, loadErr := loadConfig(file.path)
 			m.loadErr = loadErr
 			if loadErr == nil {
-				m.list = list
-				m.log.Info("loaded CNI config", "path", file.path, "network", list.Name)
+				m.list, m.own = list, bytes.Equal(data, m.defaultConf)
+				m.log.Info("loaded CNI config", "path", file.path, "network", list.Name, "noderun-default", m.own)
 			}
 		}
 		err = m.loadErr
@@ -198,9 +208,9 @@ func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
 	}
 	m.logReadiness(err)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return m.list, nil
+	return m.list, m.own, nil
 }
 
 // logReadiness logs when readiness, or the reason for its absence, changes.
@@ -284,15 +294,15 @@ func findConfig(dir string) (string, error) {
 }
 
 // loadConfig reads a network config list, or a single plugin config (any
-// extension) wrapped into a list of one.
-func loadConfig(path string) (*libcni.NetworkConfigList, error) {
+// extension) wrapped into a list of one, and returns it with the file's bytes.
+func loadConfig(path string) (*libcni.NetworkConfigList, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
 	}
 	var list *libcni.NetworkConfigList
 	if _, ok := probe["plugins"]; ok {
@@ -304,12 +314,12 @@ func loadConfig(path string) (*libcni.NetworkConfigList, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if list.Name == "" {
-		return nil, fmt.Errorf("%s: network has no name", path)
+		return nil, nil, fmt.Errorf("%s: network has no name", path)
 	}
-	return list, nil
+	return list, data, nil
 }
 
 // checkPlugins fails if a plugin the config names is in no bin dir, so that
@@ -323,13 +333,13 @@ func checkPlugins(path string, list *libcni.NetworkConfigList, binDirs []string)
 	return nil
 }
 
-// writeDefaultConfig writes a bridge network with host-local IPAM,
-// masquerade, hostPort and bandwidth support. host-local keeps its leases
-// next to CacheDir rather than in /var/lib/cni, so all noderun state sits in
-// its own state dir.
-func writeDefaultConfig(cfg Config) (string, error) {
+// defaultConfig is a bridge network with host-local IPAM, masquerade,
+// hostPort and bandwidth support. host-local keeps its leases next to
+// CacheDir rather than in /var/lib/cni, so all noderun state sits in its own
+// state dir.
+func defaultConfig(cfg Config) ([]byte, error) {
 	if _, _, err := net.ParseCIDR(cfg.DefaultSubnet); err != nil {
-		return "", fmt.Errorf("cni: default subnet: %w", err)
+		return nil, fmt.Errorf("cni: default subnet: %w", err)
 	}
 	type obj = map[string]any
 	conf := obj{
@@ -356,13 +366,18 @@ func writeDefaultConfig(cfg Config) (string, error) {
 	}
 	data, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("cni: default config: %w", err)
+		return nil, fmt.Errorf("cni: default config: %w", err)
 	}
-	path := filepath.Join(cfg.ConfDir, defaultConfName)
-	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
+	return append(data, '\n'), nil
+}
+
+// writeDefaultConfig writes data, the default config, into confDir.
+func writeDefaultConfig(confDir string, data []byte) (string, error) {
+	path := filepath.Join(confDir, defaultConfName)
+	if err := os.MkdirAll(confDir, 0o755); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
-	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
 	return path, nil
