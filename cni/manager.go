@@ -129,7 +129,7 @@ func New(cfg Config) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
+		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, newTimedExec(log)),
 		confDir: cfg.ConfDir,
 		binDirs: cfg.BinDirs,
 		log:     log,
@@ -344,7 +344,7 @@ func defaultConfig(cfg Config) ([]byte, error) {
 	type obj = map[string]any
 	conf := obj{
 		"cniVersion": defaultCNIVersion,
-		"name":       defaultNetName,
+		"name":       defaultNetworkName(cfg.DefaultBridge),
 		"plugins": []obj{
 			{
 				"type":        "bridge",
@@ -369,6 +369,16 @@ func defaultConfig(cfg Config) ([]byte, error) {
 		return nil, fmt.Errorf("cni: default config: %w", err)
 	}
 	return append(data, '\n'), nil
+}
+
+// defaultNetworkName is "noderun" on the default bridge, else the bridge's
+// name: the network's name is in host-local's lease dir and in the iptables
+// comments of its rules, so instances on bridges of their own keep apart.
+func defaultNetworkName(bridge string) string {
+	if bridge == DefaultBridge {
+		return defaultNetName
+	}
+	return bridge
 }
 
 // writeDefaultConfig writes data, the default config, into confDir.
