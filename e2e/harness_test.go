@@ -281,7 +281,6 @@ func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 			t.Fatal(err)
 		}
 	}
-	n.writeCNIConfig()
 	if err := os.Link(imageTar, filepath.Join(n.images, "busybox.tar")); err != nil {
 		t.Fatal(err)
 	}
@@ -305,12 +304,18 @@ func nsSuffix(name string) string {
 	return name[:min(len(name), 40)]
 }
 
-// writeCNIConfig has the shape of noderun's default config but a bridge,
-// subnet and IPAM directory of the test's own.
-func (n *node) writeCNIConfig() { n.writeCNIConfigWith() }
+// resetCNIConfig removes noderun's default config, which it writes (on the
+// test's bridge and subnet, --pod-bridge and --pod-cidr) when it starts
+// with none: after a change of state dir, whose IPAM dir the default names.
+func (n *node) resetCNIConfig() {
+	if err := os.Remove(filepath.Join(n.cniConf, "10-noderun.conflist")); err != nil && !os.IsNotExist(err) {
+		n.t.Fatal(err)
+	}
+}
 
-// writeCNIConfigWith adds plugins before loopback; noderun picks a changed
-// config up for new pods.
+// writeCNIConfigWith writes a config of the test's own (so it runs whole,
+// where noderun's default runs per pod), the default's shape with plugins
+// added before loopback; noderun picks a changed config up for new pods.
 func (n *node) writeCNIConfigWith(extra ...map[string]any) {
 	type obj = map[string]any
 	conf := obj{
@@ -362,6 +367,7 @@ func (n *node) start() {
 		"--cni-conf-dir", n.cniConf,
 		"--cni-bin-dir", cniBinDir,
 		"--pod-cidr", n.subnet,
+		"--pod-bridge", n.bridge,
 		"--status-socket", n.socket,
 		// Nothing from the host's registry setup leaks into a test.
 		"--registry-config-dir", filepath.Join(n.root, "certs.d"),
