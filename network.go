@@ -107,6 +107,18 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 	return ips, fresh, err
 }
 
+// Pin makes the namespaces and /dev/shm that Setup would, before the
+// network is attached.
+func (n *network) Pin(_ context.Context, sb *runner.Sandbox) error {
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork); err != nil {
+		return err
+	}
+	if sb.HostIPC {
+		return nil
+	}
+	return setupShm(sb)
+}
+
 func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {

@@ -45,6 +45,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	if w.st.sandboxOK {
 		w.checkSandbox(ctx, pod)
 	}
+	defer w.discardPrecreated(ctx)
 	if !w.st.sandboxOK {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
@@ -86,7 +87,7 @@ func (w *podWorker) observe(ctx context.Context, pod *v1.Pod) (map[string]*Conta
 		w.env.log.Error("list containers", "pod", podRef(pod), "err", err)
 		return nil, false
 	}
-	latest := w.newestByName(ctx, cs)
+	latest := w.newestByName(ctx, w.hidePrecreated(cs))
 	for name, failed := range w.st.startErr {
 		if run := latest[name]; run == nil || run.RestartCount < failed.RestartCount {
 			latest[name] = failed
@@ -188,6 +189,7 @@ func (w *podWorker) observeAfterKill(ctx context.Context, pod *v1.Pod) (map[stri
 	if err != nil {
 		return nil, false
 	}
+	cs = w.hidePrecreated(cs)
 	out := map[string]*ContainerStatus{}
 	for i := range cs {
 		if old := out[cs[i].Name]; old == nil || cs[i].RestartCount > old.RestartCount {
@@ -253,7 +255,12 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
-	user, err := e.rt.StartContainer(ctx, cfg)
+	var user *v1.LinuxContainerUser
+	if pc := w.takePrecreated(ctx, cfg); pc != nil {
+		user, err = pc.Start(ctx)
+	} else {
+		user, err = e.rt.StartContainer(ctx, cfg)
+	}
 	if err != nil {
 		reason := startReason(err)
 		if reason == "RunContainerError" && ctx.Err() == nil {
@@ -404,14 +411,22 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	e := w.env
 	cs := w.stopAll(ctx, pod)
 	w.env.probes.RemovePod(w.uid)
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, e.rt.RemoveContainer(ctx, c.ID))
-	}
 	if pod != nil && pod.UID == "" {
 		pod.UID = w.uid
 	}
-	errs = append(errs, e.net.Teardown(ctx, w.sandbox(pod)))
+	// The processes are gone: their containers and the network are
+	// released together (a CNI DEL takes as long as a container removal).
+	errs := make([]error, len(cs)+1)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.rt.RemoveContainer(ctx, c.ID)
+		}()
+	}
+	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
+	wg.Wait()
 	errs = append(errs, unmountVolumes(w.podStateDir()), unmountAll(w.podRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -506,7 +521,8 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	sb := w.sandbox(pod)
 	sb.DNS = resolv
-	ips, fresh, err := w.env.net.Setup(ctx, sb)
+	r, epoch := w.setupOverlapped(ctx, pod, sb, resolv)
+	ips, fresh, err := r.ips, r.fresh, r.err
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -515,6 +531,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 		w.networkCheckFailed(ctx, pod, err)
 		if errors.Is(err, ErrSandboxBroken) {
 			w.env.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
+			// Containers precreated in the old netns must not start.
+			w.discardPrecreated(ctx)
+			epoch = ""
 			if err := w.env.net.Teardown(ctx, sb); err != nil {
 				return fmt.Errorf("network teardown: %w", err)
 			}
@@ -526,7 +545,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if fresh {
 		w.stopAll(ctx, pod)
 	}
-	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh); err != nil {
+	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh, epoch); err != nil {
 		return err
 	}
 	w.st.checked = w.env.clock.Now()
@@ -667,17 +686,21 @@ func metaOf(c ContainerStatus) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: c.PodName, Namespace: c.PodNamespace, UID: types.UID(c.PodUID)}
 }
 
-// sandboxEpoch names the pod's current sandbox: a new name when it was just
-// made, else the one recorded beside its namespaces (which a reboot clears).
-// Containers carry it, so runs from a sandbox that is gone are told apart.
-func sandboxEpoch(dir string, fresh bool) (string, error) {
+// sandboxEpoch names the pod's current sandbox: a new name (want, if set)
+// when it was just made, else the one recorded beside its namespaces (which
+// a reboot clears). Containers carry it, so runs from a sandbox that is gone
+// are told apart.
+func sandboxEpoch(dir string, fresh bool, want string) (string, error) {
 	path := filepath.Join(dir, "epoch")
 	if !fresh {
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
 			return string(b), nil
 		}
 	}
-	epoch := rand.Text()[:12] // 60 random bits: never the old one
+	epoch := want
+	if epoch == "" {
+		epoch = rand.Text()[:12] // 60 random bits: never the old one
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("sandbox epoch: %w", err)
 	}

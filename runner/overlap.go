@@ -1,0 +1,174 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"reflect"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// A new pod's CNI ADD (the bridge plugin: a veth, an IP lease, iptables
+// rules) and the creation of its first containers (snapshot, spec, shim,
+// runc create) need nothing from each other but the pinned namespaces. So
+// while the network is attached, the containers the first sync will start
+// are created with their tasks, and only started once the network is up and
+// the pod's IP known: no process runs before its network is ready.
+//
+// What needs the IP is written before the start: the hosts file is
+// rewritten in place (the container binds the file, not its name), and a
+// container whose config comes out different once the IP is known (env or
+// args naming status.podIP) is discarded and created anew. Pods whose
+// sandbox holds more than namespaces at creation (a shared PID namespace,
+// downwardAPI volumes, which a subPath may pin) take the plain path, as do
+// pods with containers already in the runtime (adoption, a restart).
+
+// precreated is a container created ahead of its start.
+type precreated struct {
+	cfg     *ContainerConfig
+	created CreatedContainer
+}
+
+type setupResult struct {
+	ips   []string
+	fresh bool
+	err   error
+}
+
+// setupOverlapped runs the network's Setup and, meanwhile, creates the
+// containers the pod's first start needs into w.st.precreated. It returns
+// Setup's results and the epoch a fresh sandbox gets (the one the
+// precreated containers carry), or "" when nothing was precreated.
+func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbox, dns DNSConfig) (setupResult, string) {
+	if !w.mayPrecreate(pod) || w.env.net.Pin(ctx, sb) != nil {
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		return setupResult{ips, fresh, err}, ""
+	}
+	done := make(chan setupResult, 1)
+	go func() {
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		done <- setupResult{ips, fresh, err}
+	}()
+	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
+	w.precreate(ctx, pod, dns, epoch)
+	return <-done, epoch
+}
+
+// mayPrecreate reports whether the pod's first containers may be created
+// before its network is attached.
+func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
+	s := &pod.Spec
+	if s.HostNetwork || s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
+		return false
+	}
+	for _, v := range s.Volumes {
+		if v.DownwardAPI != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// precreate creates, in parallel, the containers a pod with no runs starts
+// first, in a sandbox of the given epoch. Whatever fails here is left for
+// the normal start to do and report.
+func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) {
+	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
+	if err != nil || len(cs) > 0 {
+		return
+	}
+	// The bind sources must exist when the task is created; the hosts
+	// file gets the pod's IP in place once it is known.
+	if w.writePodFileData(pod, dns) != nil || w.setupVolumes(pod) != nil {
+		return
+	}
+	prev := w.st.epoch
+	w.st.epoch = epoch
+	defer func() { w.st.epoch = prev }()
+	var cfgs []*ContainerConfig
+	for _, s := range computePodActions(w.view(pod, map[string]*ContainerStatus{})).start {
+		if s.c.ImagePullPolicy == v1.PullAlways {
+			continue // a pull now and another at the start
+		}
+		// Only an image at hand: a pull, its events and failures are the
+		// start's.
+		img, err := w.env.rt.EnsureImage(ctx, s.c.Image, v1.PullNever)
+		if err != nil {
+			continue
+		}
+		if cfg, err := w.containerConfig(pod, s.c, s.init, img, 0, nil); err == nil {
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	made := make([]CreatedContainer, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			made[i], _ = w.env.rt.CreateContainer(ctx, cfg)
+		}()
+	}
+	wg.Wait()
+	for i, cfg := range cfgs {
+		if made[i] != nil {
+			if w.st.precreated == nil {
+				w.st.precreated = map[string]*precreated{}
+			}
+			w.st.precreated[cfg.Container.Name] = &precreated{cfg, made[i]}
+		}
+	}
+}
+
+// takePrecreated returns the container precreated for cfg, if its config
+// is still cfg; one that no longer fits is removed.
+func (w *podWorker) takePrecreated(ctx context.Context, cfg *ContainerConfig) CreatedContainer {
+	p := w.st.precreated[cfg.Container.Name]
+	if p == nil {
+		return nil
+	}
+	delete(w.st.precreated, cfg.Container.Name)
+	if !sameConfig(p.cfg, cfg) {
+		w.remove(ctx, p.cfg.ID)
+		return nil
+	}
+	return p.created
+}
+
+// discardPrecreated removes the precreated containers this sync did not
+// start, e.g. when the sandbox turned out not to be fresh.
+func (w *podWorker) discardPrecreated(ctx context.Context) {
+	for name, p := range w.st.precreated {
+		w.remove(ctx, p.cfg.ID)
+		delete(w.st.precreated, name)
+	}
+}
+
+// hidePrecreated drops the precreated containers from a listing: they are
+// not runs yet, and a created task would otherwise count as one that never
+// started.
+func (w *podWorker) hidePrecreated(cs []ContainerStatus) []ContainerStatus {
+	if len(w.st.precreated) == 0 {
+		return cs
+	}
+	out := cs[:0:0]
+	for _, c := range cs {
+		if p := w.st.precreated[c.Name]; p == nil || p.cfg.ID != c.ID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sameConfig reports whether two configs of a container describe the same
+// process: the sandbox by value, everything else deeply.
+func sameConfig(a, b *ContainerConfig) bool {
+	x, y := *a, *b
+	if x.Sandbox == nil || y.Sandbox == nil {
+		return x.Sandbox == y.Sandbox && reflect.DeepEqual(x, y)
+	}
+	sx, sy := *x.Sandbox, *y.Sandbox
+	x.Sandbox, y.Sandbox = nil, nil
+	return reflect.DeepEqual(sx, sy) && reflect.DeepEqual(x, y)
+}

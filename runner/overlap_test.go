@@ -1,0 +1,71 @@
+package runner
+
+import (
+	"slices"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// TestPrecreateWhileNetworkSetsUp: a new pod's containers are created while
+// its network is attached, and none starts before Setup returned.
+func TestPrecreateWhileNetworkSetsUp(t *testing.T) {
+	f := startEngine(t)
+	gate := make(chan struct{})
+	f.net.mu.Lock()
+	f.net.setupGate = gate
+	f.net.mu.Unlock()
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "side", Image: "busybox:1.36"})
+	f.send(pod)
+	created := func() []string { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return slices.Clone(f.rt.created) }
+	waitFor(t, "both created during Setup", func() bool { return len(created()) == 2 })
+	if n := f.rt.startedCount(); n != 0 {
+		t.Fatalf("%d containers started before the network was set up", n)
+	}
+	close(gate)
+	waitFor(t, "both started", func() bool { return f.rt.startedCount() == 2 })
+	if got := created(); len(got) != 2 {
+		t.Errorf("containers created %v, want each once", got)
+	}
+	if n := f.rt.startedCount(); n != 2 {
+		t.Errorf("%d starts, want 2", n)
+	}
+}
+
+// TestPrecreateRedoneWhenTheIPMatters: a container whose env names
+// status.podIP is created again once the IP is known.
+func TestPrecreateRedoneWhenTheIPMatters(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.Containers[0].Env = append(pod.Spec.Containers[0].Env, v1.EnvVar{Name: "IP",
+		ValueFrom: &v1.EnvVarSource{FieldRef: &v1.ObjectFieldSelector{FieldPath: "status.podIP"}}})
+	f.send(pod)
+	waitFor(t, "started", func() bool { return f.rt.startedCount() == 1 })
+	cfg := f.startedConfig("main", 0)
+	if !slices.Contains(cfg.Env, "IP=10.0.0.2") {
+		t.Errorf("env %v lacks the pod IP", cfg.Env)
+	}
+	f.rt.mu.Lock()
+	created, state := len(f.rt.created), f.rt.containers[cfg.ID].State
+	f.rt.mu.Unlock()
+	// The start made it anew (the fake refuses a duplicate), so the
+	// precreated one, made without the IP, was removed.
+	if created != 1 || state != StateRunning {
+		t.Errorf("precreated %d times, state %v; want once, then started anew", created, state)
+	}
+}
+
+// TestNoPrecreateForHostNetwork: nothing to overlap, and Pin is not asked.
+func TestNoPrecreateForHostNetwork(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.HostNetwork = true
+	f.send(pod)
+	waitFor(t, "started", func() bool { return f.rt.startedCount() == 1 })
+	f.net.mu.Lock()
+	defer f.net.mu.Unlock()
+	if f.net.pins != 0 {
+		t.Errorf("Pin called %d times for a hostNetwork pod", f.net.pins)
+	}
+}
