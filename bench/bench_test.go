@@ -25,7 +25,7 @@ func TestSmoke(t *testing.T) {
 	m := missingPrerequisite()
 	testenv.Require(t, m == "", m)
 	cfg := Config{
-		Runs: 1, BurstRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, APIGets: 2, ProbePods: 2, ImageTarballs: 2, ImageTarballMiB: 1,
+		Runs: 1, BurstRuns: 1, InitRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, APIGets: 2, ProbePods: 2, ImageTarballs: 2, ImageTarballMiB: 1,
 		// Not the default network, so a `make bench` may run meanwhile.
 		Bridge: "nrbsmoke0", Subnet: "10.214.0.0/24", Log: testLog{t},
 	}

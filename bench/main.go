@@ -25,6 +25,7 @@ import (
 type Config struct {
 	Runs      int           `json:"runs"`       // one-pod repetitions
 	BurstRuns int           `json:"burst_runs"` // repetitions of each burst and its teardown
+	InitRuns  int           `json:"init_runs"`  // repetitions of the pod with init containers
 	Bursts    []int         `json:"bursts"`     // burst sizes
 	CPUWindow time.Duration `json:"cpu_window_ns"`
 	APIGets   int           `json:"api_gets"`   // timed GET /pods at the largest burst
@@ -40,7 +41,7 @@ type Config struct {
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100, ImageTarballs: 5, ImageTarballMiB: 40,
+		Runs: 9, BurstRuns: 3, InitRuns: 5, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, APIGets: 30, ProbePods: 100, ImageTarballs: 5, ImageTarballMiB: 40,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
@@ -54,6 +55,7 @@ func main() {
 	bursts := flag.String("bursts", "10,30,100", "burst sizes, comma-separated")
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
+	flag.IntVar(&cfg.InitRuns, "init-runs", cfg.InitRuns, "repetitions of the pod with 3 init and 2 app containers (0: skip it)")
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
 	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")

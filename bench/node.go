@@ -274,19 +274,26 @@ func (n *node) writeManifests(names []string) (time.Time, error) {
 
 // writeManifestsWith is writeManifests with the container changed by mutate.
 func (n *node) writeManifestsWith(names []string, mutate func(*v1.Container)) (time.Time, error) {
+	return n.writePods(names, func(s *v1.PodSpec) {
+		if mutate != nil {
+			mutate(&s.Containers[0])
+		}
+	})
+}
+
+// writePods is writeManifests with the pod spec changed by mutate.
+func (n *node) writePods(names []string, mutate func(*v1.PodSpec)) (time.Time, error) {
 	grace := int64(10)
 	for _, name := range names {
-		c := v1.Container{Name: "main", Image: imageRef, Command: podCommand}
-		if mutate != nil {
-			mutate(&c)
+		spec := v1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand}},
 		}
+		mutate(&spec)
 		b, err := json.Marshal(v1.Pod{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.PodSpec{
-				TerminationGracePeriodSeconds: &grace,
-				Containers:                    []v1.Container{c},
-			},
+			Spec:       spec,
 		})
 		if err != nil {
 			return time.Time{}, err
