@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
@@ -140,9 +141,11 @@ func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 	if err := n.cni.Ready(); err != nil {
 		return nil, false, notReady(err)
 	}
+	t0 := time.Now()
 	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false); err != nil {
 		return nil, false, err
 	}
+	t1 := time.Now()
 	// A fresh netns but an attachment left from an earlier boot or a crash
 	// mid-ADD: release it first so its IP does not leak.
 	if n.cni.Attached(att) {
@@ -155,6 +158,7 @@ func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 	if err != nil {
 		return nil, false, notReady(err)
 	}
+	n.log.Debug("pod network set up", "sandbox", sb.ID, "namespaces", t1.Sub(t0), "cni", time.Since(t1))
 	n.track(sb)
 	b, _ := json.Marshal(ips) // a []string always marshals
 	return ips, true, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)

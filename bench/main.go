@@ -31,11 +31,14 @@ type Config struct {
 	APIGets   int           `json:"api_gets"`   // timed GET /pods at the largest burst
 	ProbePods int           `json:"probe_pods"` // pods per probe CPU measure (0: none)
 	// Tarballs in the images dir for the start-time measure (0: none).
-	ImageTarballs   int       `json:"image_tarballs"`
-	ImageTarballMiB int       `json:"image_tarball_mib"`
-	Bridge          string    `json:"bridge"`
-	Subnet          string    `json:"subnet"`
-	Log             io.Writer `json:"-"` // progress
+	ImageTarballs   int `json:"image_tarballs"`
+	ImageTarballMiB int `json:"image_tarball_mib"`
+	// NodeLog, if set, is where the measured noderun logs at debug level
+	// (each pod's phase timings), kept after the run.
+	NodeLog string    `json:"node_log,omitempty"`
+	Bridge  string    `json:"bridge"`
+	Subnet  string    `json:"subnet"`
+	Log     io.Writer `json:"-"` // progress
 }
 
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
@@ -59,6 +62,7 @@ func main() {
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
 	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")
+	flag.StringVar(&cfg.NodeLog, "node-log", "", "keep the measured noderun's debug log (each pod's phase timings) in this file")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	flag.Parse()

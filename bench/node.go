@@ -72,12 +72,17 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 			return nil, err
 		}
 	}
-	out, err := os.Create(filepath.Join(dir, "noderun.log"))
+	logPath, level := filepath.Join(dir, "noderun.log"), "info"
+	if e.cfg.NodeLog != "" && ns == noderunNS {
+		// Debug level: the timings of each pod's start phases.
+		logPath, level = e.cfg.NodeLog, "debug"
+	}
+	out, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close() // the child has its own copy
-	n.cmd = exec.Command(e.bin,
+	n.cmd = exec.Command(e.bin, "--log-level", level,
 		"--manifests", n.manifests,
 		"--node-name", nodeName,
 		"--state-dir", filepath.Join(dir, "state"),

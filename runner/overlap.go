@@ -51,8 +51,13 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 		done <- setupResult{ips, fresh, err}
 	}()
 	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
+	t0 := w.env.clock.Now()
 	w.precreate(ctx, pod, dns, epoch)
-	return <-done, epoch
+	made := w.env.clock.Since(t0)
+	r := <-done
+	w.env.log.Debug("pod sandbox and first containers", "pod", podRef(pod), "precreated", len(w.st.precreated),
+		"create", made, "network waited", w.env.clock.Since(t0)-made)
+	return r, epoch
 }
 
 // mayPrecreate reports whether the pod's first containers may be created

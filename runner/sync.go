@@ -239,7 +239,9 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		w.event(pod, c.Name, s.init, v1.EventTypeNormal, "BackOff", msg)
 		return left
 	}
+	t0 := e.clock.Now()
 	img, err := w.ensureImage(ctx, pod, c, s.init)
+	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "took", e.clock.Since(t0))
 	if errors.Is(err, ErrImageImporting) {
 		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
 		return 500 * time.Millisecond
@@ -521,6 +523,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	sb := w.sandbox(pod)
 	sb.DNS = resolv
+	w.env.log.Debug("setting up the pod sandbox", "pod", podRef(pod))
 	r, epoch := w.setupOverlapped(ctx, pod, sb, resolv)
 	ips, fresh, err := r.ips, r.fresh, r.err
 	if err != nil {
