@@ -111,7 +111,7 @@ func missingPrerequisite() string {
 			return bin + " in PATH"
 		}
 	}
-	for _, f := range []string{"bridge", "host-local", "portmap", "loopback"} {
+	for _, f := range []string{"bridge", "host-local", "portmap", "bandwidth", "loopback"} {
 		if _, err := os.Stat(filepath.Join(cniBinDir, f)); err != nil {
 			return "CNI plugin " + filepath.Join(cniBinDir, f)
 		}
