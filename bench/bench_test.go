@@ -33,7 +33,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	rep, err := run(ctx, cfg)
 	if rep != nil {
-		checkCleanedUp(t, rep, cfg.Bridge)
+		checkCleanedUp(t, rep, cfg.Bridge, nodeBridgeName(cfg.Bridge))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -69,7 +69,7 @@ func TestSmoke(t *testing.T) {
 	rep.writeTable(testLog{t})
 }
 
-func checkCleanedUp(t *testing.T, rep *Report, bridge string) {
+func checkCleanedUp(t *testing.T, rep *Report, bridges ...string) {
 	t.Helper()
 	if _, err := os.Stat(rep.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("bench dir %s left behind: %v", rep.dir, err)
@@ -77,8 +77,10 @@ func checkCleanedUp(t *testing.T, rep *Report, bridge string) {
 	if err := syscall.Kill(rep.containerdPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("containerd (pid %d) still runs: %v", rep.containerdPID, err)
 	}
-	if _, err := net.InterfaceByName(bridge); err == nil {
-		t.Errorf("bridge %s left behind", bridge)
+	for _, bridge := range bridges {
+		if _, err := net.InterfaceByName(bridge); err == nil {
+			t.Errorf("bridge %s left behind", bridge)
+		}
 	}
 	ms, err := mountsUnder("/")
 	if err != nil {

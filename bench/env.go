@@ -66,15 +66,19 @@ type env struct {
 	imageTar string
 	cniConf  string // the floor's conflist
 	// noderun writes its own default config (the same chain plus
-	// bandwidth) for the same bridge and the other half of the subnet, so
-	// that it may run only the plugins each pod needs, as it does for users.
-	nodeCNIDir, nodeSubnet string
-	daemon                 *ctrdrt.Daemon
-	client                 *containerd.Client
+	// bandwidth) for a bridge of its own (the bridge plugin keeps one
+	// subnet per bridge) and the other half of the subnet, so that it may
+	// run only the plugins each pod needs, as it does for users.
+	nodeCNIDir, nodeSubnet, nodeBridge string
+	daemon                             *ctrdrt.Daemon
+	client                             *containerd.Client
 }
 
 func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err := checkNetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
+		return nil, err
+	}
+	if err := checkNetworkFree(nodeBridgeName(cfg.Bridge), cfg.Subnet); err != nil {
 		return nil, err
 	}
 	// Under /tmp and short: containerd's socket path must fit sun_path.
@@ -104,7 +108,7 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err != nil {
 		return e, err
 	}
-	e.nodeSubnet, e.nodeCNIDir = nodeSubnet, filepath.Join(dir, "node", "cni")
+	e.nodeSubnet, e.nodeCNIDir, e.nodeBridge = nodeSubnet, filepath.Join(dir, "node", "cni"), nodeBridgeName(cfg.Bridge)
 	e.cniConf = filepath.Join(dir, "cni", "10-nrbench.conflist")
 	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "ipam")); err != nil {
 		return e, err
@@ -156,6 +160,12 @@ func checkNetworkFree(bridge, subnet string) error {
 		}
 	}
 	return nil
+}
+
+// nodeBridgeName is the bridge of noderun's network: the floor's name with
+// an "n", within the 15 characters of an interface name.
+func nodeBridgeName(bridge string) string {
+	return bridge[:min(len(bridge), 14)] + "n"
 }
 
 // halves splits a subnet into its lower and upper half.
@@ -228,9 +238,11 @@ func (e *env) close() error {
 		errs = append(errs, e.daemon.Stop(ctx))
 	}
 	errs = append(errs, unmountUnder(e.dir))
-	if _, err := net.InterfaceByName(e.cfg.Bridge); err == nil {
-		if out, err := exec.Command("ip", "link", "del", e.cfg.Bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", e.cfg.Bridge, err, out))
+	for _, br := range []string{e.cfg.Bridge, nodeBridgeName(e.cfg.Bridge)} {
+		if _, err := net.InterfaceByName(br); err == nil {
+			if out, err := exec.Command("ip", "link", "del", br).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", br, err, out))
+			}
 		}
 	}
 	errs = append(errs, os.RemoveAll(e.dir))

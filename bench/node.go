@@ -93,7 +93,7 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		"--containerd-namespace", ns,
 		"--cni-conf-dir", e.nodeCNIDir,
 		"--pod-cidr", e.nodeSubnet,
-		"--pod-bridge", e.cfg.Bridge,
+		"--pod-bridge", e.nodeBridge,
 		"--cni-bin-dir", cniBinDir,
 		"--status-socket", n.socket,
 	)

@@ -22,7 +22,8 @@ import (
 // args naming status.podIP) is discarded and created anew. Pods whose
 // sandbox holds more than namespaces at creation (a shared PID namespace,
 // downwardAPI volumes, which a subPath may pin) take the plain path, as do
-// pods with containers already in the runtime (adoption, a restart).
+// pods with containers already in the runtime (adoption, a restart) and
+// retries after a failed set-up.
 
 // precreated is a container created ahead of its start.
 type precreated struct {
@@ -64,7 +65,9 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 // before its network is attached.
 func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 	s := &pod.Spec
-	if s.HostNetwork || s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
+	// After a failed set-up, retries would create and remove containers
+	// in a loop until the network works.
+	if w.st.netErr != nil || s.HostNetwork || s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
 		return false
 	}
 	for _, v := range s.Volumes {
