@@ -10,11 +10,12 @@ import (
 )
 
 // A new pod's CNI ADD (the bridge plugin: a veth, an IP lease, iptables
-// rules) and the creation of its first containers (snapshot, spec, shim,
-// runc create) need nothing from each other but the pinned namespaces. So
-// while the network is attached, the containers the first sync will start
-// are created with their tasks, and only started once the network is up and
-// the pod's IP known: no process runs before its network is ready.
+// rules) and the creation of its containers (snapshot, spec, shim, runc
+// create) need nothing from each other but the pinned namespaces. So while
+// the network is attached, the pod's containers are created with their
+// tasks, all at once, and each is only started when its turn comes (init
+// containers one after another) and never before the network is up and the
+// pod's IP known. Those not started yet are hidden from the pod's runs.
 //
 // What needs the IP is written before the start: the hosts file is
 // rewritten in place (the container binds the file, not its name), and a
@@ -78,9 +79,10 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 	return true
 }
 
-// precreate creates, in parallel, the containers a pod with no runs starts
-// first, in a sandbox of the given epoch. Whatever fails here is left for
-// the normal start to do and report.
+// precreate creates, in parallel, every container of a pod with no runs
+// (init containers too: each then waits only for its start, not for its
+// creation, once the one before it exited), in a sandbox of the given
+// epoch. Whatever fails here is left for the normal start to do and report.
 func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) {
 	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
 	if err != nil || len(cs) > 0 {
@@ -95,17 +97,19 @@ func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, e
 	w.st.epoch = epoch
 	defer func() { w.st.epoch = prev }()
 	var cfgs []*ContainerConfig
-	for _, s := range computePodActions(w.view(pod, map[string]*ContainerStatus{})).start {
-		if s.c.ImagePullPolicy == v1.PullAlways {
-			continue // a pull now and another at the start
+	for i, c := range allContainers(pod) {
+		if c.ImagePullPolicy == v1.PullAlways || usesSubPath(c) {
+			// A pull now and another at the start; a subPath bound now,
+			// before an init container made what it names.
+			continue
 		}
 		// Only an image at hand: a pull, its events and failures are the
 		// start's.
-		img, err := w.env.rt.EnsureImage(ctx, s.c.Image, v1.PullNever)
+		img, err := w.env.rt.EnsureImage(ctx, c.Image, v1.PullNever)
 		if err != nil {
 			continue
 		}
-		if cfg, err := w.containerConfig(pod, s.c, s.init, img, 0, nil); err == nil {
+		if cfg, err := w.containerConfig(pod, c, i < len(pod.Spec.InitContainers), img, 0, nil); err == nil {
 			cfgs = append(cfgs, cfg)
 		}
 	}
@@ -144,12 +148,43 @@ func (w *podWorker) takePrecreated(ctx context.Context, cfg *ContainerConfig) Cr
 	return p.created
 }
 
-// discardPrecreated removes the precreated containers this sync did not
-// start, e.g. when the sandbox turned out not to be fresh.
+// anyLive reports whether a run may be running.
+func anyLive(runs map[string]*ContainerStatus) bool {
+	for _, r := range runs {
+		if r.State == StateRunning || r.State == StateUnknown {
+			return true
+		}
+	}
+	return false
+}
+
+func usesSubPath(c *v1.Container) bool {
+	for _, m := range c.VolumeMounts {
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// discardPrecreated removes the precreated containers not started yet.
 func (w *podWorker) discardPrecreated(ctx context.Context) {
 	for name, p := range w.st.precreated {
 		w.remove(ctx, p.cfg.ID)
 		delete(w.st.precreated, name)
+	}
+}
+
+// prunePrecreated, after each sync, removes the precreated containers that
+// can no longer start as made: their sandbox is gone or was not the fresh
+// one, or their container left the spec or changed.
+func (w *podWorker) prunePrecreated(ctx context.Context, pod *v1.Pod) {
+	for name, p := range w.st.precreated {
+		c := specOf(pod, name)
+		if !w.st.sandboxOK || c == nil || p.cfg.SpecHash != specHash(c) || p.cfg.Sandbox.Epoch != w.st.epoch {
+			w.remove(ctx, p.cfg.ID)
+			delete(w.st.precreated, name)
+		}
 	}
 }
 

@@ -69,3 +69,56 @@ func TestNoPrecreateForHostNetwork(t *testing.T) {
 		t.Errorf("Pin called %d times for a hostNetwork pod", f.net.pins)
 	}
 }
+
+// TestPrecreateInitContainers: init containers and app containers are all
+// created during Setup, then started one after another as the kubelet's
+// order asks, each from its precreated container.
+func TestPrecreateInitContainers(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.InitContainers = []v1.Container{{Name: "i0", Image: "busybox:1.36"}, {Name: "i1", Image: "busybox:1.36"}}
+	f.send(pod)
+	waitFor(t, "i0 started", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.mu.Lock()
+	created := len(f.rt.created)
+	f.rt.mu.Unlock()
+	if created != 3 {
+		t.Fatalf("%d containers created with the sandbox, want 3", created)
+	}
+	if p := f.status("u1"); p == nil || len(p.Status.InitContainerStatuses) != 2 || p.Status.InitContainerStatuses[1].State.Waiting == nil ||
+		p.Status.InitContainerStatuses[1].RestartCount != 0 {
+		t.Fatalf("the waiting init container must not show as a run: %+v", p.Status.InitContainerStatuses)
+	}
+	for i, id := range []string{ContainerID("u1", "i0", 0), ContainerID("u1", "i1", 0)} {
+		f.rt.exit(id, 0)
+		waitFor(t, "next started", func() bool { return f.rt.startedCount() == i+2 })
+	}
+	if got := f.startedNames(); !slices.Equal(got, []string{"i0", "i1", "main"}) {
+		t.Errorf("started %v, want i0 i1 main in order", got)
+	}
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if len(f.rt.created) != 3 {
+		t.Errorf("containers created %v, want each once", f.rt.created)
+	}
+}
+
+// TestPrecreatedRemovedWhenThePodFails: a Never pod whose init container
+// fails will not start its app container; the precreated one goes.
+func TestPrecreatedRemovedWhenThePodFails(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "web", v1.RestartPolicyNever)
+	pod.Spec.InitContainers = []v1.Container{{Name: "i0", Image: "busybox:1.36"}}
+	f.send(pod)
+	waitFor(t, "i0 started", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.exit(ContainerID("u1", "i0", 0), 1)
+	app := ContainerID("u1", "main", 0)
+	waitFor(t, "precreated app removed", func() bool {
+		f.rt.mu.Lock()
+		defer f.rt.mu.Unlock()
+		return f.rt.containers[app] == nil
+	})
+	if n := f.rt.startedCount(); n != 1 {
+		t.Errorf("%d started, want only the init container", n)
+	}
+}

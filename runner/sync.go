@@ -45,7 +45,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	if w.st.sandboxOK {
 		w.checkSandbox(ctx, pod)
 	}
-	defer w.discardPrecreated(ctx)
+	defer w.prunePrecreated(ctx, pod)
 	if !w.st.sandboxOK {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
@@ -62,6 +62,11 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
+	if len(acts.start) == 0 && !anyLive(latest) {
+		// The pod has ended (or is failing for good): what was
+		// precreated for later will not start.
+		w.discardPrecreated(ctx)
+	}
 	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
@@ -411,6 +416,7 @@ func minPositive(a, b time.Duration) time.Duration {
 // a crash half-way is repaired by running it again.
 func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	e := w.env
+	w.discardPrecreated(ctx)
 	cs := w.stopAll(ctx, pod)
 	w.env.probes.RemovePod(w.uid)
 	if pod != nil && pod.UID == "" {
