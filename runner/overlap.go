@@ -39,13 +39,14 @@ type setupResult struct {
 }
 
 // setupOverlapped runs the network's Setup and, meanwhile, creates the
-// containers the pod's first start needs into w.st.precreated. It returns
-// Setup's results and the epoch a fresh sandbox gets (the one the
-// precreated containers carry), or "" when nothing was precreated.
-func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbox, dns DNSConfig) (setupResult, string) {
+// containers of a new pod into w.st.precreated. It returns Setup's results,
+// the epoch a fresh sandbox gets (the one the precreated containers carry)
+// or "" when nothing was precreated, and whether the pod was seen to have
+// no containers at all before.
+func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbox, dns DNSConfig) (setupResult, string, bool) {
 	if !w.mayPrecreate(pod) || w.env.net.Pin(ctx, sb) != nil {
 		ips, fresh, err := w.env.net.Setup(ctx, sb)
-		return setupResult{ips, fresh, err}, ""
+		return setupResult{ips, fresh, err}, "", false
 	}
 	done := make(chan setupResult, 1)
 	go func() {
@@ -54,12 +55,12 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 	}()
 	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
 	t0 := w.env.clock.Now()
-	w.precreate(ctx, pod, dns, epoch)
+	none := w.precreate(ctx, pod, dns, epoch)
 	made := w.env.clock.Since(t0)
 	r := <-done
 	w.env.log.Debug("pod sandbox and first containers", "pod", podRef(pod), "precreated", len(w.st.precreated),
 		"create", made, "network waited", w.env.clock.Since(t0)-made)
-	return r, epoch
+	return r, epoch, none
 }
 
 // mayPrecreate reports whether the pod's first containers may be created
@@ -83,15 +84,16 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 // (init containers too: each then waits only for its start, not for its
 // creation, once the one before it exited), in a sandbox of the given
 // epoch. Whatever fails here is left for the normal start to do and report.
-func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) {
+// It reports whether the pod had no containers.
+func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) bool {
 	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
 	if err != nil || len(cs) > 0 {
-		return
+		return false
 	}
 	// The bind sources must exist when the task is created; the hosts
 	// file gets the pod's IP in place once it is known.
 	if w.writePodFileData(pod, dns) != nil || w.setupVolumes(pod) != nil {
-		return
+		return true
 	}
 	prev := w.st.epoch
 	w.st.epoch = epoch
@@ -131,6 +133,7 @@ func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, e
 			w.st.precreated[cfg.Container.Name] = &precreated{cfg, made[i]}
 		}
 	}
+	return true
 }
 
 // takePrecreated returns the container precreated for cfg, if its config

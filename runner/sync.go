@@ -530,7 +530,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	sb := w.sandbox(pod)
 	sb.DNS = resolv
 	w.env.log.Debug("setting up the pod sandbox", "pod", podRef(pod))
-	r, epoch := w.setupOverlapped(ctx, pod, sb, resolv)
+	r, epoch, noRuns := w.setupOverlapped(ctx, pod, sb, resolv)
 	ips, fresh, err := r.ips, r.fresh, r.err
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
@@ -551,7 +551,7 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 			}
 		}
 	}
-	if fresh {
+	if fresh && !noRuns { // only this worker makes the pod's containers
 		w.stopAll(ctx, pod)
 	}
 	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh, epoch); err != nil {
