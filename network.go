@@ -111,9 +111,11 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 // Pin makes the namespaces and /dev/shm that Setup would, before the
 // network is attached.
 func (n *network) Pin(_ context.Context, sb *runner.Sandbox) error {
+	t0 := time.Now()
 	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork); err != nil {
 		return err
 	}
+	n.log.Debug("pod namespaces pinned", "sandbox", sb.ID, "took", time.Since(t0))
 	if sb.HostIPC {
 		return nil
 	}
