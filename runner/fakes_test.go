@@ -180,7 +180,8 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 	if r.startErr != nil {
 		return nil, r.startErr
 	}
-	if _, dup := r.containers[cfg.ID]; dup {
+	// A leftover that never started is replaced, as the real one does.
+	if c, dup := r.containers[cfg.ID]; dup && c.State != StateCreated {
 		return nil, fmt.Errorf("container %s exists", cfg.ID)
 	}
 	r.started = append(r.started, cfg)

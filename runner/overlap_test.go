@@ -122,3 +122,21 @@ func TestPrecreatedRemovedWhenThePodFails(t *testing.T) {
 		t.Errorf("%d started, want only the init container", n)
 	}
 }
+
+// TestCreatedRunKeepsItsRestartCount: a container made but never started
+// (noderun stopped while it was precreated) is started under its own
+// restart count, not counted as a run that ended.
+func TestCreatedRunKeepsItsRestartCount(t *testing.T) {
+	f := startEngine(t, ContainerStatus{ID: ContainerID("u1", "main", 0), PodUID: "u1", PodName: "web-n1", PodNamespace: "default",
+		Name: "main", State: StateCreated, SpecHash: specHash(&testPod("u1", "web", v1.RestartPolicyAlways).Spec.Containers[0])})
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "started", func() bool { return f.rt.startedCount() == 1 })
+	if cfg := f.startedConfig("main", 0); cfg == nil || cfg.LastState != nil {
+		t.Fatalf("started %+v, want restart 0 with no last state", f.startedNames())
+	}
+	waitFor(t, "running with no restart", func() bool {
+		p := f.status("u1")
+		return p != nil && len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil &&
+			p.Status.ContainerStatuses[0].RestartCount == 0
+	})
+}

@@ -211,6 +211,13 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 	if prev == nil {
 		return w.start(ctx, pod, s, 0, nil, latest)
 	}
+	if prev.State == StateCreated {
+		// Made but never started (noderun stopped in between, e.g. while
+		// it waited its turn, precreated): not a run that ended, so it
+		// keeps its restart count, as the kubelet starts a Created
+		// container; it is made anew under the same id.
+		return w.start(ctx, pod, s, prev.RestartCount, prev.LastState, latest)
+	}
 	if prev.State == StateExited || prev.State == StateCreated {
 		b := w.st.backoff[s.c.Name]
 		if b == nil {
