@@ -25,7 +25,7 @@ func TestSmoke(t *testing.T) {
 	m := missingPrerequisite()
 	testenv.Require(t, m == "", m)
 	cfg := Config{
-		Runs: 1, BurstRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, LogWindow: time.Second, APIGets: 2, ProbePods: 2, ShimPods: 2, ShimContainers: 2, ImageTarballs: 2, ImageTarballMiB: 1,
+		Runs: 1, BurstRuns: 1, InitRuns: 1, Bursts: []int{2}, CPUWindow: time.Second, LogWindow: time.Second, APIGets: 2, ProbePods: 2, ShimPods: 2, ShimContainers: 2, ImageTarballs: 2, ImageTarballMiB: 1,
 		// Not the default network, so a `make bench` may run meanwhile.
 		Bridge: "nrbsmoke0", Subnet: "10.214.0.0/24", Log: testLog{t},
 	}
@@ -33,7 +33,7 @@ func TestSmoke(t *testing.T) {
 	defer cancel()
 	rep, err := run(ctx, cfg)
 	if rep != nil {
-		checkCleanedUp(t, rep, cfg.Bridge)
+		checkCleanedUp(t, rep, cfg.Bridge, nodeBridgeName(cfg.Bridge))
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestSmoke(t *testing.T) {
 	rep.writeTable(testLog{t})
 }
 
-func checkCleanedUp(t *testing.T, rep *Report, bridge string) {
+func checkCleanedUp(t *testing.T, rep *Report, bridges ...string) {
 	t.Helper()
 	if _, err := os.Stat(rep.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("bench dir %s left behind: %v", rep.dir, err)
@@ -78,8 +78,10 @@ func checkCleanedUp(t *testing.T, rep *Report, bridge string) {
 	if err := syscall.Kill(rep.containerdPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("containerd (pid %d) still runs: %v", rep.containerdPID, err)
 	}
-	if _, err := net.InterfaceByName(bridge); err == nil {
-		t.Errorf("bridge %s left behind", bridge)
+	for _, bridge := range bridges {
+		if _, err := net.InterfaceByName(bridge); err == nil {
+			t.Errorf("bridge %s left behind", bridge)
+		}
 	}
 	ms, err := mountsUnder("/")
 	if err != nil {
@@ -103,4 +105,22 @@ type testLog struct{ t *testing.T }
 func (l testLog) Write(p []byte) (int, error) {
 	l.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
+}
+
+func TestHalves(t *testing.T) {
+	for _, tc := range []struct{ in, lo, hi string }{
+		{"10.213.0.0/16", "10.213.0.0/17", "10.213.128.0/17"},
+		{"10.214.0.0/24", "10.214.0.0/25", "10.214.0.128/25"},
+		{"10.214.0.77/24", "10.214.0.0/25", "10.214.0.128/25"},
+	} {
+		lo, hi, err := halves(tc.in)
+		if err != nil || lo != tc.lo || hi != tc.hi {
+			t.Errorf("halves(%s) = %s, %s, %v; want %s, %s", tc.in, lo, hi, err, tc.lo, tc.hi)
+		}
+	}
+	for _, bad := range []string{"10.0.0.0/30", "fd00::/64", "x"} {
+		if _, _, err := halves(bad); err == nil {
+			t.Errorf("halves(%s) succeeded", bad)
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,13 +64,21 @@ type env struct {
 	dir      string
 	bin      string // stripped noderun binary
 	imageTar string
-	cniConf  string // the conflist, shared by noderun and the floor
-	daemon   *ctrdrt.Daemon
-	client   *containerd.Client
+	cniConf  string // the floor's conflist
+	// noderun writes its own default config (the same chain plus
+	// bandwidth) for a bridge of its own (the bridge plugin keeps one
+	// subnet per bridge) and the other half of the subnet, so that it may
+	// run only the plugins each pod needs, as it does for users.
+	nodeCNIDir, nodeSubnet, nodeBridge string
+	daemon                             *ctrdrt.Daemon
+	client                             *containerd.Client
 }
 
 func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err := checkNetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
+		return nil, err
+	}
+	if err := checkNetworkFree(nodeBridgeName(cfg.Bridge), cfg.Subnet); err != nil {
 		return nil, err
 	}
 	// Under /tmp and short: containerd's socket path must fit sun_path.
@@ -95,8 +104,13 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err := ociimage.WriteFile(e.imageTar, img); err != nil {
 		return e, err
 	}
+	floorSubnet, nodeSubnet, err := halves(cfg.Subnet)
+	if err != nil {
+		return e, err
+	}
+	e.nodeSubnet, e.nodeCNIDir, e.nodeBridge = nodeSubnet, filepath.Join(dir, "node", "cni"), nodeBridgeName(cfg.Bridge)
 	e.cniConf = filepath.Join(dir, "cni", "10-nrbench.conflist")
-	if err := writeCNIConfig(e.cniConf, cfg.Bridge, cfg.Subnet, filepath.Join(dir, "ipam")); err != nil {
+	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "ipam")); err != nil {
 		return e, err
 	}
 	e.daemon, err = ctrdrt.StartDaemon(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
@@ -148,6 +162,26 @@ func checkNetworkFree(bridge, subnet string) error {
 	return nil
 }
 
+// nodeBridgeName is the bridge of noderun's network: the floor's name with
+// an "n", within the 15 characters of an interface name.
+func nodeBridgeName(bridge string) string {
+	return bridge[:min(len(bridge), 14)] + "n"
+}
+
+// halves splits a subnet into its lower and upper half.
+func halves(subnet string) (lower, upper string, err error) {
+	p, err := netip.ParsePrefix(subnet)
+	if err != nil || !p.Addr().Is4() || p.Bits() > 29 {
+		return "", "", fmt.Errorf("subnet %q: want IPv4 with room for two halves", subnet)
+	}
+	p = p.Masked()
+	a := p.Addr().As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += 1 << (31 - p.Bits())
+	up := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	return netip.PrefixFrom(p.Addr(), p.Bits()+1).String(), netip.PrefixFrom(up, p.Bits()+1).String(), nil
+}
+
 // writeCNIConfig has the shape of noderun's default config (bridge with
 // masquerade and hairpin, host-local, portmap, loopback) on the bench's own
 // bridge, subnet and IPAM directory.
@@ -195,7 +229,7 @@ func (e *env) close() error {
 	}
 	errs = append(errs,
 		detachLeftovers(ctx, e.cniConf, filepath.Join(e.dir, "floor", "cni"), filepath.Join(e.dir, "floor", "pods")),
-		detachLeftovers(ctx, e.cniConf, filepath.Join(e.dir, "node", "state", "cni", "cache"), filepath.Join(e.dir, "node", "run", "pods")))
+		detachLeftovers(ctx, filepath.Join(e.nodeCNIDir, "10-noderun.conflist"), filepath.Join(e.dir, "node", "state", "cni", "cache"), filepath.Join(e.dir, "node", "run", "pods")))
 	removeCgroup(floorCgroup(e.dir))
 	if e.client != nil {
 		errs = append(errs, e.client.Close())
@@ -204,9 +238,11 @@ func (e *env) close() error {
 		errs = append(errs, e.daemon.Stop(ctx))
 	}
 	errs = append(errs, unmountUnder(e.dir))
-	if _, err := net.InterfaceByName(e.cfg.Bridge); err == nil {
-		if out, err := exec.Command("ip", "link", "del", e.cfg.Bridge).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", e.cfg.Bridge, err, out))
+	for _, br := range []string{e.cfg.Bridge, nodeBridgeName(e.cfg.Bridge)} {
+		if _, err := net.InterfaceByName(br); err == nil {
+			if out, err := exec.Command("ip", "link", "del", br).CombinedOutput(); err != nil {
+				errs = append(errs, fmt.Errorf("ip link del %s: %w: %s", br, err, out))
+			}
 		}
 	}
 	errs = append(errs, os.RemoveAll(e.dir))

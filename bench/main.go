@@ -25,6 +25,7 @@ import (
 type Config struct {
 	Runs      int           `json:"runs"`       // one-pod repetitions
 	BurstRuns int           `json:"burst_runs"` // repetitions of each burst and its teardown
+	InitRuns  int           `json:"init_runs"`  // repetitions of the pod with init containers
 	Bursts    []int         `json:"bursts"`     // burst sizes
 	CPUWindow time.Duration `json:"cpu_window_ns"`
 	APIGets   int           `json:"api_gets"`      // timed GET /pods at the largest burst
@@ -34,17 +35,20 @@ type Config struct {
 	ShimPods       int `json:"shim_pods"`
 	ShimContainers int `json:"shim_containers"`
 	// Tarballs in the images dir for the start-time measure (0: none).
-	ImageTarballs   int       `json:"image_tarballs"`
-	ImageTarballMiB int       `json:"image_tarball_mib"`
-	Bridge          string    `json:"bridge"`
-	Subnet          string    `json:"subnet"`
-	Log             io.Writer `json:"-"` // progress
+	ImageTarballs   int `json:"image_tarballs"`
+	ImageTarballMiB int `json:"image_tarball_mib"`
+	// NodeLog, if set, is where the measured noderun logs at debug level
+	// (each pod's phase timings), kept after the run.
+	NodeLog string    `json:"node_log,omitempty"`
+	Bridge  string    `json:"bridge"`
+	Subnet  string    `json:"subnet"`
+	Log     io.Writer `json:"-"` // progress
 }
 
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, LogWindow: 10 * time.Second, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
+		Runs: 9, BurstRuns: 3, InitRuns: 5, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, LogWindow: 10 * time.Second, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
@@ -58,12 +62,14 @@ func main() {
 	bursts := flag.String("bursts", "10,30,100", "burst sizes, comma-separated")
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
+	flag.IntVar(&cfg.InitRuns, "init-runs", cfg.InitRuns, "repetitions of the pod with 3 init and 2 app containers (0: skip it)")
 	flag.DurationVar(&cfg.CPUWindow, "cpu-window", cfg.CPUWindow, "steady-state window for noderun's CPU use")
 	flag.DurationVar(&cfg.LogWindow, "log-window", cfg.LogWindow, "one container logging as fast as it can, this long (0: skip it)")
 	flag.IntVar(&cfg.ProbePods, "probe-pods", cfg.ProbePods, "pods with probes for the probe CPU measures (0: skip them)")
 	flag.IntVar(&cfg.ShimPods, "shim-pods", cfg.ShimPods, "pods of -shim-containers containers for the shim measures (0: skip them)")
 	flag.IntVar(&cfg.ShimContainers, "shim-containers", cfg.ShimContainers, "containers per pod for the shim measures")
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")
+	flag.StringVar(&cfg.NodeLog, "node-log", "", "keep the measured noderun's debug log (each pod's phase timings) in this file")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	flag.Parse()

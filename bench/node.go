@@ -72,12 +72,17 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 			return nil, err
 		}
 	}
-	out, err := os.Create(filepath.Join(dir, "noderun.log"))
+	logPath, level := filepath.Join(dir, "noderun.log"), "info"
+	if e.cfg.NodeLog != "" && ns == noderunNS {
+		// Debug level: the timings of each pod's start phases.
+		logPath, level = e.cfg.NodeLog, "debug"
+	}
+	out, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
 	defer out.Close() // the child has its own copy
-	n.cmd = exec.Command(e.bin,
+	n.cmd = exec.Command(e.bin, "--log-level", level,
 		"--manifests", n.manifests,
 		"--node-name", nodeName,
 		"--state-dir", filepath.Join(dir, "state"),
@@ -86,7 +91,9 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		"--images-dir", images,
 		"--containerd-address", e.daemon.Address(),
 		"--containerd-namespace", ns,
-		"--cni-conf-dir", filepath.Dir(e.cniConf),
+		"--cni-conf-dir", e.nodeCNIDir,
+		"--pod-cidr", e.nodeSubnet,
+		"--pod-bridge", e.nodeBridge,
 		"--cni-bin-dir", cniBinDir,
 		"--status-socket", n.socket,
 		"--api-port", "0", // never the port of a noderun running on the host
@@ -273,19 +280,26 @@ func (n *node) writeManifests(names []string) (time.Time, error) {
 
 // writeManifestsWith is writeManifests with the container changed by mutate.
 func (n *node) writeManifestsWith(names []string, mutate func(*v1.Container)) (time.Time, error) {
+	return n.writePods(names, func(s *v1.PodSpec) {
+		if mutate != nil {
+			mutate(&s.Containers[0])
+		}
+	})
+}
+
+// writePods is writeManifests with the pod spec changed by mutate.
+func (n *node) writePods(names []string, mutate func(*v1.PodSpec)) (time.Time, error) {
 	grace := int64(10)
 	for _, name := range names {
-		c := v1.Container{Name: "main", Image: imageRef, Command: podCommand}
-		if mutate != nil {
-			mutate(&c)
+		spec := v1.PodSpec{
+			TerminationGracePeriodSeconds: &grace,
+			Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand}},
 		}
+		mutate(&spec)
 		b, err := json.Marshal(v1.Pod{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: v1.PodSpec{
-				TerminationGracePeriodSeconds: &grace,
-				Containers:                    []v1.Container{c},
-			},
+			Spec:       spec,
 		})
 		if err != nil {
 			return time.Time{}, err

@@ -24,6 +24,8 @@ type measurements struct {
 	onePod          pair // manifest rename (floor: first step) -> process runs
 	onePodAPI       []float64
 	onePodTeardown  pair
+	initPod         pair // 3 init + 2 app containers: manifest -> all started
+	initPodTeardown pair
 	burst           map[int]*pair     // by pod count: start of all
 	teardown        map[int]*pair     // by pod count: nothing left
 	rss, anon, heap map[int][]float64 // by pod count, MiB
@@ -94,6 +96,12 @@ func (b *bench) measureAll(ctx context.Context) error {
 	for r := range b.cfg.Runs {
 		b.logf("one pod, run %d/%d", r+1, b.cfg.Runs)
 		if err := b.onePod(ctx, r); err != nil {
+			return err
+		}
+	}
+	for r := range b.cfg.InitRuns {
+		b.logf("pod with init containers, run %d/%d", r+1, b.cfg.InitRuns)
+		if err := b.initPod(ctx, r); err != nil {
 			return err
 		}
 	}

@@ -62,9 +62,14 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 	if a.ID == "" || a.NetNS == "" {
 		return nil, fmt.Errorf("cni: add %q: ID and NetNS are required", a.ID)
 	}
-	list, err := m.refresh()
+	list, own, err := m.refresh()
 	if err != nil {
 		return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
+	}
+	if own {
+		if list, err = podChain(list, a); err != nil {
+			return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
+		}
 	}
 	defer m.track(a.ID)()
 	if err := m.owned.add(list.Name, a.ID); err != nil {

@@ -397,7 +397,7 @@ func TestReloadNewSubnet(t *testing.T) {
 		t.Fatal(err)
 	}
 	conf := strings.Replace(string(data), cfg.DefaultSubnet, subnet2, 1)
-	conf = strings.Replace(conf, fmt.Sprintf("%q", cfg.DefaultBridge), fmt.Sprintf("%q", bridge2), 1)
+	conf = strings.Replace(conf, fmt.Sprintf(`"bridge": %q`, cfg.DefaultBridge), fmt.Sprintf(`"bridge": %q`, bridge2), 1)
 	if err := atomicfile.WriteFile(path, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
 	}

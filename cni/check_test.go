@@ -67,11 +67,11 @@ func withoutNetNS(a Attachment) Attachment {
 // addPlugin writes the default config with p appended to its chain.
 func addPlugin(t *testing.T, cfg Config, p map[string]any) {
 	t.Helper()
-	path, err := writeDefaultConfig(cfg)
+	data, err := defaultConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(path)
+	path, err := writeDefaultConfig(cfg, data)
 	if err != nil {
 		t.Fatal(err)
 	}

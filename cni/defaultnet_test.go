@@ -27,10 +27,7 @@ func bridgeExists(name string) bool {
 func TestRemoveDefaultNetworkRemovesWhatNoderunMade(t *testing.T) {
 	requireRoot(t)
 	cfg := testNetwork(t)
-	path, err := writeDefaultConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := writeDefault(t, cfg)
 	addBridge(t, cfg.DefaultBridge)
 	removed, kept, err := RemoveDefaultNetwork(cfg)
 	if err != nil {
@@ -57,10 +54,7 @@ func TestRemoveDefaultNetworkKeepsWhatIsNotNoderuns(t *testing.T) {
 	requireRoot(t)
 	cfg := testNetwork(t)
 	addBridge(t, cfg.DefaultBridge)
-	path, err := writeDefaultConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := writeDefault(t, cfg)
 	if err := os.WriteFile(path, []byte(`{"name":"edited"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -84,4 +78,18 @@ func TestRemoveDefaultNetworkWithoutRecord(t *testing.T) {
 	if removed, kept, err := RemoveDefaultNetwork(cfg); err != nil || removed != nil || kept != nil {
 		t.Fatalf("got %q %q %v; want nothing", removed, kept, err)
 	}
+}
+
+// writeDefault writes noderun's default config for cfg, as New does.
+func writeDefault(t *testing.T, cfg Config) string {
+	t.Helper()
+	data, err := defaultConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := writeDefaultConfig(cfg, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,10 +71,15 @@ type Manager struct {
 	seen configFile
 	// list is the last config that parsed, kept while the file is broken
 	// as the best guess for a DEL that has no cached config.
-	list     *libcni.NetworkConfigList
-	loadErr  error          // why the file last seen did not load
-	notReady error          // as last reported, to log only changes
-	busy     map[string]int // IDs with an Add, Del or Check running; GC skips them
+	list *libcni.NetworkConfigList
+	// own says list is byte for byte the default config noderun writes for
+	// its settings (defaultConf), so Add may run only the plugins a pod
+	// needs (chain.go). A user's config always runs whole.
+	own         bool
+	defaultConf []byte
+	loadErr     error          // why the file last seen did not load
+	notReady    error          // as last reported, to log only changes
+	busy        map[string]int // IDs with an Add, Del or Check running; GC skips them
 
 	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
 }
@@ -125,7 +131,7 @@ func New(cfg Config) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, nil),
+		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, newTimedExec(log)),
 		confDir: cfg.ConfDir,
 		binDirs: cfg.BinDirs,
 		log:     log,
@@ -134,9 +140,13 @@ func New(cfg Config) (*Manager, error) {
 		busy:   map[string]int{},
 		bounds: defaultTimeouts,
 	}
+	var err error
+	if m.defaultConf, err = defaultConfig(cfg); err != nil {
+		return nil, err
+	}
 	// An unreadable ConfDir is left for Ready to report.
 	if path, err := findConfig(cfg.ConfDir); err == nil && path == "" && !cfg.NoDefault {
-		if path, err = writeDefaultConfig(cfg); err != nil {
+		if path, err = writeDefaultConfig(cfg, m.defaultConf); err != nil {
 			return nil, err
 		}
 		log.Info("wrote default CNI config", "path", path, "bridge", cfg.DefaultBridge, "subnet", cfg.DefaultSubnet)
@@ -149,7 +159,7 @@ func New(cfg Config) (*Manager, error) {
 // ErrNetworkNotReady that names the config file and what is wrong with it.
 // Like Add, it first reloads the config if the file changed.
 func (m *Manager) Ready() error {
-	_, err := m.refresh()
+	_, _, err := m.refresh()
 	return err
 }
 
@@ -167,9 +177,9 @@ func (m *Manager) NetworkName() string {
 // refresh reloads the config when the first config file in ConfDir is
 // another one, or was rewritten, since the last call, and checks that its
 // plugins are (still) installed. Both are a few stats, cheap enough to do
-// before every ADD. It returns the config for new attachments, or why there
-// is none.
-func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
+// before every ADD. It returns the config for new attachments and whether
+// it is noderun's own default, or why there is none.
+func (m *Manager) refresh() (*libcni.NetworkConfigList, bool, error) {
 	file, statErr := statConfig(m.confDir)
 
 	m.mu.Lock()
@@ -183,11 +193,11 @@ func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
 	default:
 		if file != m.seen {
 			m.seen = file
-			list, loadErr := loadConfig(file.path)
+			list, data, loadErr := loadConfig(file.path)
 			m.loadErr = loadErr
 			if loadErr == nil {
-				m.list = list
-				m.log.Info("loaded CNI config", "path", file.path, "network", list.Name)
+				m.list, m.own = list, bytes.Equal(data, m.defaultConf)
+				m.log.Info("loaded CNI config", "path", file.path, "network", list.Name, "noderun-default", m.own)
 			}
 		}
 		err = m.loadErr
@@ -200,9 +210,9 @@ func (m *Manager) refresh() (*libcni.NetworkConfigList, error) {
 	}
 	m.logReadiness(err)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return m.list, nil
+	return m.list, m.own, nil
 }
 
 // logReadiness logs when readiness, or the reason for its absence, changes.
@@ -286,15 +296,15 @@ func findConfig(dir string) (string, error) {
 }
 
 // loadConfig reads a network config list, or a single plugin config (any
-// extension) wrapped into a list of one.
-func loadConfig(path string) (*libcni.NetworkConfigList, error) {
+// extension) wrapped into a list of one, and returns it with the file's bytes.
+func loadConfig(path string) (*libcni.NetworkConfigList, []byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var probe map[string]json.RawMessage
 	if err := json.Unmarshal(data, &probe); err != nil {
-		return nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: not a JSON object: %w", path, err)
 	}
 	var list *libcni.NetworkConfigList
 	if _, ok := probe["plugins"]; ok {
@@ -306,12 +316,12 @@ func loadConfig(path string) (*libcni.NetworkConfigList, error) {
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
 	if list.Name == "" {
-		return nil, fmt.Errorf("%s: network has no name", path)
+		return nil, nil, fmt.Errorf("%s: network has no name", path)
 	}
-	return list, nil
+	return list, data, nil
 }
 
 // checkPlugins fails if a plugin the config names is in no bin dir, so that
@@ -325,18 +335,18 @@ func checkPlugins(path string, list *libcni.NetworkConfigList, binDirs []string)
 	return nil
 }
 
-// writeDefaultConfig writes a bridge network with host-local IPAM,
-// masquerade, hostPort and bandwidth support. host-local keeps its leases
-// next to CacheDir rather than in /var/lib/cni, so all noderun state sits in
-// its own state dir.
-func writeDefaultConfig(cfg Config) (string, error) {
+// defaultConfig is a bridge network with host-local IPAM, masquerade,
+// hostPort and bandwidth support. host-local keeps its leases next to
+// CacheDir rather than in /var/lib/cni, so all noderun state sits in its own
+// state dir.
+func defaultConfig(cfg Config) ([]byte, error) {
 	if _, _, err := net.ParseCIDR(cfg.DefaultSubnet); err != nil {
-		return "", fmt.Errorf("cni: default subnet: %w", err)
+		return nil, fmt.Errorf("cni: default subnet: %w", err)
 	}
 	type obj = map[string]any
 	conf := obj{
 		"cniVersion": defaultCNIVersion,
-		"name":       defaultNetName,
+		"name":       defaultNetworkName(cfg.DefaultBridge),
 		"plugins": []obj{
 			{
 				"type":        "bridge",
@@ -358,13 +368,28 @@ func writeDefaultConfig(cfg Config) (string, error) {
 	}
 	data, err := json.MarshalIndent(conf, "", "  ")
 	if err != nil {
-		return "", fmt.Errorf("cni: default config: %w", err)
+		return nil, fmt.Errorf("cni: default config: %w", err)
 	}
+	return append(data, '\n'), nil
+}
+
+// defaultNetworkName is "noderun" on the default bridge, else the bridge's
+// name: the network's name is in host-local's lease dir and in the iptables
+// comments of its rules, so instances on bridges of their own keep apart.
+func defaultNetworkName(bridge string) string {
+	if bridge == DefaultBridge {
+		return defaultNetName
+	}
+	return bridge
+}
+
+// writeDefaultConfig writes data, the default config, into cfg.ConfDir
+// and records it (recordDefault) so that reset removes only what noderun wrote.
+func writeDefaultConfig(cfg Config, data []byte) (string, error) {
 	path := filepath.Join(cfg.ConfDir, defaultConfName)
 	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
-	data = append(data, '\n')
 	if err := recordDefault(cfg, path, data); err != nil {
 		return "", fmt.Errorf("cni: record default config %s: %w", path, err)
 	}

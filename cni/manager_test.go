@@ -59,8 +59,8 @@ func TestNewWritesDefaultConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m.NetworkName() != "noderun" {
-		t.Errorf("NetworkName() = %q, want noderun", m.NetworkName())
+	if m.NetworkName() != "nrttest" {
+		t.Errorf("NetworkName() = %q, want the bridge's name nrttest", m.NetworkName())
 	}
 	path := filepath.Join(cfg.ConfDir, "10-noderun.conflist")
 	if !strings.Contains(logs.String(), path) {

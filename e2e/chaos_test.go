@@ -629,7 +629,7 @@ func chaosFilesystemsFull(t *testing.T) {
 	n := newNode(t)
 	n.stop()
 	n.state, n.logs = state, logs
-	n.writeCNIConfig()
+	n.resetCNIConfig()
 	n.start()
 	s := newScenario(t, n, client)
 	s.write("talker.yaml", "talker", `apiVersion: v1

@@ -111,7 +111,7 @@ func missingPrerequisite() string {
 			return bin + " in PATH"
 		}
 	}
-	for _, f := range []string{"bridge", "host-local", "portmap", "loopback"} {
+	for _, f := range []string{"bridge", "host-local", "portmap", "bandwidth", "loopback"} {
 		if _, err := os.Stat(filepath.Join(cniBinDir, f)); err != nil {
 			return "CNI plugin " + filepath.Join(cniBinDir, f)
 		}
@@ -253,7 +253,6 @@ func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 			t.Fatal(err)
 		}
 	}
-	n.writeCNIConfig()
 	for i, tar := range tars {
 		if err := os.Link(tar, filepath.Join(n.images, fmt.Sprintf("extra-%d.tar", i))); err != nil {
 			t.Fatal(err)
@@ -320,12 +319,18 @@ func nsSuffix(name string) string {
 	return name[:min(len(name), 40)]
 }
 
-// writeCNIConfig has the shape of noderun's default config but a bridge,
-// subnet and IPAM directory of the test's own.
-func (n *node) writeCNIConfig() { n.writeCNIConfigWith() }
+// resetCNIConfig removes noderun's default config, which it writes (on the
+// test's bridge and subnet, --pod-bridge and --pod-cidr) when it starts
+// with none: after a change of state dir, whose IPAM dir the default names.
+func (n *node) resetCNIConfig() {
+	if err := os.Remove(filepath.Join(n.cniConf, "10-noderun.conflist")); err != nil && !os.IsNotExist(err) {
+		n.t.Fatal(err)
+	}
+}
 
-// writeCNIConfigWith adds plugins before loopback; noderun picks a changed
-// config up for new pods.
+// writeCNIConfigWith writes a config of the test's own (so it runs whole,
+// where noderun's default runs per pod), the default's shape with plugins
+// added before loopback; noderun picks a changed config up for new pods.
 func (n *node) writeCNIConfigWith(extra ...map[string]any) {
 	type obj = map[string]any
 	conf := obj{
@@ -370,6 +375,7 @@ func (n *node) flags() []string {
 		"--cni-conf-dir", n.cniConf,
 		"--cni-bin-dir", cniBinDir,
 		"--pod-cidr", n.subnet,
+		"--pod-bridge", n.bridge,
 		"--status-socket", n.socket,
 		// Parallel nodes each get a port (`noderun kubeconfig` finds it).
 		"--api-port", "0",

@@ -515,7 +515,7 @@ func TestDeletedVethIsRepaired(t *testing.T) {
 func TestNetworkNotReadyThenFixed(t *testing.T) {
 	t.Parallel()
 	bin := t.TempDir()
-	for _, p := range []string{"host-local", "portmap", "loopback"} { // no bridge
+	for _, p := range []string{"host-local", "portmap", "bandwidth", "loopback"} { // no bridge
 		if err := os.Symlink(filepath.Join(cniBinDir, p), filepath.Join(bin, p)); err != nil {
 			t.Fatal(err)
 		}

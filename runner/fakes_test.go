@@ -110,6 +110,7 @@ type fakeRuntime struct {
 	clock       Clock
 	containers  map[string]*ContainerStatus
 	started     []*ContainerConfig
+	created     []string // IDs CreateContainer made
 	stopped     []string
 	exits       chan ExitEvent
 	startErr    error
@@ -139,10 +140,18 @@ func newFakeRuntime(clock Clock) *fakeRuntime {
 	return &fakeRuntime{clock: clock, containers: map[string]*ContainerStatus{}, exits: make(chan ExitEvent, 16)}
 }
 
-func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, _ v1.PullPolicy) (ImageConfig, error) {
+// EnsureImage: with imagePulls the image is not at hand, so policy Never
+// fails; ensures counts the calls that may pull.
+func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (ImageConfig, error) {
 	r.mu.Lock()
-	r.ensures++
 	pull, err := r.imagePulls, r.imageErr
+	if policy == v1.PullNever && pull {
+		r.mu.Unlock()
+		return ImageConfig{}, ErrImageNeverPull
+	}
+	if policy != v1.PullNever {
+		r.ensures++
+	}
 	r.mu.Unlock()
 	if pull {
 		PullStarted(ctx, ref)
@@ -171,7 +180,8 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 	if r.startErr != nil {
 		return nil, r.startErr
 	}
-	if _, dup := r.containers[cfg.ID]; dup {
+	// A leftover that never started is replaced, as the real one does.
+	if c, dup := r.containers[cfg.ID]; dup && c.State != StateCreated {
 		return nil, fmt.Errorf("container %s exists", cfg.ID)
 	}
 	r.started = append(r.started, cfg)
@@ -180,6 +190,44 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
 		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch, ImageRef: cfg.Image.Ref,
 	}
+	return nil, nil
+}
+
+// CreateContainer makes a container whose task waits: it lists as
+// created, and counts as started (in r.started) only once started.
+func (r *fakeRuntime) CreateContainer(_ context.Context, cfg *ContainerConfig) (CreatedContainer, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.startErr != nil {
+		return nil, r.startErr
+	}
+	if _, dup := r.containers[cfg.ID]; dup {
+		return nil, fmt.Errorf("container %s exists", cfg.ID)
+	}
+	r.created = append(r.created, cfg.ID)
+	r.containers[cfg.ID] = &ContainerStatus{
+		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
+		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
+		State: StateCreated, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch, ImageRef: cfg.Image.Ref,
+	}
+	return &fakeCreated{r, cfg}, nil
+}
+
+type fakeCreated struct {
+	r   *fakeRuntime
+	cfg *ContainerConfig
+}
+
+func (c *fakeCreated) Start(context.Context) (*v1.LinuxContainerUser, error) {
+	r := c.r
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run := r.containers[c.cfg.ID]
+	if run == nil || run.State != StateCreated {
+		return nil, fmt.Errorf("container %s: not created", c.cfg.ID)
+	}
+	r.started = append(r.started, c.cfg)
+	run.State, run.CreatedAt = StateRunning, r.clock.Now()
 	return nil, nil
 }
 
@@ -276,9 +324,17 @@ type fakeNetwork struct {
 	deepChecks int
 	teardowns  []string
 	tearErr    error // what Teardown fails with
+	pins       int
+	setupGate  chan struct{} // when set, Setup waits for it to close
 }
 
 func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, error) {
+	n.mu.Lock()
+	gate := n.setupGate
+	n.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.setups == nil {
@@ -294,6 +350,13 @@ func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, err
 	}
 	n.adopted[sb.PodUID] = true
 	return []string{"10.0.0.2"}, fresh, nil
+}
+
+func (n *fakeNetwork) Pin(context.Context, *Sandbox) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.pins++
+	return nil
 }
 
 func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {

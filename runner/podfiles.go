@@ -22,11 +22,16 @@ const (
 // /etc/resolv.conf, which every container bind-mounts. Files are rewritten
 // in place only when their content changes, so running containers keep them.
 func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
-	dir := w.podStateDir()
-	resolv := renderResolvConf(dns)
 	if pod.Spec.DNSPolicy == v1.DNSClusterFirst && !pod.Spec.HostNetwork || pod.Spec.DNSPolicy == v1.DNSClusterFirstWithHostNet {
 		w.env.log.Warn("no cluster DNS on a standalone node; using the host's resolv.conf (dnsPolicy Default)", "pod", podRef(pod))
 	}
+	return w.writePodFileData(pod, dns)
+}
+
+// writePodFileData writes the pod files without a word.
+func (w *podWorker) writePodFileData(pod *v1.Pod, dns DNSConfig) error {
+	dir := w.podStateDir()
+	resolv := renderResolvConf(dns)
 	hostname := utsHostname(pod)
 	hosts, err := hostsFile(pod, w.st.ips)
 	if err != nil {

@@ -21,6 +21,10 @@ type Runtime interface {
 	// StartContainer creates the container described by cfg and starts its
 	// task. It returns the user the process runs as, names resolved.
 	StartContainer(ctx context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error)
+	// CreateContainer creates the container and its task but does not
+	// start it, so that the pod's network can be set up meanwhile. Until
+	// it is started, RemoveContainer discards it.
+	CreateContainer(ctx context.Context, cfg *ContainerConfig) (CreatedContainer, error)
 	// StopContainer signals the task, waits up to grace, then kills it. A
 	// missing container or task is not an error.
 	StopContainer(ctx context.Context, id string, grace time.Duration) error
@@ -42,6 +46,13 @@ type Runtime interface {
 	// (image references as manifests write them). It returns what it
 	// removed.
 	GCImages(ctx context.Context, keep []string, p ImageGCPolicy) ([]string, error)
+}
+
+// CreatedContainer is a container whose task waits to be started.
+type CreatedContainer interface {
+	// Start starts the task and returns the user the process runs as,
+	// names resolved. On error the container is removed.
+	Start(ctx context.Context) (*v1.LinuxContainerUser, error)
 }
 
 // ImageGCPolicy is the kubelet's image garbage collection policy.
@@ -72,6 +83,10 @@ type Network interface {
 	// sandbox that no longer exists. Errors wrap ErrNetworkNotReady when
 	// the node's network configuration is unusable.
 	Setup(ctx context.Context, sb *Sandbox) (ips []string, fresh bool, err error)
+	// Pin creates (or finds) the pod's namespaces and /dev/shm without
+	// attaching the network, so that containers can be created in them
+	// while Setup attaches it. Setup does this too.
+	Pin(ctx context.Context, sb *Sandbox) error
 	// Teardown detaches and removes everything Setup made; idempotent.
 	Teardown(ctx context.Context, sb *Sandbox) error
 	// Check reports ErrSandboxBroken when the sandbox's network is gone

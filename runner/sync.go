@@ -45,6 +45,7 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	if w.st.sandboxOK {
 		w.checkSandbox(ctx, pod)
 	}
+	defer w.prunePrecreated(ctx, pod)
 	if !w.st.sandboxOK {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
@@ -62,6 +63,11 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
+	if len(acts.start) == 0 && !anyLive(latest) {
+		// The pod has ended (or is failing for good): what was
+		// precreated for later will not start.
+		w.discardPrecreated(ctx)
+	}
 	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
@@ -87,7 +93,7 @@ func (w *podWorker) observe(ctx context.Context, pod *v1.Pod) (map[string]*Conta
 		w.env.log.Error("list containers", "pod", podRef(pod), "err", err)
 		return nil, false
 	}
-	latest := w.newestByName(ctx, cs)
+	latest := w.newestByName(ctx, w.hidePrecreated(cs))
 	for name, failed := range w.st.startErr {
 		if run := latest[name]; run == nil || run.RestartCount < failed.RestartCount {
 			latest[name] = failed
@@ -189,6 +195,7 @@ func (w *podWorker) observeAfterKill(ctx context.Context, pod *v1.Pod) (map[stri
 	if err != nil {
 		return nil, false
 	}
+	cs = w.hidePrecreated(cs)
 	out := map[string]*ContainerStatus{}
 	for i := range cs {
 		if old := out[cs[i].Name]; old == nil || cs[i].RestartCount > old.RestartCount {
@@ -204,6 +211,13 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 	prev := s.prev
 	if prev == nil {
 		return w.start(ctx, pod, s, 0, nil, latest)
+	}
+	if prev.State == StateCreated {
+		// Made but never started (noderun stopped in between, e.g. while
+		// it waited its turn, precreated): not a run that ended, so it
+		// keeps its restart count, as the kubelet starts a Created
+		// container; it is made anew under the same id.
+		return w.start(ctx, pod, s, prev.RestartCount, prev.LastState, latest)
 	}
 	if prev.State == StateExited || prev.State == StateCreated {
 		b := w.st.backoff[s.c.Name]
@@ -238,7 +252,9 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		w.event(pod, c.Name, s.init, v1.EventTypeNormal, "BackOff", msg)
 		return left
 	}
+	t0 := e.clock.Now()
 	img, err := w.ensureImage(ctx, pod, c, s.init)
+	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "took", e.clock.Since(t0))
 	if errors.Is(err, ErrImageImporting) {
 		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
 		return 500 * time.Millisecond
@@ -254,7 +270,12 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
-	user, err := e.rt.StartContainer(ctx, cfg)
+	var user *v1.LinuxContainerUser
+	if pc := w.takePrecreated(ctx, cfg); pc != nil {
+		user, err = pc.Start(ctx)
+	} else {
+		user, err = e.rt.StartContainer(ctx, cfg)
+	}
 	if err != nil {
 		reason := startReason(err)
 		if reason == "RunContainerError" && ctx.Err() == nil {
@@ -403,16 +424,25 @@ func minPositive(a, b time.Duration) time.Duration {
 // a crash half-way is repaired by running it again.
 func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	e := w.env
+	w.discardPrecreated(ctx)
 	cs := w.stopAll(ctx, pod)
 	w.env.probes.RemovePod(w.uid)
-	var errs []error
-	for _, c := range cs {
-		errs = append(errs, e.rt.RemoveContainer(ctx, c.ID))
-	}
 	if pod != nil && pod.UID == "" {
 		pod.UID = w.uid
 	}
-	errs = append(errs, e.net.Teardown(ctx, w.sandbox(pod)))
+	// The processes are gone: their containers and the network are
+	// released together (a CNI DEL takes as long as a container removal).
+	errs := make([]error, len(cs)+1)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = e.rt.RemoveContainer(ctx, c.ID)
+		}()
+	}
+	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
+	wg.Wait()
 	errs = append(errs, unmountVolumes(w.podStateDir()), unmountAll(w.podRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
@@ -509,7 +539,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	sb := w.sandbox(pod)
 	sb.DNS = resolv
-	ips, fresh, err := w.env.net.Setup(ctx, sb)
+	w.env.log.Debug("setting up the pod sandbox", "pod", podRef(pod))
+	r, epoch, noRuns := w.setupOverlapped(ctx, pod, sb, resolv)
+	ips, fresh, err := r.ips, r.fresh, r.err
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -518,6 +550,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 		w.networkCheckFailed(ctx, pod, err)
 		if errors.Is(err, ErrSandboxBroken) {
 			w.env.log.Warn("adopted pod sandbox is broken; recreating it", "pod", podRef(pod), "err", err)
+			// Containers precreated in the old netns must not start.
+			w.discardPrecreated(ctx)
+			epoch = ""
 			if err := w.env.net.Teardown(ctx, sb); err != nil {
 				return fmt.Errorf("network teardown: %w", err)
 			}
@@ -526,10 +561,10 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 			}
 		}
 	}
-	if fresh {
+	if fresh && !noRuns { // only this worker makes the pod's containers
 		w.stopAll(ctx, pod)
 	}
-	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh); err != nil {
+	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh, epoch); err != nil {
 		return err
 	}
 	w.st.checked = w.env.clock.Now()
@@ -670,17 +705,21 @@ func metaOf(c ContainerStatus) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: c.PodName, Namespace: c.PodNamespace, UID: types.UID(c.PodUID)}
 }
 
-// sandboxEpoch names the pod's current sandbox: a new name when it was just
-// made, else the one recorded beside its namespaces (which a reboot clears).
-// Containers carry it, so runs from a sandbox that is gone are told apart.
-func sandboxEpoch(dir string, fresh bool) (string, error) {
+// sandboxEpoch names the pod's current sandbox: a new name (want, if set)
+// when it was just made, else the one recorded beside its namespaces (which
+// a reboot clears). Containers carry it, so runs from a sandbox that is gone
+// are told apart.
+func sandboxEpoch(dir string, fresh bool, want string) (string, error) {
 	path := filepath.Join(dir, "epoch")
 	if !fresh {
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
 			return string(b), nil
 		}
 	}
-	epoch := rand.Text()[:12] // 60 random bits: never the old one
+	epoch := want
+	if epoch == "" {
+		epoch = rand.Text()[:12] // 60 random bits: never the old one
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return "", fmt.Errorf("sandbox epoch: %w", err)
 	}

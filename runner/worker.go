@@ -47,6 +47,9 @@ type podState struct {
 	startErr  map[string]*ContainerStatus // runs the runtime could not start
 	messages  map[string]string           // termination messages by name/restart
 	pullUntil map[string]time.Time        // no pull before this, by container name
+	// Containers created while the sandbox's network was being set up,
+	// by name, for this sync to start (overlap.go).
+	precreated map[string]*precreated
 }
 
 func newPodState(timer Timer) podState {

@@ -226,23 +226,54 @@ func repoDigest(name, digest string) string {
 // StartContainer creates the container and starts its task, and says which
 // user it runs as.
 func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (*v1.LinuxContainerUser, error) {
-	if err := r.startContainer(ctx, cfg); err != nil {
+	created, err := r.CreateContainer(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
-	return userFromLabel(r.userLabel(cfg)), nil
+	return created.Start(ctx)
 }
 
-// startContainer creates the container and starts its task. A leftover
-// container with the same id (a crash between create and start) is replaced.
-func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfig) (retErr error) {
-	ctx = r.ctx(ctx)
+// CreateContainer creates the container and its task (the shim, runc
+// create: the process waits in runc init) without starting it. A leftover
+// container with the same id (a crash between create and start) is
+// replaced. Until Start, RemoveContainer discards it; a crash meanwhile
+// leaves a run that never started, as a crash between create and start
+// always did.
+func (r *Runtime) CreateContainer(ctx context.Context, cfg *runner.ContainerConfig) (runner.CreatedContainer, error) {
+	t0 := time.Now()
+	task, err := r.createContainer(r.ctx(ctx), cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &created{r: r, cfg: cfg, task: task, began: t0}, nil
+}
+
+// created is a container whose task waits to be started.
+type created struct {
+	r     *Runtime
+	cfg   *runner.ContainerConfig
+	task  ctrd.Task
+	began time.Time
+}
+
+func (c *created) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
+	if err := c.r.startTask(c.r.ctx(ctx), c.cfg, c.task, c.began); err != nil {
+		return nil, err
+	}
+	return userFromLabel(c.r.userLabel(c.cfg)), nil
+}
+
+// createContainer creates the container and its task; on error it removes
+// what it made.
+func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConfig) (_ ctrd.Task, retErr error) {
+	t0 := time.Now()
 	facts, ok := r.imageFacts(digestOf(cfg.Image.ID))
 	if !ok {
-		return fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
+		return nil, fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
 	}
 	secOpts, err := r.security.securityOpts(cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
 		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
@@ -265,7 +296,7 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	c, err := newContainer()
 	if errdefs.IsAlreadyExists(err) {
 		if err := r.RemoveContainer(ctx, cfg.ID); err != nil {
-			return err
+			return nil, err
 		}
 		c, err = newContainer()
 	}
@@ -277,25 +308,26 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 		r.mu.Unlock()
 	}
 	if err != nil {
-		return fmt.Errorf("create container %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("create container %s: %w", cfg.ID, err)
 	}
-	defer func() {
-		if retErr != nil {
-			cctx, cancel := context.WithTimeout(r.ctx(context.Background()), 30*time.Second)
-			defer cancel()
-			if err := r.RemoveContainer(cctx, cfg.ID); err != nil {
-				r.log.Warn("cleanup after failed start", "container", cfg.ID, "err", err)
-			}
-		}
-	}()
+	defer r.removeOnError(cfg.ID, &retErr)
+	t1 := time.Now()
 	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
 	if err != nil {
-		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}
 	task, err := c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(runtimeOpts))
 	if err != nil {
-		return fmt.Errorf("create task %s: %w", cfg.ID, err)
+		return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
+	r.log.Debug("created container", "container", cfg.ID, "create", t1.Sub(t0), "task", time.Since(t1))
+	return task, nil
+}
+
+// startTask starts a created task and records the start; on error it
+// removes the container.
+func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, task ctrd.Task, began time.Time) (retErr error) {
+	defer r.removeOnError(cfg.ID, &retErr)
 	// The shim takes the log driver's exit for readiness and would start
 	// the container with no reader, to die of SIGPIPE at its first output.
 	// The driver creates the log before it signals ready, so no log means
@@ -303,14 +335,28 @@ func (r *Runtime) startContainer(ctx context.Context, cfg *runner.ContainerConfi
 	if _, err := os.Stat(cfg.LogPath); err != nil {
 		return fmt.Errorf("log driver for %s: %w (journalctl -t %s tells why)", cfg.ID, err, crilog.SyslogTag)
 	}
+	t0 := time.Now()
 	if err := task.Start(ctx); err != nil {
 		return fmt.Errorf("start task %s: %w", cfg.ID, err)
 	}
+	r.log.Debug("started task", "container", cfg.ID, "start", time.Since(t0), "since create", time.Since(began))
 	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(task.Pid(), time.Now())); err != nil {
 		// The run goes on; only a lost task would be taken for never started.
 		r.log.Warn("start not recorded", "container", cfg.ID, "err", err)
 	}
 	return nil
+}
+
+// removeOnError removes container id if *err is set when the caller returns.
+func (r *Runtime) removeOnError(id string, err *error) {
+	if *err == nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(r.ctx(context.Background()), 30*time.Second)
+	defer cancel()
+	if rerr := r.RemoveContainer(cctx, id); rerr != nil {
+		r.log.Warn("cleanup after failed start", "container", id, "err", rerr)
+	}
 }
 
 // withSnapshot prepares the container's writable snapshot on the image's

@@ -1,0 +1,220 @@
+package runner
+
+import (
+	"context"
+	"crypto/rand"
+	"reflect"
+	"sync"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+// A new pod's CNI ADD (the bridge plugin: a veth, an IP lease, iptables
+// rules) and the creation of its containers (snapshot, spec, shim, runc
+// create) need nothing from each other but the pinned namespaces. So while
+// the network is attached, the pod's containers are created with their
+// tasks, all at once, and each is only started when its turn comes (init
+// containers one after another) and never before the network is up and the
+// pod's IP known. Those not started yet are hidden from the pod's runs.
+//
+// What needs the IP is written before the start: the hosts file is
+// rewritten in place (the container binds the file, not its name), and a
+// container whose config comes out different once the IP is known (env or
+// args naming status.podIP) is discarded and created anew. Pods whose
+// sandbox holds more than namespaces at creation (a shared PID namespace,
+// downwardAPI volumes, which a subPath may pin) take the plain path, as do
+// pods with containers already in the runtime (adoption, a restart) and
+// retries after a failed set-up.
+
+// precreated is a container created ahead of its start.
+type precreated struct {
+	cfg     *ContainerConfig
+	created CreatedContainer
+}
+
+type setupResult struct {
+	ips   []string
+	fresh bool
+	err   error
+}
+
+// setupOverlapped runs the network's Setup and, meanwhile, creates the
+// containers of a new pod into w.st.precreated. It returns Setup's results,
+// the epoch a fresh sandbox gets (the one the precreated containers carry)
+// or "" when nothing was precreated, and whether the pod was seen to have
+// no containers at all before.
+func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbox, dns DNSConfig) (setupResult, string, bool) {
+	if !w.mayPrecreate(pod) || w.env.net.Pin(ctx, sb) != nil {
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		return setupResult{ips, fresh, err}, "", false
+	}
+	done := make(chan setupResult, 1)
+	go func() {
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		done <- setupResult{ips, fresh, err}
+	}()
+	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
+	t0 := w.env.clock.Now()
+	none := w.precreate(ctx, pod, dns, epoch)
+	made := w.env.clock.Since(t0)
+	r := <-done
+	w.env.log.Debug("pod sandbox and first containers", "pod", podRef(pod), "precreated", len(w.st.precreated),
+		"create", made, "network waited", w.env.clock.Since(t0)-made)
+	return r, epoch, none
+}
+
+// mayPrecreate reports whether the pod's first containers may be created
+// before its network is attached.
+func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
+	s := &pod.Spec
+	// After a failed set-up, retries would create and remove containers
+	// in a loop until the network works.
+	if w.st.netErr != nil || s.HostNetwork || s.ShareProcessNamespace != nil && *s.ShareProcessNamespace {
+		return false
+	}
+	for _, v := range s.Volumes {
+		if v.DownwardAPI != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// precreate creates, in parallel, every container of a pod with no runs
+// (init containers too: each then waits only for its start, not for its
+// creation, once the one before it exited), in a sandbox of the given
+// epoch. Whatever fails here is left for the normal start to do and report.
+// It reports whether the pod had no containers.
+func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) bool {
+	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
+	if err != nil || len(cs) > 0 {
+		return false
+	}
+	// The bind sources must exist when the task is created; the hosts
+	// file gets the pod's IP in place once it is known.
+	if w.writePodFileData(pod, dns) != nil || w.setupVolumes(pod) != nil {
+		return true
+	}
+	prev := w.st.epoch
+	w.st.epoch = epoch
+	defer func() { w.st.epoch = prev }()
+	var cfgs []*ContainerConfig
+	for i, c := range allContainers(pod) {
+		if c.ImagePullPolicy == v1.PullAlways || usesSubPath(c) {
+			// A pull now and another at the start; a subPath bound now,
+			// before an init container made what it names.
+			continue
+		}
+		// Only an image at hand: a pull, its events and failures are the
+		// start's.
+		img, err := w.env.rt.EnsureImage(ctx, c.Image, v1.PullNever)
+		if err != nil {
+			continue
+		}
+		if cfg, err := w.containerConfig(pod, c, i < len(pod.Spec.InitContainers), img, 0, nil); err == nil {
+			cfgs = append(cfgs, cfg)
+		}
+	}
+	made := make([]CreatedContainer, len(cfgs))
+	var wg sync.WaitGroup
+	for i, cfg := range cfgs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			made[i], _ = w.env.rt.CreateContainer(ctx, cfg)
+		}()
+	}
+	wg.Wait()
+	for i, cfg := range cfgs {
+		if made[i] != nil {
+			if w.st.precreated == nil {
+				w.st.precreated = map[string]*precreated{}
+			}
+			w.st.precreated[cfg.Container.Name] = &precreated{cfg, made[i]}
+		}
+	}
+	return true
+}
+
+// takePrecreated returns the container precreated for cfg, if its config
+// is still cfg; one that no longer fits is removed.
+func (w *podWorker) takePrecreated(ctx context.Context, cfg *ContainerConfig) CreatedContainer {
+	p := w.st.precreated[cfg.Container.Name]
+	if p == nil {
+		return nil
+	}
+	delete(w.st.precreated, cfg.Container.Name)
+	if !sameConfig(p.cfg, cfg) {
+		w.remove(ctx, p.cfg.ID)
+		return nil
+	}
+	return p.created
+}
+
+// anyLive reports whether a run may be running.
+func anyLive(runs map[string]*ContainerStatus) bool {
+	for _, r := range runs {
+		if r.State == StateRunning || r.State == StateUnknown {
+			return true
+		}
+	}
+	return false
+}
+
+func usesSubPath(c *v1.Container) bool {
+	for _, m := range c.VolumeMounts {
+		if m.SubPath != "" || m.SubPathExpr != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// discardPrecreated removes the precreated containers not started yet.
+func (w *podWorker) discardPrecreated(ctx context.Context) {
+	for name, p := range w.st.precreated {
+		w.remove(ctx, p.cfg.ID)
+		delete(w.st.precreated, name)
+	}
+}
+
+// prunePrecreated, after each sync, removes the precreated containers that
+// can no longer start as made: their sandbox is gone or was not the fresh
+// one, or their container left the spec or changed.
+func (w *podWorker) prunePrecreated(ctx context.Context, pod *v1.Pod) {
+	for name, p := range w.st.precreated {
+		c := specOf(pod, name)
+		if !w.st.sandboxOK || c == nil || p.cfg.SpecHash != specHash(c) || p.cfg.Sandbox.Epoch != w.st.epoch {
+			w.remove(ctx, p.cfg.ID)
+			delete(w.st.precreated, name)
+		}
+	}
+}
+
+// hidePrecreated drops the precreated containers from a listing: they are
+// not runs yet, and a created task would otherwise count as one that never
+// started.
+func (w *podWorker) hidePrecreated(cs []ContainerStatus) []ContainerStatus {
+	if len(w.st.precreated) == 0 {
+		return cs
+	}
+	out := cs[:0:0]
+	for _, c := range cs {
+		if p := w.st.precreated[c.Name]; p == nil || p.cfg.ID != c.ID {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// sameConfig reports whether two configs of a container describe the same
+// process: the sandbox by value, everything else deeply.
+func sameConfig(a, b *ContainerConfig) bool {
+	x, y := *a, *b
+	if x.Sandbox == nil || y.Sandbox == nil {
+		return x.Sandbox == y.Sandbox && reflect.DeepEqual(x, y)
+	}
+	sx, sy := *x.Sandbox, *y.Sandbox
+	x.Sandbox, y.Sandbox = nil, nil
+	return reflect.DeepEqual(sx, sy) && reflect.DeepEqual(x, y)
+}
