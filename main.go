@@ -38,6 +38,7 @@ func main() {
 			manifestsCommand(),
 			checkCommand(),
 			imagesCommand(),
+			installCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
