@@ -66,11 +66,7 @@ type rotator struct {
 // rotate moves the full log aside and returns the new one to write to; on
 // a failure it reports it and goes on writing to f.
 func (rt *rotator) rotate(f *os.File) *os.File {
-	stamp := rt.now().Format(rotatedTime)
-	aside := rt.path + "." + stamp
-	for i := 1; exists(aside) || exists(aside+".gz"); i++ { // two rotations in one second
-		aside = fmt.Sprintf("%s.%s-%03d", rt.path, stamp, i) // padded: names sort in time order
-	}
+	aside := rt.asideName(rt.now().Format(rotatedTime))
 	if err := os.Rename(rt.path, aside); err != nil {
 		rt.report(fmt.Errorf("crilog: rotate: %w", err))
 		return f
@@ -84,6 +80,32 @@ func (rt *rotator) rotate(f *os.File) *os.File {
 	rt.size = 0
 	go rt.tidy()
 	return nf
+}
+
+// asideName is the name for the full log: the kubelet's, with a counter
+// (padded, so names sort in time order) when the second already had a
+// rotation. The counter follows the highest one left, not the first free
+// one: tidy may have removed the second's oldest file, and a new file
+// taking its name would sort as the oldest.
+func (rt *rotator) asideName(stamp string) string {
+	base := rt.path + "." + stamp
+	matches, _ := filepath.Glob(base + "*")
+	next := 0
+	for _, m := range matches {
+		rest, _, _ := strings.Cut(strings.TrimPrefix(m, base), ".") // .gz, .gz.tmp
+		n := 0
+		if rest != "" {
+			var err error
+			if n, err = strconv.Atoi(strings.TrimPrefix(rest, "-")); err != nil {
+				continue
+			}
+		}
+		next = max(next, n+1)
+	}
+	if next == 0 {
+		return base
+	}
+	return fmt.Sprintf("%s-%03d", base, next)
 }
 
 // tidy gzips the rotated files but the newest, which a reader may still
@@ -151,9 +173,4 @@ func compress(p string) (string, error) {
 	}
 	os.Remove(p)
 	return p + ".gz", nil
-}
-
-func exists(p string) bool {
-	_, err := os.Lstat(p)
-	return err == nil
 }
