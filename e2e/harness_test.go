@@ -187,6 +187,7 @@ func requireE2E(t *testing.T) {
 // namespace, bridge and subnet.
 type node struct {
 	t                                       *testing.T
+	bin                                     string // the noderun binary
 	ns                                      string
 	root, state, run, logs, images, podsDir string
 	cniConf, socket, out                    string
@@ -246,6 +247,12 @@ func newNode(t *testing.T, extraArgs ...string) *node {
 // image tarballs (built by the test), so they are there before any pod.
 func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 	t.Helper()
+	return newNodeOf(t, noderunBin, tars, extraArgs...)
+}
+
+// newNodeOf starts a node that runs the noderun binary bin.
+func newNodeOf(t *testing.T, bin string, tars []string, extraArgs ...string) *node {
+	t.Helper()
 	requireE2E(t)
 	root, err := os.MkdirTemp("/tmp", "nre")
 	if err != nil {
@@ -253,7 +260,7 @@ func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 	}
 	idx := allocNet(t)
 	n := &node{
-		t: t, root: root,
+		t: t, root: root, bin: bin,
 		ns:      fmt.Sprintf("e2e-%d-%s", idx, nsSuffix(t.Name())),
 		state:   filepath.Join(root, "s"),
 		run:     filepath.Join(root, "r"),
@@ -369,7 +376,7 @@ func (n *node) start() {
 		"--file-check-interval", "2s",
 		"--log-level", "debug",
 	}
-	cmd := exec.Command(noderunBin, append(args, n.extraArgs...)...)
+	cmd := exec.Command(n.bin, append(args, n.extraArgs...)...)
 	// Tests reach nothing off this machine: a pull from a public registry
 	// (imagePullPolicy Always) meets a proxy nothing listens on instead
 	// (loopback registries are never proxied).
