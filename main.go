@@ -43,6 +43,7 @@ func main() {
 			kubeconfigCommand(),
 			logsCommand(),
 			execCommand(),
+			installCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",

@@ -9,6 +9,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // missingParts compares the attachment with its cached ADD result and
@@ -30,7 +31,9 @@ func (m *Manager) missingParts(list *libcni.NetworkConfigList, rt *libcni.Runtim
 		return nil
 	}
 	defer ns.Close()
-	pod, err := netlink.NewHandleAt(ns)
+	// Links and addresses need only the route socket (the default set
+	// also opens xfrm and netfilter ones).
+	pod, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 type record struct {
@@ -271,6 +273,7 @@ func TestServeFDs(t *testing.T) {
 		}
 		os.Exit(0)
 	}
+	testenv.SkipIfEmulated(t, "it runs itself as the log driver: the kernel cannot execute this foreign-architecture test binary again without binfmt_misc")
 	path := filepath.Join(t.TempDir(), "0.log")
 	outR, outW := mustPipe(t)
 	errR, errW := mustPipe(t)
@@ -321,6 +324,7 @@ func mustPipe(t *testing.T) (*os.File, *os.File) {
 // A driver that cannot create its log (here a directory name over NAME_MAX)
 // says so in syslog: the shim discards its stderr.
 func TestServeFDsReportsFailure(t *testing.T) {
+	testenv.SkipIfEmulated(t, "it runs itself as the log driver: the kernel cannot execute this foreign-architecture test binary again without binfmt_misc")
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "log.sock")
 	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})

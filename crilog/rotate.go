@@ -98,11 +98,7 @@ type rotator struct {
 // rotate moves the full log aside and returns the new one to write to; on
 // a failure it reports it and goes on writing to f.
 func (rt *rotator) rotate(f *os.File) *os.File {
-	stamp := rt.now().Format(rotatedTime)
-	aside := rt.path + "." + stamp
-	if i := nextIndex(rt.path + "." + stamp); i > 0 { // more rotations in one second
-		aside = fmt.Sprintf("%s.%s-%03d", rt.path, stamp, i) // padded: names sort in time order
-	}
+	aside := rt.asideName(rt.now().Format(rotatedTime))
 	if err := os.Rename(rt.path, aside); err != nil {
 		rt.report(fmt.Errorf("crilog: rotate: %w", err))
 		return f
@@ -116,6 +112,32 @@ func (rt *rotator) rotate(f *os.File) *os.File {
 	rt.size = 0
 	go rt.tidy()
 	return nf
+}
+
+// asideName is the name for the full log: the kubelet's, with a counter
+// (padded, so names sort in time order) when the second already had a
+// rotation. The counter follows the highest one left, not the first free
+// one: tidy may have removed the second's oldest file, and a new file
+// taking its name would sort as the oldest.
+func (rt *rotator) asideName(stamp string) string {
+	base := rt.path + "." + stamp
+	matches, _ := filepath.Glob(base + "*")
+	next := 0
+	for _, m := range matches {
+		rest, _, _ := strings.Cut(strings.TrimPrefix(m, base), ".") // .gz, .gz.tmp
+		n := 0
+		if rest != "" {
+			var err error
+			if n, err = strconv.Atoi(strings.TrimPrefix(rest, "-")); err != nil {
+				continue
+			}
+		}
+		next = max(next, n+1)
+	}
+	if next == 0 {
+		return base
+	}
+	return fmt.Sprintf("%s-%03d", base, next)
 }
 
 // tidy gzips the rotated files but the newest, which a reader may still
@@ -183,25 +205,4 @@ func compress(p string) (string, error) {
 	}
 	os.Remove(p)
 	return p + ".gz", nil
-}
-
-// nextIndex is the index for one more file rotated in the second of base:
-// 0 when none is there, else one past the highest, even when older ones
-// of that second were removed meanwhile, so that names keep time order.
-func nextIndex(base string) int {
-	matches, _ := filepath.Glob(base + "*")
-	next := 0
-	for _, m := range matches {
-		rest := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(m, base), ".tmp"), ".gz")
-		i := 0
-		if rest != "" {
-			n, err := strconv.Atoi(strings.TrimPrefix(rest, "-"))
-			if err != nil || !strings.HasPrefix(rest, "-") {
-				continue
-			}
-			i = n
-		}
-		next = max(next, i+1)
-	}
-	return next
 }

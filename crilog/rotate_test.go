@@ -127,3 +127,34 @@ func TestServeRotates(t *testing.T) {
 		t.Fatalf("the last line kept is %d, want %d", last, n-1)
 	}
 }
+
+// A rotation names its file after the newest of its second, even when
+// tidy has already removed the second's oldest: reusing the free name
+// would sort the newest lines first, and tidy would then remove them.
+func TestAsideNameFollowsTheNewest(t *testing.T) {
+	const stamp = "20260101-000000"
+	for _, tc := range []struct {
+		name  string
+		there []string
+		want  string
+	}{
+		{"first of its second", nil, "0.log." + stamp},
+		{"second", []string{"0.log." + stamp}, "0.log." + stamp + "-001"},
+		{"after a gzipped one", []string{"0.log." + stamp + ".gz"}, "0.log." + stamp + "-001"},
+		{"oldest removed", []string{"0.log." + stamp + "-001.gz", "0.log." + stamp + "-002"}, "0.log." + stamp + "-003"},
+		{"compression under way", []string{"0.log." + stamp + "-004.gz.tmp"}, "0.log." + stamp + "-005"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			for _, f := range append(tc.there, "0.log.20251231-235959") {
+				if err := os.WriteFile(filepath.Join(dir, f), nil, 0o640); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rt := &rotator{path: filepath.Join(dir, "0.log")}
+			if got := rt.asideName(stamp); got != filepath.Join(dir, tc.want) {
+				t.Errorf("asideName = %s, want %s", filepath.Base(got), tc.want)
+			}
+		})
+	}
+}

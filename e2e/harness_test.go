@@ -188,6 +188,7 @@ func requireE2E(t *testing.T) {
 // namespace, bridge and subnet.
 type node struct {
 	t                                       *testing.T
+	bin                                     string // the noderun binary
 	ns                                      string
 	root, state, run, logs, images, podsDir string
 	cniConf, socket, out                    string
@@ -247,7 +248,14 @@ func newNode(t *testing.T, extraArgs ...string) *node {
 // image tarballs (built by the test), so they are there before any pod.
 func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 	t.Helper()
+	return newNodeOf(t, noderunBin, tars, extraArgs...)
+}
+
+// newNodeOf starts a node that runs the noderun binary bin.
+func newNodeOf(t *testing.T, bin string, tars []string, extraArgs ...string) *node {
+	t.Helper()
 	n := prepareNode(t, extraArgs...)
+	n.bin = bin
 	for _, d := range []string{n.state, n.run, n.logs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -274,7 +282,7 @@ func prepareNode(t *testing.T, extraArgs ...string) *node {
 	}
 	idx := allocNet(t)
 	n := &node{
-		t: t, root: root,
+		t: t, root: root, bin: noderunBin,
 		ns:      fmt.Sprintf("e2e-%d-%s", idx, nsSuffix(t.Name())),
 		state:   filepath.Join(root, "s"),
 		run:     filepath.Join(root, "r"),
@@ -397,7 +405,7 @@ func (n *node) start() {
 		t.Fatal(err)
 	}
 	defer f.Close() // the child has its own copy
-	cmd := exec.Command(noderunBin, n.flags()...)
+	cmd := exec.Command(n.bin, n.flags()...)
 	// Tests reach nothing off this machine: a pull from a public registry
 	// (imagePullPolicy Always) meets a proxy nothing listens on instead
 	// (loopback registries are never proxied).

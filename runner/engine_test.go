@@ -585,12 +585,19 @@ func TestEngineKeepsTheCurrentAndPreviousRunsLogs(t *testing.T) {
 		FinishedAt: f.clock.Now().Add(-time.Hour), CreatedAt: f.clock.Now().Add(-2 * time.Hour)}
 	f.send(pod)
 	waitFor(t, "run 3 started", func() bool { return f.rt.startedCount() == 1 })
-	ents, _ := os.ReadDir(dir)
+	// The worker prunes logs after the start returns.
 	var left []string
-	for _, e := range ents {
-		left = append(left, e.Name())
-	}
-	if want := []string{"2.log", "other"}; !slices.Equal(left, want) {
-		t.Fatalf("log dir holds %v, want %v (run 2, the previous, and what is not a run's log)", left, want)
+	want := []string{"2.log", "other"}
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(left, want) {
+		if time.Now().After(deadline) {
+			t.Fatalf("log dir holds %v, want %v (run 2, the previous, and what is not a run's log)", left, want)
+		}
+		time.Sleep(2 * time.Millisecond)
+		ents, _ := os.ReadDir(dir)
+		left = left[:0]
+		for _, e := range ents {
+			left = append(left, e.Name())
+		}
 	}
 }

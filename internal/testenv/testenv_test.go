@@ -3,6 +3,7 @@ package testenv
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,7 @@ func TestRequire(t *testing.T) {
 		Require(t, false, "a unicorn")
 		return
 	}
+	SkipIfEmulated(t, "it runs itself again: the kernel cannot execute this foreign-architecture test binary again without binfmt_misc")
 	for _, tc := range []struct{ ci, want string }{{"", "--- SKIP"}, {"true", "--- FAIL"}} {
 		cmd := exec.Command(os.Args[0], "-test.run=^TestRequire$", "-test.v")
 		cmd.Env = append(os.Environ(), "TESTENV_CHILD=1", "CI="+tc.ci)
@@ -21,5 +23,17 @@ func TestRequire(t *testing.T) {
 		if !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "missing prerequisite: a unicorn") {
 			t.Errorf("CI=%q: want %s naming the prerequisite, got:\n%s", tc.ci, tc.want, out)
 		}
+	}
+}
+
+// Natively (make test), Emulated is false; under qemu-user on an x86_64
+// kernel (make test-cross), true.
+func TestEmulated(t *testing.T) {
+	kernel, err := os.ReadFile("/proc/sys/kernel/arch")
+	if err != nil || strings.TrimSpace(string(kernel)) != "x86_64" {
+		t.Skipf("the expectation is known only on an x86_64 kernel (kernel.arch %q, %v)", kernel, err)
+	}
+	if want := runtime.GOARCH != "amd64"; Emulated() != want {
+		t.Errorf("Emulated() = %t for GOARCH %s on an x86_64 kernel, want %t", Emulated(), runtime.GOARCH, want)
 	}
 }

@@ -12,10 +12,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
 const testImage = "docker.io/library/busybox:test"
+
+// shimRunsTestBinary is why tests that start a task skip under user-mode
+// emulation (make test-cross).
+const shimRunsTestBinary = "containerd's shim (a host binary) starts this test binary as the " +
+	"containers' log driver, and the kernel cannot execute a foreign-architecture binary without binfmt_misc"
 
 // testRuntime is a Runtime on a fresh private containerd holding the
 // busybox test image.
@@ -78,6 +84,7 @@ func testConfig(t *testing.T, rt *Runtime, name string, args ...string) *runner.
 // cleanup.
 func startContainer(t *testing.T, rt *Runtime, cfg *runner.ContainerConfig) {
 	t.Helper()
+	testenv.SkipIfEmulated(t, shimRunsTestBinary)
 	if _, err := rt.StartContainer(context.Background(), cfg); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // slowHealth answers Check only when the call's context ends.
@@ -56,7 +58,10 @@ func TestGRPCProbe(t *testing.T) {
 	bare, _ := grpcServer(t, nil)
 	slow, _ := grpcServer(t, slowHealth{})
 	closed := closedPort(t)
-	const timeout = 300 * time.Millisecond
+	timeout := 300 * time.Millisecond
+	if testenv.Emulated() { // a handshake under qemu-user takes longer
+		timeout = 3 * time.Second
+	}
 	for _, tc := range []struct {
 		name    string
 		port    int
@@ -70,11 +75,11 @@ func TestGRPCProbe(t *testing.T) {
 		{"service not registered", healthy, "other", Failure, "error: health rpc probe failed: rpc error: code = NotFound desc = unknown service"},
 		{"no health service", bare, "", Failure,
 			"error: this server does not implement the grpc health protocol (grpc.health.v1.Health): unknown service grpc.health.v1.Health"},
-		{"check times out", slow, "", Failure, "timeout: health rpc did not complete within 300ms"},
+		{"check times out", slow, "", Failure, fmt.Sprintf("timeout: health rpc did not complete within %s", timeout)},
 		// The kubelet dials blocking: a port nobody listens on is a
 		// connect timeout.
 		{"nothing listens", closed, "", Failure,
-			fmt.Sprintf(`timeout: failed to connect service "127.0.0.1:%d" within 300ms: context deadline exceeded`, closed)},
+			fmt.Sprintf(`timeout: failed to connect service "127.0.0.1:%d" within %s: context deadline exceeded`, closed, timeout)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := &v1.ProbeHandler{GRPC: &v1.GRPCAction{Port: int32(tc.port)}}
