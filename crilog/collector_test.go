@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/noderun/noderun/internal/testenv"
 	"io"
 	"log/slog"
 	"os"
@@ -63,6 +64,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // a new collector and hands them over; what the container wrote meanwhile
 // waits in the pipe.
 func TestCollectorSurvivesKill(t *testing.T) {
+	testenv.SkipIfEmulated(t, runsItself)
 	if sock := os.Getenv("CRILOG_COLLECTOR"); sock != "" {
 		err := RunCollector(context.Background(), sock, func(path string, err error) { fmt.Fprintln(os.Stderr, path, err) }, func() {})
 		if err != nil {

@@ -26,6 +26,11 @@ type record struct {
 	content string
 }
 
+// runsItself is why tests that start their own binary again skip under
+// qemu-user: the kernel cannot execute a foreign-architecture test binary
+// without binfmt_misc.
+const runsItself = "it runs itself again: the kernel cannot execute this foreign-architecture test binary without binfmt_misc"
+
 func TestURI(t *testing.T) {
 	got := URI("/usr/local/bin/noderun", Target{Path: "/var/log/pods/ns_p_uid/c/0.log"})
 	want := "binary:///usr/local/bin/noderun?log-driver=%2Fvar%2Flog%2Fpods%2Fns_p_uid%2Fc%2F0.log"
@@ -273,7 +278,7 @@ func TestServeFDs(t *testing.T) {
 		}
 		os.Exit(0)
 	}
-	testenv.SkipIfEmulated(t, "it runs itself as the log driver: the kernel cannot execute this foreign-architecture test binary again without binfmt_misc")
+	testenv.SkipIfEmulated(t, runsItself)
 	path := filepath.Join(t.TempDir(), "0.log")
 	outR, outW := mustPipe(t)
 	errR, errW := mustPipe(t)
@@ -324,7 +329,7 @@ func mustPipe(t *testing.T) (*os.File, *os.File) {
 // A driver that cannot create its log (here a directory name over NAME_MAX)
 // says so in syslog: the shim discards its stderr.
 func TestServeFDsReportsFailure(t *testing.T) {
-	testenv.SkipIfEmulated(t, "it runs itself as the log driver: the kernel cannot execute this foreign-architecture test binary again without binfmt_misc")
+	testenv.SkipIfEmulated(t, runsItself)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "log.sock")
 	l, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
