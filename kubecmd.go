@@ -56,7 +56,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop f
 		l.Close()
 		return nil, nil, err
 	}
-	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version))
+	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics()))
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }

@@ -159,6 +159,7 @@ func runNode(c *cli.Context) error {
 	if hostIP == "" {
 		hostIP = defaultHostIP()
 	}
+	metrics := kube.Metrics()
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
@@ -168,6 +169,9 @@ func runNode(c *cli.Context) error {
 		ImageGC:              gcPolicy,
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		OnActivity:           relax.activity,
+		OnProbeResult: func(ns, pod, uid, container, probeType, result string) {
+			metrics.ProbeResult(probeType, result, container, pod, ns, uid)
+		},
 		OnReady: func() {
 			started()
 			log.Info("ready", "node", nodeName, "sources", nSources)
@@ -177,7 +181,7 @@ func runNode(c *cli.Context) error {
 			}
 			go watchdog(ctx, engine, log)
 		},
-	}, rt, net)
+	}, meteredRuntime{Runtime: rt, m: metrics}, net)
 	net.changed = engine.NetworkChanged
 	go net.watch(ctx)
 

@@ -28,6 +28,8 @@ type store[T any] struct {
 	list func() []T
 	meta func(*T) *metav1.ObjectMeta
 	key  func(*T) string
+	// observe, if set, sees each change (under the store's lock).
+	observe func(change[T])
 
 	mu       sync.Mutex
 	synced   bool
@@ -103,6 +105,11 @@ func (s *store[T]) sync(version uint64) {
 		// What was there at the start is no change.
 		s.synced, s.dropped = true, rv
 		return
+	}
+	if s.observe != nil {
+		for _, c := range changes {
+			s.observe(c)
+		}
 	}
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - historyLen; over > 0 {
