@@ -23,7 +23,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"kubeapi":                       {"internal/atomicfile"},
+		"kubeapi":                       {"manifests", "internal/atomicfile"},
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},

@@ -199,7 +199,7 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	api.serve(engine.Handler())
+	api.serve(kubeapi.StatusHandler(engine))
 	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
 		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
