@@ -39,6 +39,8 @@ func main() {
 			checkCommand(),
 			imagesCommand(),
 			kubeconfigCommand(),
+			describeCommand(),
+			eventsCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -234,6 +235,18 @@ spec:
 			t.Errorf("describe pod lacks %q:\n%s", want, out)
 		}
 	}
+	// The same without kubectl.
+	own, err := exec.Command(noderunBin, "--state-dir", n.state, "--run-dir", n.run, "describe", "web-e2e").CombinedOutput()
+	for _, want := range []string{"Name:", "web-e2e", "Status:", "Running", "Containers:", "Restart Count:", "Events:", "Started", "Created container main"} {
+		if err != nil || !strings.Contains(string(own), want) {
+			t.Errorf("noderun describe lacks %q (%v):\n%s", want, err, own)
+		}
+	}
+	own, err = exec.Command(noderunBin, "--state-dir", n.state, "--run-dir", n.run, "events", "--for", "web-e2e").CombinedOutput()
+	if err != nil || !strings.Contains(string(own), "LAST SEEN") || !strings.Contains(string(own), "pod/web-e2e") {
+		t.Errorf("noderun events: %v\n%s", err, own)
+	}
+
 	ev := n.kubectlOK(view, "get", "events")
 	header := strings.Join(strings.Fields(strings.SplitN(ev, "\n", 2)[0]), " ")
 	if header != "LAST SEEN TYPE REASON OBJECT MESSAGE" || !strings.Contains(ev, "pod/web-e2e") || !strings.Contains(ev, "Started") {
