@@ -16,6 +16,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -611,8 +612,13 @@ func (e *Engine) pokeAll() {
 func (e *Engine) setStatus(pod *v1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	// Every resync republishes each pod's status, mostly unchanged:
+	// watchers are woken only by a real change.
+	changed := !equality.Semantic.DeepEqual(e.statuses[pod.UID], pod)
 	e.statuses[pod.UID] = pod
-	e.changes.bump()
+	if changed {
+		e.changes.bump()
+	}
 }
 
 // Pods returns every pod with its current status, sorted by namespace/name.
