@@ -14,8 +14,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
-	"github.com/noderun/noderun/runner"
 )
 
 // errCheckFailed is what `noderun check` returns when a manifest has errors,
@@ -226,7 +226,7 @@ func manifestsCommand() *cli.Command {
 		Name:  "manifests",
 		Usage: "list manifest sources with their files or URL, pods and errors, from the status API",
 		Action: func(c *cli.Context) error {
-			var list runner.ManifestSources
+			var list kubeapi.ManifestSources
 			if err := apiGet(c.Context, statusSocket(c), "/manifests", &list); err != nil {
 				return err
 			}

@@ -25,7 +25,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/bandwidth":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups"},
 		"internal/cgroups":              nil,
-		"kubeapi":                       {"crilog", "internal/atomicfile"},
+		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},

@@ -56,7 +56,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv
 		l.Close()
 		return nil, nil, err
 	}
-	srv = kubeapi.New(creds, append([]kubeapi.Option{kubeapi.WithLogger(log), kubeapi.WithVersion(version)}, opts...)...)
+	srv = kubeapi.New(creds, append([]kubeapi.Option{kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics())}, opts...)...)
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }

@@ -44,6 +44,8 @@ func main() {
 			logsCommand(),
 			execCommand(),
 			installCommand(),
+			describeCommand(),
+			eventsCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",

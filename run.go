@@ -183,6 +183,7 @@ func runNode(c *cli.Context) error {
 	if hostIP == "" {
 		hostIP = defaultHostIP()
 	}
+	metrics := kube.Metrics()
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
@@ -192,6 +193,9 @@ func runNode(c *cli.Context) error {
 		ImageGC:              gcPolicy,
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		OnActivity:           relax.activity,
+		OnProbeResult: func(ns, pod, uid, container, probeType, result string) {
+			metrics.ProbeResult(probeType, result, container, pod, ns, uid)
+		},
 		OnReady: func() {
 			started()
 			log.Info("ready", "node", nodeName, "sources", nSources)
@@ -201,7 +205,7 @@ func runNode(c *cli.Context) error {
 			go watchdog(ctx, engine, log)
 			go podStatus(ctx, engine, log)
 		},
-	}, rt, net)
+	}, meteredRuntime{Runtime: rt, m: metrics}, net)
 	net.changed = engine.NetworkChanged
 	go net.watch(ctx)
 
@@ -219,7 +223,7 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	api.serve(withLogStreams(engine.Handler(), logs))
+	api.serve(withLogStreams(kubeapi.StatusHandler(engine), logs))
 	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
 		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),

@@ -8,13 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/kubeapi"
 )
 
 // serveStatusAPI serves the status API on a unix socket at path until
 // stop; the engine's handler comes later (apiHandler.serve).
 func serveStatusAPI(path string, log *slog.Logger) (api *apiHandler, stop func() error, err error) {
-	l, err := runner.ListenUnix(path)
+	l, err := kubeapi.ListenUnix(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("status socket: %w", err)
 	}

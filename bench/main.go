@@ -194,7 +194,7 @@ func run(ctx context.Context, cfg Config) (rep *Report, retErr error) {
 		return rep, err
 	}
 	rep.Machine.LoadBefore, rep.Machine.HostBusy = loadBefore, b.m.hostBusyPercent
-	rep.Rows = b.m.rows(b.cfg)
+	rep.Rows = append(b.m.rows(b.cfg), b.m.kubeRows(b.kube, b.cfg)...)
 	return rep, nil
 }
 

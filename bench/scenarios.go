@@ -56,6 +56,7 @@ type bench struct {
 	fw    *watcher // floor namespace
 	nw    *watcher // noderun namespace
 	m     measurements
+	kube  kubeMeasures
 }
 
 func (b *bench) logf(format string, args ...any) {
@@ -387,5 +388,5 @@ func (b *bench) whileRunning(ctx context.Context, names []string, lastRun bool) 
 		}
 	}
 	b.m.apiGetPods = n
-	return nil
+	return b.kubeAPI(ctx, n)
 }

@@ -14,7 +14,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/kubeapi"
 )
 
 // manifestServer serves one manifest over HTTP on a fixed loopback address,
@@ -71,7 +71,7 @@ func (s *manifestServer) down() { _ = s.srv.Close() }
 // urlSource returns the status API's view of the URL source.
 func (n *node) urlSource() manifestsInfo {
 	n.t.Helper()
-	var list runner.ManifestSources
+	var list kubeapi.ManifestSources
 	if err := n.get("/manifests", &list); err != nil {
 		n.t.Fatal(err)
 	}

@@ -41,6 +41,9 @@ type query struct {
 	watch     bool
 	from      uint64 // resourceVersion to watch from (0: now, with ADDED)
 	timeout   time.Duration
+	// initialEvents: the client's watch-list (sendInitialEvents=true)
+	// wants every object ADDED, then a bookmark marking their end.
+	initialEvents bool
 }
 
 func (res *resource[T]) parse(r *http.Request) (*query, *metav1.Status) {
@@ -77,6 +80,9 @@ func (res *resource[T]) parse(r *http.Request) (*query, *metav1.Status) {
 		if q.from, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return nil, badRequest("resourceVersion: " + strconv.Quote(s) + " is not a resource version of this server")
 		}
+	}
+	if v.Get("sendInitialEvents") == "true" {
+		q.initialEvents, q.from = true, 0
 	}
 	if s := v.Get("timeoutSeconds"); s != "" {
 		n, err := strconv.ParseUint(s, 10, 32)
@@ -232,7 +238,7 @@ func (res *resource[T]) serveGet(s *Server) http.HandlerFunc {
 // serveWatch streams changes until the client goes, its timeoutSeconds
 // pass or it falls too far behind; the server sets no time limit of its own.
 func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Request, q *query) {
-	initial, wt, expired := res.store.watch(q.from)
+	initial, wt, at, expired := res.store.watch(q.from)
 	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
@@ -260,6 +266,9 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 		if !send(c) {
 			return
 		}
+	}
+	if q.initialEvents && !res.initialEventsEnd(enc, at) {
+		return
 	}
 	if rc.Flush() != nil {
 		return
@@ -325,4 +334,14 @@ func (res *resource[T]) visible(q *query, c change[T]) (watch.EventType, bool) {
 		return watch.Deleted, true
 	}
 	return "", false
+}
+
+// initialEventsEnd sends the bookmark that ends a watch-list's initial
+// events, at the resourceVersion they were taken at, as the API server does.
+func (res *resource[T]) initialEventsEnd(enc *json.Encoder, rv uint64) bool {
+	var obj T
+	m := res.store.meta(&obj)
+	m.ResourceVersion = rvString(rv)
+	m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	return enc.Encode(&metav1.WatchEvent{Type: string(watch.Bookmark), Object: runtime.RawExtension{Object: res.object(obj)}}) == nil
 }

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -43,6 +44,8 @@ type Backend interface {
 	Changes() (version uint64, changed <-chan struct{})
 	// Node returns this node as a Node object.
 	Node(ctx context.Context) *v1.Node
+	// SourceErrors returns each manifest source's current errors.
+	SourceErrors() map[string][]error
 }
 
 // Streams serves a pod's subresources that stream; the node's implementation lives in stream*.go.
@@ -65,8 +68,10 @@ type Server struct {
 	mux     *http.ServeMux
 	now     func() time.Time
 
-	pods   *resource[v1.Pod]
-	events *resource[v1.Event]
+	pods    *resource[v1.Pod]
+	events  *resource[v1.Event]
+	metrics *Metrics
+	done    chan struct{} // closed when serving ends
 	// created is when each pod was first seen, its creationTimestamp
 	// unless it started earlier (an adopted pod); guarded by pods' store.
 	created map[types.UID]time.Time
@@ -82,23 +87,50 @@ func WithStreams(s Streams) Option { return func(srv *Server) { srv.streams = s 
 // WithLogger logs what the API refuses and what fails while serving.
 func WithLogger(l *slog.Logger) Option { return func(srv *Server) { srv.log = l } }
 
+// WithMetrics serves m on /metrics (with either token).
+func WithMetrics(m *Metrics) Option { return func(srv *Server) { srv.metrics = m } }
+
 // WithVersion is noderun's version, reported by /version.
 func WithVersion(v string) Option { return func(srv *Server) { srv.version = v } }
 
 // New returns the API handler serving with creds.
 func New(creds *Credentials, opts ...Option) *Server {
-	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now, created: map[types.UID]time.Time{}}
+	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now,
+		created: map[types.UID]time.Time{}, done: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
 	}
 	s.pods = podResource(s)
 	s.events = eventResource(s)
+	if s.metrics != nil {
+		s.pods.store.observe = func(c change[v1.Pod]) { s.metrics.observePod(c, s.now()) }
+		s.metrics.reg.MustRegister(stateCollector{s})
+	}
 	s.mux = s.routes()
 	return s
 }
 
-// Ready hands the server the node's backend; requests are served from then on.
-func (s *Server) Ready(b Backend) { s.backend.Store(&b) }
+// Ready hands the server the node's backend; requests are served from then
+// on, and the stores follow the backend's changes (for watches that resume
+// and for the pod start metric) until serving ends.
+func (s *Server) Ready(b Backend) {
+	s.backend.Store(&b)
+	go s.follow()
+}
+
+// follow brings the stores up to date at each change of the backend: it
+// sleeps while nothing changes.
+func (s *Server) follow() {
+	for {
+		_, changed := s.be().Changes()
+		s.sync()
+		select {
+		case <-changed:
+		case <-s.done:
+			return
+		}
+	}
+}
 
 // SetWaiting says, in the 503 answers before Ready, what startup waits for.
 func (s *Server) SetWaiting(msg string) { s.waiting.Store(&msg) }
@@ -207,6 +239,9 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(m+pod+"portforward", stream(Streams.PortForward))
 	}
 	s.readRoutes(mux)
+	if s.metrics != nil {
+		mux.Handle("GET /metrics", s.metrics.handler())
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFoundMsg("the server could not find the requested resource"))
 	})
@@ -257,5 +292,9 @@ func (s *Server) Serve(l net.Listener) (closeFn func() error) {
 			s.log.Error("kubernetes API", "err", err)
 		}
 	}()
-	return srv.Close
+	var once sync.Once
+	return func() error {
+		once.Do(func() { close(s.done) })
+		return srv.Close()
+	}
 }

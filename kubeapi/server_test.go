@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -52,6 +53,10 @@ func (f *fakeBackend) Changes() (uint64, <-chan struct{}) {
 
 func (f *fakeBackend) Node(context.Context) *v1.Node {
 	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node1"}}
+}
+
+func (f *fakeBackend) SourceErrors() map[string][]error {
+	return map[string][]error{"file:/etc/pods": {errors.New("x.yaml: bad")}}
 }
 
 func (f *fakeBackend) set(pods []v1.Pod, events []v1.Event) {

@@ -28,6 +28,8 @@ type store[T any] struct {
 	list func() []T
 	meta func(*T) *metav1.ObjectMeta
 	key  func(*T) string
+	// observe, if set, sees each change (under the store's lock).
+	observe func(change[T])
 
 	mu       sync.Mutex
 	synced   bool
@@ -104,6 +106,11 @@ func (s *store[T]) sync(version uint64) {
 		s.synced, s.dropped = true, rv
 		return
 	}
+	if s.observe != nil {
+		for _, c := range changes {
+			s.observe(c)
+		}
+	}
 	s.history = append(s.history, changes...)
 	if over := len(s.history) - historyLen; over > 0 {
 		s.dropped = s.history[over-1].rv
@@ -137,10 +144,10 @@ type errExpired struct{ rv, oldest uint64 }
 // watch starts a watch: the changes to replay first, and the watcher for
 // the rest. From "" or "0": every current object as ADDED (the API
 // server's synthetic events); from a resourceVersion: the changes after it.
-func (s *store[T]) watch(from uint64) ([]change[T], *watcher[T], *errExpired) {
+// at is the resourceVersion the store was at when the watch began.
+func (s *store[T]) watch(from uint64) (initial []change[T], w *watcher[T], at uint64, expired *errExpired) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var initial []change[T]
 	switch {
 	case from == 0:
 		for _, it := range s.items {
@@ -148,7 +155,7 @@ func (s *store[T]) watch(from uint64) ([]change[T], *watcher[T], *errExpired) {
 			initial = append(initial, change[T]{typ: watch.Added, obj: it, rv: rv})
 		}
 	case from < s.dropped:
-		return nil, nil, &errExpired{rv: from, oldest: s.dropped}
+		return nil, nil, s.rv, &errExpired{rv: from, oldest: s.dropped}
 	default:
 		for _, c := range s.history {
 			if c.rv > from {
@@ -156,9 +163,9 @@ func (s *store[T]) watch(from uint64) ([]change[T], *watcher[T], *errExpired) {
 			}
 		}
 	}
-	w := &watcher[T]{ch: make(chan change[T], watcherBuffer)}
+	w = &watcher[T]{ch: make(chan change[T], watcherBuffer)}
 	s.watchers[w] = struct{}{}
-	return initial, w, nil
+	return initial, w, s.rv, nil
 }
 
 func (s *store[T]) stopWatch(w *watcher[T]) {

@@ -307,3 +307,19 @@ func TestAggregatedDiscovery(t *testing.T) {
 		t.Errorf("/version: %s", resp.Status)
 	}
 }
+
+// A watch-list (client-go's informers may ask for one) gets every object,
+// then the bookmark that ends the initial events.
+func TestWatchListInitialEvents(t *testing.T) {
+	srv := startAPI(t, &fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodRunning), phasePod("b", v1.PodRunning)}})
+	ch := watchEvents(t, srv, "/api/v1/pods?watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true", "")
+	for range 2 {
+		if typ, _ := next(t, ch); typ != "ADDED" {
+			t.Fatalf("initial event %s, want ADDED", typ)
+		}
+	}
+	typ, p := next(t, ch)
+	if typ != "BOOKMARK" || p.Annotations[metav1.InitialEventsAnnotationKey] != "true" || p.ResourceVersion == "" {
+		t.Fatalf("after the initial events: %s %+v, want the initial-events-end bookmark", typ, p.ObjectMeta)
+	}
+}

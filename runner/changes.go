@@ -1,6 +1,12 @@
 package runner
 
-import "sync"
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/noderun/noderun/runner/prober"
+)
 
 // changes tells watchers (the Kubernetes API's watches) that pod statuses
 // or events changed: a version counter and a channel closed at the next
@@ -34,4 +40,24 @@ func (c *changes) current() (uint64, <-chan struct{}) {
 // closed once either changes after that version.
 func (e *Engine) Changes() (version uint64, changed <-chan struct{}) {
 	return e.changes.current()
+}
+
+// probeResult passes a probe attempt's result on to OnProbeResult with the
+// pod's name, under the kubelet's result names.
+func (e *Engine) probeResult(uid, container string, kind prober.Kind, res prober.Result) {
+	if e.cfg.OnProbeResult == nil {
+		return
+	}
+	e.mu.Lock()
+	pod := e.statuses[types.UID(uid)]
+	var ns, name string
+	if pod != nil {
+		ns, name = pod.Namespace, pod.Name
+	}
+	e.mu.Unlock()
+	result := map[prober.Result]string{prober.Success: "successful", prober.Failure: "failed"}[res]
+	if result == "" {
+		result = "unknown"
+	}
+	e.cfg.OnProbeResult(ns, name, uid, container, kind.String(), result)
 }

@@ -27,6 +27,11 @@ func TestChangesWakeWatchers(t *testing.T) {
 	if v1_ <= v0 {
 		t.Fatalf("version %d after a change, was %d", v1_, v0)
 	}
+	// The same status again (a resync) wakes nobody.
+	e.setStatus(pod.DeepCopy())
+	if v, _ := e.Changes(); v != v1_ {
+		t.Fatalf("an unchanged status bumped the version to %d", v)
+	}
 	e.events.record(pod, "", false, v1.EventTypeNormal, "Pulled", "x", time.Now())
 	select {
 	case <-ch:

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -57,6 +58,10 @@ func (c *PodCounts) field(pod *v1.Pod) *int {
 // counts, telling CountsChanged when they change. e.mu is held.
 func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	before := e.counts
+	// Every resync republishes each pod's status, mostly unchanged:
+	// watchers are woken only by a real change.
+	old, had := e.statuses[uid]
+	changed := pod == nil && had || pod != nil && !equality.Semantic.DeepEqual(old, pod)
 	if f := e.counts.field(e.statuses[uid]); f != nil {
 		*f--
 	}
@@ -68,7 +73,9 @@ func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	if f := e.counts.field(pod); f != nil {
 		*f++
 	}
-	e.changes.bump()
+	if changed {
+		e.changes.bump()
+	}
 	if e.counts != before {
 		select {
 		case e.countsChanged <- struct{}{}:

@@ -54,6 +54,11 @@ type Config struct {
 	OnActivity func()
 	Logger     *slog.Logger
 	Clock      Clock
+
+	// OnProbeResult, if set, is told every probe attempt's result as the
+	// kubelet's prober_probe_total counts it (probeType Liveness,
+	// Readiness or Startup; result successful, failed or unknown).
+	OnProbeResult func(namespace, pod, podUID, container, probeType, result string)
 }
 
 // Engine reconciles desired pods from sources against the runtime.
@@ -131,6 +136,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 			e.unhealthy(uid, container, kind.String()+" probe errored: "+err.Error())
 		},
 		Clock: proberClock{e.clock},
+
+		OnResult: e.probeResult,
 	})
 	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log}
 	return e

@@ -2,8 +2,6 @@ package runner
 
 import (
 	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,18 +13,14 @@ import (
 	"github.com/noderun/noderun/manifests"
 )
 
-func getManifests(t *testing.T, e *Engine) ManifestSources {
+// sources is what GET /manifests shows (kubeapi.StatusHandler).
+type sources struct {
+	Sources []manifests.SourceInfo `json:"sources"`
+}
+
+func getManifests(t *testing.T, e *Engine) sources {
 	t.Helper()
-	rec := httptest.NewRecorder()
-	e.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/manifests", nil))
-	if rec.Code != http.StatusOK || rec.Header().Get("Content-Type") != "application/json" {
-		t.Fatalf("GET /manifests: %d %s", rec.Code, rec.Body)
-	}
-	var out ManifestSources
-	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return sources{Sources: e.Sources()}
 }
 
 func TestGetManifests(t *testing.T) {
@@ -45,10 +39,10 @@ func TestGetManifests(t *testing.T) {
 		ETag: `"v1"`, ReadAt: read, Pods: []manifests.PodInfo{}}
 	f.snaps <- manifests.Snapshot{Source: url.Source, Info: url}
 
-	var got ManifestSources
+	var got sources
 	waitFor(t, "both sources", func() bool { got = getManifests(t, f.e); return len(got.Sources) == 2 })
 	b, _ := json.Marshal(got)
-	want, _ := json.Marshal(ManifestSources{Sources: []manifests.SourceInfo{info, url}})
+	want, _ := json.Marshal(sources{Sources: []manifests.SourceInfo{info, url}})
 	if string(b) != string(want) {
 		t.Errorf("GET /manifests:\n%s\nwant:\n%s", b, want)
 	}

@@ -62,6 +62,10 @@ type Config struct {
 	Clock        Clock          // default: the real clock
 	Rand         func() float64 // in [0,1), for the spread of first probes; default math/rand/v2
 	Started      time.Time      // when noderun started; default: now
+
+	// OnResult, if set, is called for every attempt with its result
+	// (Unknown when it could not be made), for metrics.
+	OnResult func(podUID, container string, kind Kind, res Result)
 }
 
 // Manager runs one worker per probe of every probed container of every pod

@@ -141,6 +141,12 @@ func (w *worker) doProbe() {
 			break
 		}
 	}
+	if w.ctx.Err() == nil && m.cfg.OnResult != nil {
+		if err != nil {
+			res = Unknown
+		}
+		m.cfg.OnResult(uid, t.Container.Name, w.kind, res)
+	}
 	switch {
 	case w.ctx.Err() != nil:
 		return // stopped meanwhile: the attempt was cut short

@@ -3,8 +3,6 @@ package runner
 import (
 	"context"
 	"errors"
-	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -13,44 +11,22 @@ import (
 	"github.com/noderun/noderun/manifests"
 )
 
-func get(t *testing.T, h http.Handler, path string, header ...string) *httptest.ResponseRecorder {
-	t.Helper()
-	req := httptest.NewRequest(http.MethodGet, path, nil)
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, req)
-	return rec
-}
-
 func TestHealthz(t *testing.T) {
 	f := startEngine(t)
-	h := f.e.Handler()
-	if rec := get(t, h, "/healthz"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "first reconcile") {
-		t.Fatalf("before the first reconcile: %d %q, want 503 with the reason", rec.Code, rec.Body)
+	ctx := context.Background()
+	if err := f.e.Healthy(ctx); err == nil || !strings.Contains(err.Error(), "first reconcile") {
+		t.Fatalf("before the first reconcile: %v, want the reason", err)
 	}
 	f.send()
 	waitFor(t, "ready", func() bool { return f.e.ready.Load() })
-	if rec := get(t, h, "/healthz"); rec.Code != http.StatusOK {
-		t.Fatalf("ready: %d %q, want 200", rec.Code, rec.Body)
+	if err := f.e.Healthy(ctx); err != nil {
+		t.Fatalf("ready: %v", err)
 	}
 	f.rt.mu.Lock()
 	f.rt.pingErr = errors.New("connection refused")
 	f.rt.mu.Unlock()
-	if rec := get(t, h, "/healthz"); rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "containerd: connection refused") {
-		t.Fatalf("containerd down: %d %q, want 503 naming containerd", rec.Code, rec.Body)
-	}
-}
-
-func TestAPIRefusesBrowserRequests(t *testing.T) {
-	f := startEngine(t)
-	h := f.e.Handler()
-	if rec := get(t, h, "/pods", "Origin", "http://evil.example"); rec.Code != http.StatusForbidden {
-		t.Fatalf("request with an Origin header: %d, want 403", rec.Code)
-	}
-	if rec := get(t, h, "/pods"); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"kind":"PodList"`) {
-		t.Fatalf("plain request: %d %q, want a PodList", rec.Code, rec.Body)
+	if err := f.e.Healthy(ctx); err == nil || !strings.Contains(err.Error(), "containerd: connection refused") {
+		t.Fatalf("containerd down: %v, want an error naming containerd", err)
 	}
 }
 

@@ -1,0 +1,162 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// kubeWatches is how many watches stay open while the idle CPU is measured
+// again: kubectl get -w, a dashboard, a Prometheus... each holds one.
+const kubeWatches = 10
+
+const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json"
+
+// kubeMeasures are the Kubernetes API's costs at the largest burst.
+type kubeMeasures struct {
+	pods          int
+	tableGetMS    []float64 // GET /api/v1/pods as Table, as kubectl get pods asks
+	watchCPU      float64   // noderun's CPU with kubeWatches watches open, idle
+	watchHostBusy float64
+}
+
+// kubeClient reaches the node's HTTPS API with its CA and view token.
+func (n *node) kubeClient() (*http.Client, string, string, error) {
+	server, err := os.ReadFile(filepath.Join(n.dir, "run", "api-server"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	apiDir := filepath.Join(n.dir, "state", "api")
+	ca, err := os.ReadFile(filepath.Join(apiDir, "ca.crt"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	tok, err := os.ReadFile(filepath.Join(apiDir, "view.token"))
+	if err != nil {
+		return nil, "", "", err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	return hc, strings.TrimSpace(string(server)), strings.TrimSpace(string(tok)), nil
+}
+
+// kubeAPI times GET pods as Table with n pods up, then measures noderun's
+// CPU over the CPU window again with kubeWatches watches open (as Table,
+// as kubectl get -w asks) and nothing changing: it must stay at idle.
+func (b *bench) kubeAPI(ctx context.Context, n int) error {
+	hc, server, tok, err := b.node.kubeClient()
+	if err != nil {
+		return fmt.Errorf("kubernetes API: %w", err)
+	}
+	get := func(ctx context.Context, path string) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+path, nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+tok)
+		req.Header.Set("Accept", tableAccept)
+		resp, err := hc.Do(req)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			resp.Body.Close()
+			return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+		}
+		return resp, err
+	}
+	for range b.cfg.APIGets {
+		t := time.Now()
+		resp, err := get(ctx, "/api/v1/pods")
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			return err
+		}
+		b.kube.tableGetMS = append(b.kube.tableGetMS, float64(time.Since(t))/float64(time.Millisecond))
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	b.kube.pods = n
+
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	added := make(chan int, kubeWatches)
+	for range kubeWatches {
+		resp, err := get(wctx, "/api/v1/pods?watch=true")
+		if err != nil {
+			return err
+		}
+		go func() {
+			defer resp.Body.Close()
+			sc := bufio.NewScanner(resp.Body)
+			sc.Buffer(nil, 1<<20)
+			seen := 0
+			for sc.Scan() {
+				if seen++; seen == n {
+					added <- seen // every pod's synthetic ADDED arrived
+				}
+			}
+		}()
+	}
+	for range kubeWatches {
+		select {
+		case <-added:
+		case <-time.After(waitTimeout):
+			return fmt.Errorf("watches did not list %d pods", n)
+		}
+	}
+	if err := sleep(ctx, settle); err != nil {
+		return err
+	}
+	b.logf("steady state with %d pods and %d open watches: CPU over %s", n, kubeWatches, b.cfg.CPUWindow)
+	cpu0, err := b.node.cpuTime()
+	if err != nil {
+		return err
+	}
+	busy0, total0, err := hostCPU()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	if err := sleep(ctx, b.cfg.CPUWindow); err != nil {
+		return err
+	}
+	cpu1, err := b.node.cpuTime()
+	if err != nil {
+		return err
+	}
+	busy1, total1, err := hostCPU()
+	if err != nil {
+		return err
+	}
+	b.kube.watchCPU = 100 * float64(cpu1-cpu0) / float64(time.Since(t0))
+	b.kube.watchHostBusy = 100 * float64(busy1-busy0) / float64(max(total1-total0, 1))
+	return nil
+}
+
+// kubeRows report them; the idle CPU with watches is held to the idle
+// CPU without them (same pods, same window) plus a tenth of a percent.
+func (m *measurements) kubeRows(k kubeMeasures, cfg Config) []Row {
+	if k.pods == 0 {
+		return nil
+	}
+	var rows []Row
+	add := func(r Row) { rows = append(rows, r.finish()) }
+	add(Row{Key: "kubeapi_get_pods_table", Measure: fmt.Sprintf("GET /api/v1/pods as Table (kubectl get pods), %d pods", k.pods), Unit: "ms",
+		Noderun: statsOf(k.tableGetMS)})
+	add(Row{Key: "kubeapi_watch_idle_cpu", Measure: fmt.Sprintf("CPU, %d pods, %d open watches, %s steady state", k.pods, kubeWatches, cfg.CPUWindow),
+		Unit: "% of a core", Noderun: statsOf([]float64{k.watchCPU}),
+		Kubelet: fmt.Sprintf("%.2f %% without watches", m.cpuPercent), target: atMost(m.cpuPercent+0.1, "% of a core")})
+	return rows
+}

@@ -1,0 +1,64 @@
+package kubeapi
+
+import (
+	"errors"
+	"io"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+)
+
+func TestMetrics(t *testing.T) {
+	m := NewMetrics()
+	s := New(testCreds, WithMetrics(m))
+	running := phasePod("web", v1.PodRunning)
+	running.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "main", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
+	be := &fakeBackend{pods: []v1.Pod{running, phasePod("db", v1.PodPending)}}
+	s.Ready(be)
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+
+	get(t, srv, "/api/v1/pods", "").Body.Close() // db seen Pending
+	// db starts: its start is timed.
+	started := phasePod("db", v1.PodRunning)
+	be.set([]v1.Pod{running, started}, nil)
+	deadline := time.Now().Add(5 * time.Second)
+	m.ProbeResult("Liveness", "failed", "main", "web", "default", "uid-web")
+	m.RuntimeOperation("start_container", 20*time.Millisecond, nil)
+	m.RuntimeOperation("pull_image", time.Second, errors.New("offline"))
+	m.ImagePull(errors.New("offline"))
+
+	var body string
+	for {
+		resp := get(t, srv, "/metrics", "")
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if strings.Contains(body, "kubelet_pod_start_duration_seconds_count 1") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, want := range []string{
+		"kubelet_running_pods 2",
+		`kubelet_running_containers{container_state="running"} 1`,
+		"kubelet_pod_start_duration_seconds_count 1",
+		`prober_probe_total{container="main",namespace="default",pod="web",pod_uid="uid-web",probe_type="Liveness",result="failed"} 1`,
+		`kubelet_runtime_operations_duration_seconds_count{operation_type="start_container"} 1`,
+		`kubelet_runtime_operations_errors_total{operation_type="pull_image"} 1`,
+		`noderun_image_pulls_total{result="failure"} 1`,
+		`noderun_manifest_source_errors{source="file:/etc/pods"} 1`,
+		"go_goroutines",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	// Without a token, nothing.
+	if code, _ := do(t, s, "GET", "/metrics", ""); code != 401 {
+		t.Errorf("/metrics without a token: %d", code)
+	}
+}

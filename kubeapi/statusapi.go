@@ -1,0 +1,104 @@
+package kubeapi
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"path/filepath"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noderun/noderun/manifests"
+)
+
+// StatusBackend is what the status socket reads from the engine.
+type StatusBackend interface {
+	// Healthy is nil when noderun is ready and containerd answers.
+	Healthy(ctx context.Context) error
+	Pods() []v1.Pod
+	Events() []v1.Event
+	// Sources returns what each manifest source last reported.
+	Sources() []manifests.SourceInfo
+}
+
+// ManifestSources is the answer of GET /manifests.
+type ManifestSources struct {
+	Sources []manifests.SourceInfo `json:"sources"`
+}
+
+// StatusHandler is the local status API on the unix socket (root-only, no
+// tokens), for `noderun pods`, `check`, health checks and profiles.
+func StatusHandler(b StatusBackend) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		if err := b.Healthy(ctx); err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintln(rw, "ok")
+	})
+	mux.HandleFunc("GET /pods", func(rw http.ResponseWriter, _ *http.Request) {
+		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: b.Pods()}
+		for i := range list.Items {
+			list.Items[i].TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
+		}
+		writeJSON(rw, http.StatusOK, &list)
+	})
+	mux.HandleFunc("GET /events", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, &v1.EventList{TypeMeta: metav1.TypeMeta{Kind: "EventList", APIVersion: "v1"}, Items: b.Events()})
+	})
+	// Every source with what it read, the pods it yields and its errors,
+	// so a bad manifest is visible without reading logs.
+	mux.HandleFunc("GET /manifests", func(rw http.ResponseWriter, _ *http.Request) {
+		writeJSON(rw, http.StatusOK, ManifestSources{Sources: b.Sources()})
+	})
+	// Profiles for `make bench-profile`; the socket is root-only.
+	mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+	mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		// A browser page must not be able to reach the API.
+		if r.Header.Get("Origin") != "" {
+			http.Error(rw, "browser requests are refused", http.StatusForbidden)
+			return
+		}
+		mux.ServeHTTP(rw, r)
+	})
+}
+
+// ListenUnix opens the API socket with mode 0600, replacing a stale one. It
+// is made in a fresh directory of mode 0700, chmodded, then renamed into
+// place, so whatever the umask it is never reachable with looser
+// permissions. (Setting the umask around Listen would also change the mode
+// of files other goroutines create meanwhile: the umask is process-wide.)
+func ListenUnix(path string) (net.Listener, error) {
+	dir := path + ".tmp"
+	if err := os.RemoveAll(dir); err != nil { // left by a crash
+		return nil, err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	tmp := filepath.Join(dir, "s")
+	l, err := net.Listen("unix", tmp)
+	if err != nil {
+		return nil, err
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
