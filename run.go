@@ -184,6 +184,7 @@ func runNode(c *cli.Context) error {
 		hostIP = defaultHostIP()
 	}
 	metrics := kube.Metrics()
+	metrics.LogStreams(logs.Streams)
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
 		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,

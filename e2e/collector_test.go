@@ -197,6 +197,13 @@ spec:
 	if s, err := n.logStream(path); err != nil || s.Dropped <= stats.Dropped {
 		t.Fatalf("dropped count did not grow: %+v, then %+v (%v)", stats, s, err)
 	}
+	// The count is exposed to Prometheus too, with the view token.
+	metrics := n.kubectlOK(n.kubeconfig(false), "get", "--raw", "/metrics")
+	dropped := grepLines(metrics, fmt.Sprintf("noderun_log_dropped_lines_total{log_path=%q} ", path))
+	if n, _ := strconv.ParseFloat(strings.TrimSpace(dropped[strings.LastIndex(dropped, " ")+1:]), 64); n < 1 ||
+		!strings.Contains(metrics, fmt.Sprintf("noderun_log_dropping{log_path=%q} 1", path)) {
+		t.Fatalf("/metrics does not show %s dropping: %s", path, grepLines(metrics, "noderun_log_"))
+	}
 	// Space again: the log goes on.
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
@@ -270,4 +277,15 @@ spec:
 		}
 		time.Sleep(pollEvery)
 	}
+}
+
+// grepLines keeps the lines of s that contain sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net/http/httptest"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/crilog"
 )
 
 func TestMetrics(t *testing.T) {
@@ -30,6 +33,9 @@ func TestMetrics(t *testing.T) {
 	m.RuntimeOperation("start_container", 20*time.Millisecond, nil)
 	m.RuntimeOperation("pull_image", time.Second, errors.New("offline"))
 	m.ImagePull(errors.New("offline"))
+	m.LogStreams(func(context.Context) ([]crilog.StreamStats, error) {
+		return []crilog.StreamStats{{Path: "/var/log/pods/a/main/0.log", Dropped: 7, Dropping: true}, {Path: "/var/log/pods/b/main/0.log"}}, nil
+	})
 
 	var body string
 	for {
@@ -50,6 +56,9 @@ func TestMetrics(t *testing.T) {
 		`kubelet_runtime_operations_duration_seconds_count{operation_type="start_container"} 1`,
 		`kubelet_runtime_operations_errors_total{operation_type="pull_image"} 1`,
 		`noderun_image_pulls_total{result="failure"} 1`,
+		`noderun_log_dropped_lines_total{log_path="/var/log/pods/a/main/0.log"} 7`,
+		`noderun_log_dropping{log_path="/var/log/pods/a/main/0.log"} 1`,
+		`noderun_log_dropped_lines_total{log_path="/var/log/pods/b/main/0.log"} 0`,
 		`noderun_manifest_source_errors{source="file:/etc/pods"} 1`,
 		"go_goroutines",
 	} {
