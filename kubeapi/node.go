@@ -61,7 +61,7 @@ func (n *NodeReporter) Node(ctx context.Context) *v1.Node {
 	mem := readMeminfo()
 	var fs unix.Statfs_t
 	fsErr := unix.Statfs(n.StorageDir, &fs)
-	storage := int64(fs.Blocks) * fs.Bsize
+	storage := int64(fs.Blocks) * int64(fs.Bsize) // Bsize is an int32 on 32-bit ARM
 	capacity := v1.ResourceList{
 		v1.ResourceCPU:    *qty.NewQuantity(int64(runtime.NumCPU()), qty.DecimalSI),
 		v1.ResourceMemory: *qty.NewQuantity(mem["MemTotal"], qty.BinarySI),
