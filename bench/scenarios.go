@@ -199,11 +199,14 @@ func (b *bench) sampleMemory(ctx context.Context, pods int) error {
 	if err != nil {
 		return err
 	}
-	heap, err := b.node.liveHeap(ctx)
+	// PSS before the heap profile: serving it (a GC and the profile's
+	// encoding) grows noderun's memory for a while, so a PSS read after it
+	// came out above the RSS read before.
+	pss, err := b.measurePSS()
 	if err != nil {
 		return err
 	}
-	pss, err := b.measurePSS()
+	heap, err := b.node.liveHeap(ctx)
 	if err != nil {
 		return err
 	}
