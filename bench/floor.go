@@ -106,43 +106,54 @@ func (f *floor) start(ctx context.Context, id string) (*floorPod, error) {
 	if _, err := f.plugins.AddNetworkList(ctx, f.network, f.rtConf(p)); err != nil {
 		return p, fmt.Errorf("CNI ADD %s: %w", id, err)
 	}
-	runtimeOpts := &options.Options{Root: f.runcRoot}
-	join := func(t specs.LinuxNamespaceType, name string) oci.SpecOpts {
-		return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: t, Path: filepath.Join(p.dir, name)})
+	c, task, err := f.create(ctx, p.dir, id, id, "main", podCommand)
+	p.c, p.task = c, task
+	if err != nil {
+		return p, err
 	}
-	c, err := f.client.NewContainer(ctx, id,
+	if err := task.Start(ctx); err != nil {
+		return p, fmt.Errorf("start task %s: %w", id, err)
+	}
+	p.started = true
+	return p, nil
+}
+
+// create makes container cid of the pod pinned in dir and its task, with
+// the OCI basics noderun uses: the pod's namespaces joined, the cgroup
+// <pod>/<name>, runc's private root and the binary log driver writing
+// <pod>/<name>.log. The container is returned even when its task fails.
+func (f *floor) create(ctx context.Context, dir, cid, pod, name string, args []string) (containerd.Container, containerd.Task, error) {
+	runtimeOpts := &options.Options{Root: f.runcRoot}
+	join := func(t specs.LinuxNamespaceType, ns string) oci.SpecOpts {
+		return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: t, Path: filepath.Join(dir, ns)})
+	}
+	c, err := f.client.NewContainer(ctx, cid,
 		containerd.WithImageName(f.image.Name()),
 		containerd.WithSnapshotter(snapshotter),
-		containerd.WithNewSnapshot(id, f.image),
+		containerd.WithNewSnapshot(cid, f.image),
 		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 		containerd.WithNewSpec(
-			oci.WithProcessArgs(podCommand...),
+			oci.WithProcessArgs(args...),
 			oci.WithEnv(f.env),
 			oci.WithProcessCwd("/"),
 			join(specs.IPCNamespace, "ipc"), join(specs.NetworkNamespace, "net"), join(specs.UTSNamespace, "uts"),
-			oci.WithCgroup(f.cgroup+"/"+id+"/main"),
+			oci.WithCgroup(f.cgroup+"/"+pod+"/"+name),
 		))
 	if err != nil {
-		return p, fmt.Errorf("create container %s: %w", id, err)
+		return nil, nil, fmt.Errorf("create container %s: %w", cid, err)
 	}
-	p.c = c
-	logURI, err := url.Parse(crilog.URI(f.logDriver, crilog.Target{Path: filepath.Join(f.logDir, id, "main.log")}))
+	logURI, err := url.Parse(crilog.URI(f.logDriver, crilog.Target{Path: filepath.Join(f.logDir, pod, name+".log")}))
 	if err != nil {
-		return p, err
+		return c, nil, err
 	}
 	task, err := c.NewTask(ctx, cio.LogURI(logURI), func(_ context.Context, _ *containerd.Client, ti *containerd.TaskInfo) error {
 		ti.Options = runtimeOpts // as noderun does, so the shim gets the runc root on every daemon version
 		return nil
 	})
 	if err != nil {
-		return p, fmt.Errorf("create task %s: %w", id, err)
+		return c, nil, fmt.Errorf("create task %s: %w", cid, err)
 	}
-	p.task = task
-	if err := task.Start(ctx); err != nil {
-		return p, fmt.Errorf("start task %s: %w", id, err)
-	}
-	p.started = true
-	return p, nil
+	return c, task, nil
 }
 
 // stop is the reverse: SIGTERM and wait for the exit, delete the task, the

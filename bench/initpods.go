@@ -4,23 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
-	"github.com/containerd/containerd/oci"
-	"github.com/containerd/containerd/plugin"
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/cni"
-	"github.com/noderun/noderun/crilog"
 )
 
 // The init-container scenario: a pod with initCount init containers, each
@@ -108,38 +101,14 @@ func (f *floor) startInitPod(ctx context.Context, id string) (*floorMulti, error
 
 // newRun creates one container of p and its task, as floor.start does.
 func (f *floor) newRun(ctx context.Context, p *floorMulti, cid string, args []string) (*floorRun, error) {
-	runtimeOpts := &options.Options{Root: f.runcRoot}
-	join := func(t specs.LinuxNamespaceType, name string) oci.SpecOpts {
-		return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: t, Path: filepath.Join(p.pod.dir, name)})
+	c, task, err := f.create(ctx, p.pod.dir, cid, p.pod.id, cid, args)
+	if c != nil {
+		p.runs = append(p.runs, &floorRun{c: c, task: task})
 	}
-	c, err := f.client.NewContainer(ctx, cid,
-		containerd.WithImageName(f.image.Name()),
-		containerd.WithSnapshotter(snapshotter),
-		containerd.WithNewSnapshot(cid, f.image),
-		containerd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
-		containerd.WithNewSpec(
-			oci.WithProcessArgs(args...),
-			oci.WithEnv(f.env),
-			oci.WithProcessCwd("/"),
-			join(specs.IPCNamespace, "ipc"), join(specs.NetworkNamespace, "net"), join(specs.UTSNamespace, "uts"),
-			oci.WithCgroup(f.cgroup+"/"+p.pod.id+"/"+cid),
-		))
-	if err != nil {
-		return nil, fmt.Errorf("create container %s: %w", cid, err)
-	}
-	r := &floorRun{c: c}
-	p.runs = append(p.runs, r)
-	logURI, err := url.Parse(crilog.URI(f.logDriver, crilog.Target{Path: filepath.Join(f.logDir, p.pod.id, cid+".log")}))
 	if err != nil {
 		return nil, err
 	}
-	if r.task, err = c.NewTask(ctx, cio.LogURI(logURI), func(_ context.Context, _ *containerd.Client, ti *containerd.TaskInfo) error {
-		ti.Options = runtimeOpts
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("create task %s: %w", cid, err)
-	}
-	return r, nil
+	return p.runs[len(p.runs)-1], nil
 }
 
 // stopInitPod is the reverse: SIGTERM to the app containers, then every
@@ -189,42 +158,14 @@ func (b *bench) initPod(ctx context.Context, rep int) error {
 	})
 }
 
-func (b *bench) floorInitPod(ctx context.Context, id string, runs int) (start, down time.Duration, retErr error) {
-	if err := sleep(ctx, settle); err != nil {
-		return 0, 0, err
-	}
-	b.fw.drain()
-	t0 := time.Now()
-	p, err := b.floor.startInitPod(ctx, id)
-	defer func() {
-		if retErr != nil && p != nil {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTime)
-			defer cancel()
-			retErr = errors.Join(retErr, b.floor.stopInitPod(cctx, p))
+func (b *bench) floorInitPod(ctx context.Context, id string, runs int) (start, down time.Duration, err error) {
+	return b.timeFloor(ctx, runs, func(ctx context.Context) (func(context.Context) error, error) {
+		p, err := b.floor.startInitPod(ctx, id)
+		if p == nil {
+			return nil, err
 		}
-	}()
-	if err != nil {
-		return 0, 0, err
-	}
-	at, err := b.fw.waitN(ctx, topicStart, runs, waitTimeout)
-	if err != nil {
-		return 0, 0, err
-	}
-	start = at.Sub(t0)
-	if err := sleep(ctx, settle); err != nil {
-		return start, 0, err
-	}
-	b.fw.drain()
-	t0 = time.Now()
-	if err := b.floor.stopInitPod(ctx, p); err != nil {
-		return start, 0, err
-	}
-	p = nil
-	end, err := gone(ctx, b.fw, b.floor.podsDir, runs)
-	if err != nil {
-		return start, 0, err
-	}
-	return start, end.Sub(t0), checkEmpty(ctx, b.env.client, floorNS)
+		return func(ctx context.Context) error { return b.floor.stopInitPod(ctx, p) }, err
+	})
 }
 
 // nodePodsWith writes the pods, shaped by spec, and removes them again;

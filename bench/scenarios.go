@@ -218,26 +218,38 @@ func (b *bench) sampleMemory(ctx context.Context, pods int) error {
 }
 
 // floorPods starts n pods directly, in parallel, and tears them down the
-// same way. start runs until containerd reported every process started,
-// down until no container or pinned namespace is left.
-func (b *bench) floorPods(ctx context.Context, prefix string, n int) (start, down time.Duration, retErr error) {
+// same way.
+func (b *bench) floorPods(ctx context.Context, prefix string, n int) (start, down time.Duration, err error) {
+	return b.timeFloor(ctx, n, func(ctx context.Context) (func(context.Context) error, error) {
+		pods, err := b.floor.startAll(ctx, podNames(prefix, n))
+		return func(ctx context.Context) error {
+			return b.floor.stopAll(ctx, slices.DeleteFunc(pods, func(p *floorPod) bool { return p == nil }))
+		}, err
+	})
+}
+
+// timeFloor times one floor run: begin starts it and returns how to undo
+// it. start runs until containerd reported runs processes started, down
+// until the undo left no container or pinned namespace. A failure before
+// the undo succeeded undoes it within cleanupTime.
+func (b *bench) timeFloor(ctx context.Context, runs int, begin func(context.Context) (func(context.Context) error, error)) (start, down time.Duration, retErr error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, 0, err
 	}
 	b.fw.drain()
 	t0 := time.Now()
-	pods, err := b.floor.startAll(ctx, podNames(prefix, n))
+	undo, err := begin(ctx)
 	defer func() {
-		if retErr != nil {
+		if retErr != nil && undo != nil {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cleanupTime)
 			defer cancel()
-			retErr = errors.Join(retErr, b.floor.stopAll(cctx, slices.DeleteFunc(pods, func(p *floorPod) bool { return p == nil })))
+			retErr = errors.Join(retErr, undo(cctx))
 		}
 	}()
 	if err != nil {
 		return 0, 0, err
 	}
-	at, err := b.fw.waitN(ctx, topicStart, n, waitTimeout)
+	at, err := b.fw.waitN(ctx, topicStart, runs, waitTimeout)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -247,11 +259,11 @@ func (b *bench) floorPods(ctx context.Context, prefix string, n int) (start, dow
 	}
 	b.fw.drain()
 	t0 = time.Now()
-	if err := b.floor.stopAll(ctx, pods); err != nil {
+	if err := undo(ctx); err != nil {
 		return start, 0, err
 	}
-	pods = nil // stopped; nothing left for the deferred cleanup
-	end, err := gone(ctx, b.fw, b.floor.podsDir, n)
+	undo = nil // done; nothing left for the deferred cleanup
+	end, err := gone(ctx, b.fw, b.floor.podsDir, runs)
 	if err != nil {
 		return start, 0, err
 	}

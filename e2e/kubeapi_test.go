@@ -56,17 +56,7 @@ func (n *node) apiClient() *http.Client {
 func TestKubeAPIAccess(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	n.writeManifest("web.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", '`+untilTerm+`']
-`)
+	n.writeManifest("web.yaml", idlePod)
 	n.waitPod("web", "Running", running)
 	view, admin := n.kubeconfig(false), n.kubeconfig(true)
 	for _, cfg := range []string{view, admin} {

@@ -34,12 +34,8 @@ func podRow(out, name string) []string {
 	return nil
 }
 
-// `kubectl get pods` shows the usual columns with the values a cluster
-// shows: READY, STATUS (CrashLoopBackOff, Init:0/1), RESTARTS with when.
-func TestKubectlGetPods(t *testing.T) {
-	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("web.yaml", `apiVersion: v1
+// idlePod runs until it is told to stop; the kubectl tests read it.
+const idlePod = `apiVersion: v1
 kind: Pod
 metadata:
   name: web
@@ -49,8 +45,15 @@ spec:
   containers:
   - name: main
     image: busybox:1.36
-    command: ["sh", "-c", '`+untilTerm+`']
-`)
+    command: ["sh", "-c", '` + untilTerm + `']
+`
+
+// `kubectl get pods` shows the usual columns with the values a cluster
+// shows: READY, STATUS (CrashLoopBackOff, Init:0/1), RESTARTS with when.
+func TestKubectlGetPods(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("web.yaml", idlePod)
 	n.writeManifest("crash.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -218,17 +221,7 @@ spec:
 func TestKubectlDescribeAndEvents(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	n.writeManifest("web.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", '`+untilTerm+`']
-`)
+	n.writeManifest("web.yaml", idlePod)
 	n.waitPod("web", "Running", running)
 	view := n.kubeconfig(false)
 	out := n.kubectlOK(view, "describe", "pod", "web-e2e")
@@ -297,18 +290,7 @@ func TestReadmeKubectlExamples(t *testing.T) {
 		t.Fatalf("found %d kubectl examples in the README", len(cmds))
 	}
 	n := newNode(t)
-	n.writeManifest("web.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-  labels: {app: web}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", '`+untilTerm+`']
-`)
+	n.writeManifest("web.yaml", idlePod)
 	n.waitPod("web", "Running", running)
 	view := n.kubeconfig(false)
 	for _, args := range cmds {
