@@ -2,15 +2,10 @@ package e2e
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // plantStrayShim leaves what a noderun killed during a task's deletion
@@ -20,48 +15,11 @@ import (
 func plantStrayShim(t *testing.T, ns, id string) int {
 	t.Helper()
 	bundle := t.TempDir()
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
+	pid, _ := testenv.PlantShim(t, bundle, ctrdSocket, ns, id)
+	if err := os.RemoveAll(bundle); err != nil {
 		t.Fatal(err)
 	}
-	// The shim logs to a FIFO its containerd reads.
-	if err := unix.Mkfifo(filepath.Join(bundle, "log"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logReader, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { logReader.Close() })
-	cmd := exec.Command("containerd-shim-runc-v2", "-namespace", ns, "-id", id, "-address", ctrdSocket, "start")
-	cmd.Dir = bundle
-	cmd.Env = append(os.Environ(), "TTRPC_ADDRESS="+ctrdSocket+".ttrpc")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("start shim: %v: %s", err, out)
-	}
-	socket := strings.TrimPrefix(strings.TrimSpace(string(out)), "unix://")
-	t.Cleanup(func() { os.Remove(socket) })
-	// The shim is the process of that command line holding the bundle's
-	// log; once it has opened it the bundle may go.
-	want := "containerd-shim-runc-v2\x00" + strings.Join(cmd.Args[1:len(cmd.Args)-1], "\x00") + "\x00"
-	for deadline := time.Now().Add(waitTimeout); time.Now().Before(deadline); time.Sleep(pollEvery / 4) {
-		ents, _ := os.ReadDir("/proc")
-		for _, e := range ents {
-			cmdline, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-			target, _ := os.Readlink(filepath.Join("/proc", e.Name(), "fd", "2"))
-			if !strings.HasSuffix(string(cmdline), want) || target != filepath.Join(bundle, "log") {
-				continue
-			}
-			pid, _ := strconv.Atoi(e.Name())
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
-			if err := os.RemoveAll(bundle); err != nil {
-				t.Fatal(err)
-			}
-			return pid
-		}
-	}
-	t.Fatalf("no shim process for %s after %s", id, waitTimeout)
-	return 0
+	return pid
 }
 
 // A noderun starting kills a shim of its namespace and containerd that

@@ -108,6 +108,9 @@ func TestEngineRestartsWithCrashBackoff(t *testing.T) {
 		return p != nil && p.Status.ContainerStatuses[0].State.Waiting != nil &&
 			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff"
 	})
+	// The status can show the backoff before the worker arms its timer;
+	// advancing the fake clock first would arm it 10s past the new now.
+	waitFor(t, "a 10s backoff armed", func() bool { return f.clock.timerIn(10 * time.Second) })
 	f.clock.Advance(9 * time.Second)
 	time.Sleep(20 * time.Millisecond)
 	if n := f.rt.startedCount(); n != 2 {
@@ -434,6 +437,7 @@ func TestEngineBackoffIgnoresWallClockSteps(t *testing.T) {
 		return p != nil && p.Status.ContainerStatuses[0].State.Waiting != nil &&
 			p.Status.ContainerStatuses[0].State.Waiting.Reason == "CrashLoopBackOff"
 	})
+	waitFor(t, "a 10s backoff armed", func() bool { return f.clock.timerIn(10 * time.Second) })
 	f.clock.Advance(10 * time.Second)
 	waitFor(t, "restart after the 10s backoff, not after 2h", func() bool { return f.rt.startedCount() == 3 })
 }

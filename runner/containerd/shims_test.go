@@ -2,18 +2,13 @@ package containerd
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -28,49 +23,17 @@ func plantShim(t *testing.T, address, ns, id string) int {
 // plantShimIn starts the shim in bundle, and deletes it with deleteBundle.
 func plantShimIn(t *testing.T, bundle, address, ns, id string, deleteBundle bool) int {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	// The shim logs to a FIFO its containerd reads.
-	if err := unix.Mkfifo(filepath.Join(bundle, "log"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	logReader, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(shimBinary, "-namespace", ns, "-id", id, "-address", address, "start")
-	cmd.Dir = bundle
-	cmd.Env = append(os.Environ(), "TTRPC_ADDRESS="+address+".ttrpc")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("start shim: %v: %s", err, out)
-	}
-	socket := strings.TrimPrefix(strings.TrimSpace(string(out)), "unix://")
+	pid, socket := testenv.PlantShim(t, bundle, address, ns, id)
 	if socket != shimSocket(address, ns, id) {
 		t.Fatalf("shim listens on %s, shimSocket says %s", socket, shimSocket(address, ns, id))
 	}
-	pid := shimListeningOn(t, address, ns, socket)
-	t.Cleanup(func() {
-		syscall.Kill(pid, syscall.SIGKILL)
-		os.Remove(socket)
-		logReader.Close()
-	})
-	// The shim opens its log in the bundle as it starts: only then may the
-	// bundle go.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if target, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/2", pid)); target == filepath.Join(bundle, "log") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the planted shim did not open its log")
-		}
+	if found := shimListeningOn(t, address, ns, socket); found != pid {
+		t.Fatalf("findShims says pid %d listens on %s, the shim says it is %d", found, socket, pid)
 	}
-	if !deleteBundle {
-		return pid
-	}
-	if err := os.RemoveAll(bundle); err != nil {
-		t.Fatal(err)
+	if deleteBundle {
+		if err := os.RemoveAll(bundle); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return pid
 }
