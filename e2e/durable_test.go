@@ -151,15 +151,7 @@ func TestStalledShimKeepsItsContainer(t *testing.T) {
 	id := containerID(before.Status.ContainerStatuses[0])
 	pid := n.task(id).Pid
 	shim := testenv.ParentPID(t, int(pid))
-	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			syscall.Kill(shim, syscall.SIGCONT)
-		}
-	}()
+	testenv.Stop(t, shim)
 	n.kill9()
 	n.start()
 	n.waitPod("steady", "its state reported unknown", func(p *v1.Pod) bool {
@@ -168,7 +160,6 @@ func TestStalledShimKeepsItsContainer(t *testing.T) {
 	})
 	time.Sleep(3 * time.Second) // a few more looks while it is stalled
 	syscall.Kill(shim, syscall.SIGCONT)
-	resumed = true
 	after := n.waitPod("steady", "Running again", running)
 	cs := after.Status.ContainerStatuses[0]
 	if containerID(cs) != id || cs.RestartCount != 0 {

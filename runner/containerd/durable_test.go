@@ -72,10 +72,7 @@ func TestStalledShimIsUnknown(t *testing.T) {
 	startContainer(t, rt, cfg)
 	st := containerStatus(t, rt, cfg)
 	shim := testenv.ParentPID(t, int(st.PID))
-	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(shim, syscall.SIGCONT)
+	testenv.Stop(t, shim)
 	if got := containerStatus(t, rt, cfg); got.State != runner.StateUnknown {
 		t.Fatalf("with its shim stopped: state %v, want unknown", got.State)
 	}
@@ -115,10 +112,7 @@ func TestStopIsBoundedWhenTheShimHangs(t *testing.T) {
 	cfg := testConfig(t, rt, "hung", "sleep", "3600")
 	startContainer(t, rt, cfg)
 	shim := testenv.ParentPID(t, int(containerStatus(t, rt, cfg).PID))
-	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	defer syscall.Kill(shim, syscall.SIGCONT)
+	testenv.Stop(t, shim)
 	old := stopSlack
 	stopSlack = 3 * time.Second
 	defer func() { stopSlack = old }()
