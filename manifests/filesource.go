@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -227,6 +228,11 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 		key = r.path
 	}
 	wait := r.debounce
+	if ev.Op == fsnotify.Create && key == ev.Name && !openForWriting(ev.Name) {
+		// Complete: renamed in (the way to publish a manifest) or written
+		// and closed already. No writer's burst is left to wait for.
+		wait = 0
+	}
 	if ev.Has(fsnotify.Rename) && key == ev.Name {
 		// Moved away: most often an editor saving (vim renames the file
 		// to file~ before writing it anew). Give the new file time to
@@ -236,6 +242,23 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 	r.pending[key] = time.Now().Add(wait)
 	next, _ := r.nextDeadline()
 	debounce.Reset(time.Until(next))
+}
+
+// openForWriting reports whether any process has the file at path open for
+// writing, or whether that cannot be told: a read lease is refused
+// (EAGAIN) while the file has a writer. Leases need the file's owner or
+// CAP_LEASE and a local filesystem; elsewhere a writer is assumed.
+func openForWriting(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_RDLCK); err != nil {
+		return true
+	}
+	unix.FcntlInt(f.Fd(), unix.F_SETLEASE, unix.F_UNLCK)
+	return false
 }
 
 // relevant reports whether a change at name can change the snapshot: the

@@ -567,10 +567,11 @@ func TestFileSourceFirstSnapshotWaitsForWriter(t *testing.T) {
 }
 
 // A file renamed into place is complete: it is applied at once, however
-// recently it was written, so publishing by rename costs no settle time.
+// recently it was written, so publishing by rename costs no settle time
+// and no debounce.
 func TestFileSourceRenamedInIsAppliedAtOnce(t *testing.T) {
 	dir := t.TempDir()
-	ch := startSource(t, dir, WithWriteSettle(time.Minute))
+	ch := startSource(t, dir, WithWriteSettle(time.Minute), WithDebounce(time.Minute))
 	next(t, ch) // the empty directory
 	tmp := filepath.Join(dir, ".web.yaml.tmp")
 	writeFile(t, tmp, envManifest("A"))
@@ -582,6 +583,49 @@ func TestFileSourceRenamedInIsAppliedAtOnce(t *testing.T) {
 		t.Fatalf("env %q, want A", got)
 	}
 	if took := time.Since(began); took > 5*time.Second {
-		t.Fatalf("a renamed-in file took %v to apply; it must not wait for the write settle time", took)
+		t.Fatalf("a renamed-in file took %v to apply; it must not wait for the settle time or the debounce", took)
+	}
+}
+
+// A new file still open for writing waits for the debounce after its last
+// write, as any file written in a burst.
+func TestFileSourceNewFileBeingWrittenWaits(t *testing.T) {
+	dir := t.TempDir()
+	ch := startSource(t, dir, WithDebounce(time.Second))
+	next(t, ch) // the empty directory
+	f, err := os.Create(filepath.Join(dir, "web.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(envManifest("A")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-ch:
+		t.Fatalf("a file still open for writing was applied before the debounce: %q", envNames(s))
+	case <-time.After(500 * time.Millisecond):
+	}
+	f.Close()
+	if got := envNames(next(t, ch)); got != "A" {
+		t.Fatalf("env %q, want A", got)
+	}
+}
+
+func TestOpenForWriting(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "web.yaml")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !openForWriting(path) {
+		t.Error("a file this test holds open for writing is said to have no writer")
+	}
+	f.Close()
+	if openForWriting(path) {
+		t.Error("a closed file is said to have a writer")
+	}
+	if !openForWriting(filepath.Join(t.TempDir(), "missing.yaml")) {
+		t.Error("a file that cannot be opened is said to have no writer")
 	}
 }
