@@ -230,8 +230,10 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch 
 			if ev.Name != path {
 				continue
 			}
-			if ev.Has(fsnotify.Create) {
+			if ev.Has(fsnotify.Create) && !isOpen(f, path) {
 				// Rotated: what the old file still held, then the new one.
+				// (A Create of the file already open is its creation,
+				// seen after it was opened: not a rotation.)
 				if err := lr.drain(f); err != nil {
 					return err
 				}
@@ -262,6 +264,19 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch 
 			return lr.flush()
 		}
 	}
+}
+
+// isOpen reports whether f is the file at path.
+func isOpen(f *os.File, path string) bool {
+	if f == nil {
+		return false
+	}
+	open, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	now, err := os.Stat(path)
+	return err == nil && os.SameFile(open, now)
 }
 
 func (lr *logReader) drain(f *os.File) error {

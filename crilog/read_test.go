@@ -234,3 +234,34 @@ func TestReadLogFromEndApart(t *testing.T) {
 		t.Errorf("stderr %q, want %q", errOut.String(), "err\n")
 	}
 }
+
+// A log created and written after the watch began but before it was first
+// read gets a Create event that the follow sees after it opened the file:
+// that is the file's creation, not a rotation, and nothing is read twice.
+func TestReadLogFollowCreatedBeforeTheFirstRead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	watch, err := watchDir(filepath.Dir(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	appendFile(t, path, rec(0, Stdout, "F", "first"))
+	out := &syncBuffer{}
+	lr := &logReader{opts: ReadOptions{Follow: true, TailLines: -1}, out: out, errOut: out, pending: map[string]*joined{}}
+	live, err := lr.readLive(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- lr.follow(ctx, path, live, watch) }()
+	appendFile(t, path, rec(1, Stdout, "F", "second"))
+	waitFor(t, "the second line", func() bool { return strings.Contains(out.String(), "second") })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "first\nsecond\n" {
+		t.Errorf("output %q, want each line once", got)
+	}
+}
