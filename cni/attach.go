@@ -1,11 +1,15 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,6 +76,11 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		}
 	}
 	defer m.track(a.ID)()
+	if m.owned.has(a.ID) && !m.Attached(a) {
+		if err := m.undoUnfinishedAdd(ctx, a, list); err != nil {
+			return nil, err
+		}
+	}
 	if err := m.owned.add(list.Name, a.ID); err != nil {
 		return nil, err
 	}
@@ -106,6 +115,57 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 	}
 	m.log.Debug("attached pod", "id", a.ID, "pod", a.PodNamespace+"/"+a.PodName, "ips", ips)
 	return ips, nil
+}
+
+// undoUnfinishedAdd releases what an ADD of a.ID that never finished made
+// (recorded, never cached: a noderun killed during it) before the ADD is
+// redone. The plugins of that ADD outlive noderun and may still run, so
+// they are waited for first: an ADD next to them fails on the eth0 they
+// made, and its rollback DEL races them and leaves their masquerade rules
+// (or their failure releases the new ADD's lease).
+func (m *Manager) undoUnfinishedAdd(ctx context.Context, a Attachment, list *libcni.NetworkConfigList) error {
+	ctx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
+	for pids := pluginsOf(a.ID); len(pids) > 0; pids = pluginsOf(a.ID) {
+		m.log.Info("waiting for the plugins of an unfinished ADD", "id", a.ID, "pids", pids)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cni: add %s: plugins %v of an unfinished ADD still run: %w", a.ID, pids, ctx.Err())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	// Twice, as in Add's rollback: one DEL may fail after releasing
+	// nearly everything.
+	err := m.del(ctx, a, list)
+	if err != nil {
+		err = m.del(ctx, a, list)
+	}
+	if err != nil {
+		return fmt.Errorf("cni: add %s: release what an unfinished ADD made: %w", a.ID, err)
+	}
+	return nil
+}
+
+// pluginsOf returns the processes that run a CNI command for container
+// id: the environment libcni gives a plugin names it.
+func pluginsOf(id string) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	want := []byte("\x00CNI_CONTAINERID=" + id + "\x00")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		if err == nil && bytes.Contains(append([]byte{0}, env...), want) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // Del detaches the pod (CNI DEL). It uses the config and arguments libcni

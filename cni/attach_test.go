@@ -1,8 +1,10 @@
 package cni
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha512"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -571,5 +573,76 @@ func TestDelRemovesHostVethOfAHeldNetns(t *testing.T) {
 	}
 	if _, err := netlink.LinkByName(veth); err == nil {
 		t.Fatalf("host veth %s left on the bridge after DEL", veth)
+	}
+}
+
+// A noderun killed during an ADD leaves its plugins running. The ADD redone
+// at the next start waits for them, releases what they made and attaches
+// afresh: the pod keeps its lease, and after the DEL no rule or lease of it
+// is left. Here the bridge plugin of the unfinished ADD is still asleep when
+// the ADD is redone.
+func TestAddAfterAnUnfinishedAdd(t *testing.T) {
+	requirePlugins(t)
+	cfg := testNetwork(t)
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	a := testPod(t, m, "unfinished")
+	list, _, err := m.refresh()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the killed noderun had done: recorded the ID, started bridge.
+	if err := m.owned.add(list.Name, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	var conf map[string]any
+	if err := json.Unmarshal(list.Plugins[0].Bytes, &conf); err != nil || conf["type"] != "bridge" {
+		t.Fatalf("first plugin %s (%v), want bridge", list.Plugins[0].Bytes, err)
+	}
+	conf["name"], conf["cniVersion"] = list.Name, list.CNIVersion
+	stdin, _ := json.Marshal(conf)
+	orphan := exec.Command("sh", "-c", "sleep 1; exec "+filepath.Join(pluginDir, "bridge"))
+	orphan.Stdin = bytes.NewReader(stdin)
+	orphan.Env = append(os.Environ(), "CNI_COMMAND=ADD", "CNI_CONTAINERID="+a.ID, "CNI_NETNS="+a.NetNS,
+		"CNI_IFNAME=eth0", "CNI_PATH="+pluginDir)
+	var out bytes.Buffer
+	orphan.Stdout = &out
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	orphanDone := make(chan error, 1)
+	go func() { orphanDone <- orphan.Wait() }()
+
+	ips, err := m.Add(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-orphanDone:
+		if err != nil || !strings.Contains(out.String(), `"ips"`) {
+			t.Fatalf("the unfinished ADD's plugin: %v: %s", err, out.String())
+		}
+	default:
+		t.Fatal("Add returned while the unfinished ADD's plugin still ran")
+	}
+	lease := leaseFile(cfg, m.NetworkName(), ips[0])
+	if _, err := os.Stat(lease); err != nil {
+		t.Fatalf("the pod's lease %s: %v", lease, err)
+	}
+	leases, _ := filepath.Glob(filepath.Join(filepath.Dir(lease), "10.*"))
+	if len(leases) != 1 {
+		t.Errorf("leases %v, want the pod's one", leases)
+	}
+	if err := m.Del(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if rules := natLines(t, a.ID); len(rules) > 0 {
+		t.Fatalf("rules left after DEL:\n%s", strings.Join(rules, "\n"))
+	}
+	if _, err := os.Stat(lease); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lease %s not released (stat: %v)", lease, err)
 	}
 }

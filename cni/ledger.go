@@ -38,6 +38,20 @@ func (l ledger) add(network, id string) error {
 	return nil
 }
 
+// has reports whether id is recorded in any network.
+func (l ledger) has(id string) bool {
+	nets, err := os.ReadDir(l.dir)
+	if err != nil || utils.ValidateContainerID(id) != nil {
+		return false
+	}
+	for _, n := range nets {
+		if _, err := os.Stat(filepath.Join(l.dir, n.Name(), id)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
 // remove forgets id in every network.
 func (l ledger) remove(id string) error {
 	if err := utils.ValidateContainerID(id); err != nil {
