@@ -231,6 +231,8 @@ func (e *env) close() error {
 		detachLeftovers(ctx, e.cniConf, filepath.Join(e.dir, "floor", "cni"), filepath.Join(e.dir, "floor", "pods")),
 		detachLeftovers(ctx, filepath.Join(e.nodeCNIDir, "10-noderun.conflist"), filepath.Join(e.dir, "node", "state", "cni", "cache"), filepath.Join(e.dir, "node", "run", "pods")))
 	removeCgroup(floorCgroup(e.dir))
+	// noderun's network is named after its bridge, not the default one.
+	errs = append(errs, cni.RemoveMasquerade(ctx, nodeBridgeName(e.cfg.Bridge)))
 	if e.client != nil {
 		errs = append(errs, e.client.Close())
 	}

@@ -70,14 +70,15 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 	if err != nil {
 		return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
 	}
+	full := list
 	if own {
-		if list, err = podChain(list, a); err != nil {
+		if list, err = podChain(list, a, m.nodeMasquerade(ctx, list)); err != nil {
 			return nil, fmt.Errorf("cni: add %s: %w", a.ID, err)
 		}
 	}
 	defer m.track(a.ID)()
 	if m.owned.has(a.ID) && !m.Attached(a) {
-		if err := m.undoUnfinishedAdd(ctx, a, list); err != nil {
+		if err := m.undoUnfinishedAdd(ctx, a, full); err != nil {
 			return nil, err
 		}
 	}
@@ -119,7 +120,8 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 
 // undoUnfinishedAdd releases what an ADD of a.ID that never finished made
 // (recorded, never cached: a noderun killed during it) before the ADD is
-// redone. The plugins of that ADD outlive noderun and may still run, so
+// redone, with the config's whole chain, since which part of it ran is
+// not known. The plugins of that ADD outlive noderun and may still run, so
 // they are waited for first: an ADD next to them fails on the eth0 they
 // made, and its rollback DEL races them and leaves their masquerade rules
 // (or their failure releases the new ADD's lease).

@@ -179,6 +179,7 @@ func TestDelAfterNetnsGone(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testNetwork(t)
+			perPodMasquerade(t, cfg)
 			m, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -188,6 +189,9 @@ func TestDelAfterNetnsGone(t *testing.T) {
 			ips, err := m.Add(ctx, a)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if len(natLines(t, a.ID)) == 0 {
+				t.Fatal("no masquerade rules after ADD; the test proves nothing")
 			}
 			// As after a reboot or a teardown that removed the sandbox first.
 			if err := RemoveNamespaces(filepath.Dir(a.NetNS)); err != nil {
@@ -524,7 +528,9 @@ func TestCheckVethDeleted(t *testing.T) {
 // plugin and lists no iptables rules itself.
 func TestDelWithLiveNetnsLeavesNoRules(t *testing.T) {
 	requirePlugins(t)
-	m, err := New(testNetwork(t))
+	cfg := testNetwork(t)
+	perPodMasquerade(t, cfg)
+	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -66,8 +67,8 @@ func readRecord(cacheDir string) (defaultRecord, error) {
 }
 
 // RemoveDefaultNetwork removes the default config and bridge noderun
-// created, as its record in the state dir (cfg.CacheDir's parent) says;
-// call it once no pod is attached. A config changed since it was written,
+// created, and the node-wide masquerade of its pods, as its record in the
+// state dir (cfg.CacheDir's parent) says; call it once no pod is attached. A config changed since it was written,
 // a bridge that existed before, or one that still has ports is kept, and
 // kept says why. Without a record (noderun wrote no default config, or
 // wrote it before it kept records) nothing is touched.
@@ -92,6 +93,11 @@ func RemoveDefaultNetwork(cfg Config) (removed, kept []string, err error) {
 			return nil, kept, fmt.Errorf("cni: remove %s: %w", rec.Path, err)
 		}
 		removed = append(removed, rec.Path)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeouts.op)
+	defer cancel()
+	if err := RemoveMasquerade(ctx, defaultNetworkName(rec.Bridge)); err != nil {
+		return removed, kept, err
 	}
 	gone, why, err := removeBridge(rec)
 	if err != nil {

@@ -85,6 +85,7 @@ func leaseIDs(t *testing.T, cfg Config, network string) []string {
 func TestGC(t *testing.T) {
 	requirePlugins(t)
 	cfg := testNetwork(t)
+	perPodMasquerade(t, cfg)
 	m, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

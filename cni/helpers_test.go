@@ -1,6 +1,7 @@
 package cni
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -48,6 +49,11 @@ func testNetwork(t *testing.T) Config {
 	t.Helper()
 	bridge, subnet := freeBridgeAndSubnet(t)
 	deleteBridgeAtEnd(t, bridge)
+	t.Cleanup(func() {
+		if err := RemoveMasquerade(context.Background(), defaultNetworkName(bridge)); err != nil {
+			t.Error(err)
+		}
+	})
 	dir := t.TempDir()
 	return Config{
 		ConfDir:       filepath.Join(dir, "net.d"),

@@ -2,6 +2,7 @@ package cni
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -77,11 +78,20 @@ type Manager struct {
 	// needs (chain.go). A user's config always runs whole.
 	own         bool
 	defaultConf []byte
+	subnet      string         // of the default config
 	loadErr     error          // why the file last seen did not load
 	notReady    error          // as last reported, to log only changes
 	busy        map[string]int // IDs with an Add, Del or Check running; GC skips them
 
 	gcMu sync.Mutex // one GC at a time, so that two never DEL the same ID
+
+	// The node-wide masquerade of the own config's subnet (masq.go), put
+	// in place at the first Add of each config loaded: masqFor is the
+	// config it was tried for, masqOK whether it is in place, so that the
+	// pods' chains leave the bridge plugin's ipMasq out.
+	masqMu  sync.Mutex
+	masqFor *libcni.NetworkConfigList
+	masqOK  bool
 }
 
 // timeouts bound the waits on plugins and locks, so that a hung plugin or a
@@ -139,6 +149,7 @@ func New(cfg Config) (*Manager, error) {
 		owned:  ledger{filepath.Join(filepath.Dir(cfg.CacheDir), "owned")},
 		busy:   map[string]int{},
 		bounds: defaultTimeouts,
+		subnet: cfg.DefaultSubnet,
 	}
 	var err error
 	if m.defaultConf, err = defaultConfig(cfg); err != nil {
@@ -213,6 +224,27 @@ func (m *Manager) refresh() (*libcni.NetworkConfigList, bool, error) {
 		return nil, false, err
 	}
 	return m.list, m.own, nil
+}
+
+// nodeMasquerade puts the node-wide masquerade of own, the default config
+// as loaded, in place once, and says whether it is. Without it the pods
+// get the bridge plugin's own rules, as the config says.
+func (m *Manager) nodeMasquerade(ctx context.Context, own *libcni.NetworkConfigList) bool {
+	m.masqMu.Lock()
+	defer m.masqMu.Unlock()
+	if m.masqFor == own {
+		return m.masqOK
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.bounds.op)
+	defer cancel()
+	err := ensureMasquerade(ctx, own.Name, m.subnet)
+	if err != nil {
+		m.log.Warn("no node-wide masquerade; pods get the bridge plugin's own rules", "network", own.Name, "err", err)
+	}
+	if ctx.Err() == nil { // a cancelled caller's try is not the config's
+		m.masqFor, m.masqOK = own, err == nil
+	}
+	return err == nil
 }
 
 // logReadiness logs when readiness, or the reason for its absence, changes.

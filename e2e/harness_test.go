@@ -764,6 +764,11 @@ func (n *node) cleanup() {
 	if !clean {
 		n.forceClean()
 	}
+	// Like the bridge, the node-wide masquerade outlives noderun (its pods
+	// may run on); only reset removes it.
+	if err := cni.RemoveMasquerade(context.Background(), n.netName); err != nil {
+		t.Error(err)
+	}
 	if _, err := net.InterfaceByName(n.bridge); err == nil {
 		if out, err := exec.Command("ip", "link", "del", n.bridge).CombinedOutput(); err != nil {
 			t.Errorf("ip link del %s: %v: %s", n.bridge, err, out)

@@ -160,7 +160,7 @@ func (n *node) hostStock(w *leakWatch, hostPort int, chains map[string]bool) hos
 		line = counters.ReplaceAllString(line, "")
 		lines = append(lines, line)
 		if f := strings.Fields(line); names(line) && slices.Contains(f, "-j") {
-			if j := f[slices.Index(f, "-j")+1]; strings.HasPrefix(j, "CNI-") && !strings.HasPrefix(j, "CNI-HOSTPORT-") {
+			if j := f[slices.Index(f, "-j")+1]; strings.HasPrefix(j, "CNI-") && !strings.HasPrefix(j, "CNI-HOSTPORT-") || strings.HasPrefix(j, "NODERUN-") {
 				chains[j] = true
 			}
 		}
