@@ -105,12 +105,7 @@ func dialHello(t *testing.T, addr string) {
 }
 
 func TestAddDel(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, m := testManager(t)
 	ctx := context.Background()
 	a := testPod(t, m, "web")
 	port := serveHello(t, a.NetNS)
@@ -527,13 +522,7 @@ func TestCheckVethDeleted(t *testing.T) {
 // A DEL with the pod's netns alive leaves the masquerade rules to the bridge
 // plugin and lists no iptables rules itself.
 func TestDelWithLiveNetnsLeavesNoRules(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	perPodMasquerade(t, cfg)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, m := testManager(t, perPodMasquerade)
 	ctx := context.Background()
 	a := testPod(t, m, "live")
 	if _, err := m.Add(ctx, a); err != nil {
@@ -588,12 +577,7 @@ func TestDelRemovesHostVethOfAHeldNetns(t *testing.T) {
 // is left. Here the bridge plugin of the unfinished ADD is still asleep when
 // the ADD is redone.
 func TestAddAfterAnUnfinishedAdd(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, m := testManager(t)
 	ctx := context.Background()
 	a := testPod(t, m, "unfinished")
 	list, _, err := m.refresh()

@@ -18,12 +18,7 @@ import (
 // releases with the chain cached at ADD. A config that differs from the
 // default by one byte is the user's and runs whole.
 func TestPodChain(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, m := testManager(t)
 	ctx := context.Background()
 
 	plain := testPod(t, m, "plain")

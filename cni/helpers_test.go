@@ -65,6 +65,22 @@ func testNetwork(t *testing.T) Config {
 	}
 }
 
+// testManager returns a Manager on a fresh test network (testNetwork), once
+// setup wrote what its ConfDir is to hold.
+func testManager(t *testing.T, setup ...func(*testing.T, Config)) (Config, *Manager) {
+	t.Helper()
+	requirePlugins(t)
+	cfg := testNetwork(t)
+	for _, f := range setup {
+		f(t, cfg)
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, m
+}
+
 // deleteBridgeAtEnd deletes the bridge, if the plugins made it, when the
 // test ends.
 func deleteBridgeAtEnd(t *testing.T, bridge string) {

@@ -32,12 +32,7 @@ func perPodMasquerade(t *testing.T, cfg Config) {
 // (unmasqueraded it could not even be answered: nothing there routes the
 // pod subnet back), and RemoveDefaultNetwork removes the rules.
 func TestNodeWideMasquerade(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, m := testManager(t)
 	ctx := context.Background()
 	a := testPod(t, m, "masq")
 	if _, err := m.Add(ctx, a); err != nil {
