@@ -80,16 +80,17 @@ func leaseIDs(t *testing.T, cfg Config, network string) []string {
 	return ids
 }
 
-// TestGC leaves five pods behind as a crash or reboot would, and checks GC
-// releases exactly those it should.
-func TestGC(t *testing.T) {
-	requirePlugins(t)
-	cfg := testNetwork(t)
-	perPodMasquerade(t, cfg)
-	m, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+// testGC leaves five pods behind as a crash or reboot would, and checks GC
+// releases exactly those it should. TestGC runs it with masquerade rules
+// of each pod's own (a user's config).
+func TestGC(t *testing.T) { testGC(t, perPodMasquerade) }
+
+// The default config: the pods' chains leave masquerading to the
+// node-wide rules, and GC's DEL of an unrecorded ADD runs the whole chain.
+func TestGCNodeWideMasquerade(t *testing.T) { testGC(t) }
+
+func testGC(t *testing.T, setup ...func(*testing.T, Config)) {
+	cfg, m := testManager(t, setup...)
 	ctx := context.Background()
 	add := func(name string) Attachment {
 		a := testPod(t, m, name)
