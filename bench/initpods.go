@@ -191,17 +191,6 @@ func (b *bench) nodePodsWith(ctx context.Context, names []string, runs int, spec
 	if err := sleep(ctx, settle); err != nil {
 		return start, 0, err
 	}
-	b.nw.drain()
-	if t0, err = b.node.removeManifests(names); err != nil {
-		return start, 0, err
-	}
-	end, err := gone(ctx, b.nw, b.node.podsDir, runs)
-	if err != nil {
-		return start, 0, err
-	}
-	down = end.Sub(t0)
-	if err := b.node.waitNoPods(ctx, waitTimeout); err != nil {
-		return start, down, err
-	}
-	return start, down, checkEmpty(ctx, b.env.client, noderunNS)
+	down, err = b.removeNodePods(ctx, names, runs)
+	return start, down, err
 }

@@ -320,20 +320,28 @@ func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Du
 			return start, 0, err
 		}
 	}
+	down, err = b.removeNodePods(ctx, names, n)
+	return start, down, err
+}
+
+// removeNodePods removes the pods' manifests and times them until runs
+// containers were deleted and no namespace is pinned; it then checks that
+// noderun left nothing in its namespace.
+func (b *bench) removeNodePods(ctx context.Context, names []string, runs int) (time.Duration, error) {
 	b.nw.drain()
-	t0, err = b.node.removeManifests(names)
+	t0, err := b.node.removeManifests(names)
 	if err != nil {
-		return start, 0, err
+		return 0, err
 	}
-	end, err := gone(ctx, b.nw, b.node.podsDir, n)
+	end, err := gone(ctx, b.nw, b.node.podsDir, runs)
 	if err != nil {
-		return start, 0, err
+		return 0, err
 	}
-	down = end.Sub(t0)
+	down := end.Sub(t0)
 	if err := b.node.waitNoPods(ctx, waitTimeout); err != nil {
-		return start, down, err
+		return down, err
 	}
-	return start, down, checkEmpty(ctx, b.env.client, noderunNS)
+	return down, checkEmpty(ctx, b.env.client, noderunNS)
 }
 
 // gone returns when n containers were deleted and no namespace is pinned

@@ -67,11 +67,8 @@ func withoutNetNS(a Attachment) Attachment {
 // addPlugin writes the default config with p appended to its chain.
 func addPlugin(t *testing.T, cfg Config, p map[string]any) {
 	t.Helper()
-	data, err := defaultConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path, err := writeDefaultConfig(cfg, data)
+	path := writeDefault(t, cfg)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}

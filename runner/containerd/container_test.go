@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	ctrd "github.com/containerd/containerd"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -35,11 +34,7 @@ func testRuntime(t *testing.T) *Runtime {
 func testRuntimeDaemon(t *testing.T) (*Runtime, *Daemon) {
 	t.Helper()
 	d := startTestDaemon(t)
-	c, err := ctrd.New(d.Address(), ctrd.WithDefaultNamespace(testNamespace))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := clientOf(t, d)
 	path := filepath.Join(t.TempDir(), "busybox.tar")
 	busyboxTar(t, path, testImage)
 	if _, err := ImportArchive(context.Background(), c, path, testSnapshotter); err != nil {

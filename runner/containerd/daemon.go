@@ -101,13 +101,7 @@ func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn := &Conn{Choice: choice, cfg: cfg}
-	if choice.Managed {
-		conn.Address = cfg.managedSocket()
-		conn.Client, conn.pid, err = cfg.ensureManaged(ctx)
-	} else {
-		conn.Client, err = cfg.waitFor(ctx, choice.Address)
-	}
+	conn, err := cfg.open(ctx, choice, cfg.waitFor)
 	if err != nil {
 		return nil, err
 	}
@@ -118,6 +112,23 @@ func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
 		}
 		log.Info("recorded the containerd choice", "address", conn.Address, "managed", conn.Managed,
 			"file", choicePath(cfg.StateDir))
+	}
+	return conn, nil
+}
+
+// open connects to choice's containerd: a managed one is started if it is
+// down, a system one is reached with dialSystem.
+func (cfg DaemonConfig) open(ctx context.Context, choice Choice, dialSystem func(context.Context, string) (*ctrd.Client, error)) (*Conn, error) {
+	conn := &Conn{Choice: choice, cfg: cfg}
+	var err error
+	if choice.Managed {
+		conn.Address = cfg.managedSocket()
+		conn.Client, conn.pid, err = cfg.ensureManaged(ctx)
+	} else {
+		conn.Client, err = dialSystem(ctx, choice.Address)
+	}
+	if err != nil {
+		return nil, err
 	}
 	return conn, nil
 }

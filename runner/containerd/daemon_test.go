@@ -66,7 +66,12 @@ func startTestDaemon(t *testing.T) *Daemon {
 // testClient returns a client of a fresh private containerd.
 func testClient(t *testing.T) *ctrd.Client {
 	t.Helper()
-	d := startTestDaemon(t)
+	return clientOf(t, startTestDaemon(t))
+}
+
+// clientOf returns a client of d in the test namespace, closed with the test.
+func clientOf(t *testing.T, d *Daemon) *ctrd.Client {
+	t.Helper()
 	c, err := ctrd.New(d.Address(), ctrd.WithDefaultNamespace(testNamespace))
 	if err != nil {
 		t.Fatal(err)
@@ -282,35 +287,48 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 	}
 }
 
-// A managed containerd that dies is started again, and the client noderun
-// holds talks to the new one.
-func TestSuperviseRestartsManagedDaemon(t *testing.T) {
+// connectManaged connects to a managed containerd of private directories,
+// stopped with the test.
+func connectManaged(t *testing.T) (DaemonConfig, *Conn) {
+	t.Helper()
 	requireDaemonPrereqs(t)
 	cfg := DaemonConfig{
 		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	conn, err := Connect(ctx, cfg)
+	conn, err := Connect(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Client.Close()
-	pid := mustSocketPID(t, conn.Address)
 	t.Cleanup(func() {
+		conn.Client.Close()
 		if pid, err := socketPID(conn.Address); err == nil {
 			stopPID(t, pid)
 		}
 	})
+	return cfg, conn
+}
+
+// superviseUntilEnd runs conn.Supervise until the test ends, stopping it
+// before the daemon is.
+func superviseUntilEnd(t *testing.T, conn *Conn) {
+	ctx, cancel := context.WithCancel(context.Background())
 	supervised := make(chan struct{})
 	go func() {
 		conn.Supervise(ctx)
 		close(supervised)
 	}()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		<-supervised
-	}()
+	})
+}
+
+// A managed containerd that dies is started again, and the client noderun
+// holds talks to the new one.
+func TestSuperviseRestartsManagedDaemon(t *testing.T) {
+	_, conn := connectManaged(t)
+	pid := mustSocketPID(t, conn.Address)
+	superviseUntilEnd(t, conn)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +342,7 @@ func TestSuperviseRestartsManagedDaemon(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	vctx, vcancel := context.WithTimeout(ctx, 20*time.Second)
+	vctx, vcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer vcancel()
 	if _, err := conn.Client.Version(vctx); err != nil {
 		t.Fatalf("client after the restart: %v", err)

@@ -2,7 +2,6 @@ package containerd
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -82,37 +81,15 @@ func TestBoundLogLeavesSmallOrMissingLog(t *testing.T) {
 // The log of a real managed containerd stays bounded while Supervise runs,
 // including across a restart of the daemon (which logs its whole start).
 func TestSuperviseBoundsManagedLog(t *testing.T) {
-	requireDaemonPrereqs(t)
-	defer func(m int64, e time.Duration) { daemonLogMax, daemonLogEvery = m, e }(daemonLogMax, daemonLogEvery)
+	m, e := daemonLogMax, daemonLogEvery
+	t.Cleanup(func() { daemonLogMax, daemonLogEvery = m, e }) // after the supervisor stopped
 	daemonLogMax, daemonLogEvery = 2<<10, 100*time.Millisecond
-	cfg := DaemonConfig{
-		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	conn, err := Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Client.Close()
-	t.Cleanup(func() {
-		if pid, err := socketPID(conn.Address); err == nil {
-			stopPID(t, pid)
-		}
-	})
+	cfg, conn := connectManaged(t)
 	logPath := cfg.managedLog()
 	if st, err := os.Stat(logPath); err != nil || st.Size() < daemonLogMax {
 		t.Fatalf("containerd's start should log more than %d bytes: %v %v", daemonLogMax, st, err)
 	}
-	supervised := make(chan struct{})
-	go func() {
-		conn.Supervise(ctx)
-		close(supervised)
-	}()
-	defer func() {
-		cancel()
-		<-supervised
-	}()
+	superviseUntilEnd(t, conn)
 	// rotatedAgain waits for a rotation after the one that made previous
 	// (a renamed copy is a new inode) and for the log to be small again.
 	rotatedAgain := func(what string, previous uint64) uint64 {

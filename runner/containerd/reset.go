@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"syscall"
 
+	ctrd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/images"
 
@@ -23,13 +24,9 @@ func ConnectForReset(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
 	if err != nil || !recorded {
 		return nil, err
 	}
-	conn := &Conn{Choice: choice, cfg: cfg}
-	if choice.Managed {
-		conn.Address = cfg.managedSocket()
-		conn.Client, conn.pid, err = cfg.ensureManaged(ctx)
-	} else {
-		conn.Client, err = dial(ctx, choice.Address, cfg.Namespace)
-	}
+	conn, err := cfg.open(ctx, choice, func(ctx context.Context, address string) (*ctrd.Client, error) {
+		return dial(ctx, address, cfg.Namespace) // answering now, not waited for
+	})
 	if err != nil {
 		return nil, fmt.Errorf("containerd recorded in %s: %w", choicePath(cfg.StateDir), err)
 	}
