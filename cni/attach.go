@@ -92,14 +92,7 @@ func (m *Manager) Add(ctx context.Context, a Attachment) (ips []string, retErr e
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rollbackTimeout)
 		defer cancel()
-		// Twice, as one DEL may fail after releasing nearly everything:
-		// bridge 1.1.1 does when the ADD failed before it made its
-		// masquerade rules, and the next DEL then succeeds.
-		err := m.del(ctx, a, list)
-		if err != nil {
-			err = m.del(ctx, a, list)
-		}
-		if err != nil {
+		if err := m.undo(ctx, a, list); err != nil {
 			retErr = errors.Join(retErr, fmt.Errorf("rollback: %w", err))
 		}
 	}()
@@ -136,16 +129,21 @@ func (m *Manager) undoUnfinishedAdd(ctx context.Context, a Attachment, list *lib
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	// Twice, as in Add's rollback: one DEL may fail after releasing
-	// nearly everything.
-	err := m.del(ctx, a, list)
-	if err != nil {
-		err = m.del(ctx, a, list)
-	}
-	if err != nil {
+	if err := m.undo(ctx, a, list); err != nil {
 		return fmt.Errorf("cni: add %s: release what an unfinished ADD made: %w", a.ID, err)
 	}
 	return nil
+}
+
+// undo releases what an ADD that did not complete made, with a DEL run
+// twice if need be: one may fail after releasing nearly everything (bridge
+// 1.1.1 does when the ADD failed before it made its masquerade rules), and
+// the next then succeeds.
+func (m *Manager) undo(ctx context.Context, a Attachment, list *libcni.NetworkConfigList) error {
+	if err := m.del(ctx, a, list); err == nil {
+		return nil
+	}
+	return m.del(ctx, a, list)
 }
 
 // pluginsOf returns the processes that run a CNI command for container
