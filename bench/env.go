@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -65,10 +64,10 @@ type env struct {
 	bin      string // stripped noderun binary
 	imageTar string
 	cniConf  string // the floor's conflist
-	// noderun writes its own default config (the same chain plus
-	// bandwidth) for a bridge of its own (the bridge plugin keeps one
-	// subnet per bridge) and the other half of the subnet, so that it may
-	// run only the plugins each pod needs, as it does for users.
+	// noderun writes its own default config (the floor's chain) for a
+	// bridge of its own (the bridge plugin keeps one subnet per bridge) and
+	// the other half of the subnet, so that it may run only the plugins
+	// each pod needs, as it does for users.
 	nodeCNIDir, nodeSubnet, nodeBridge string
 	daemon                             *ctrdrt.Daemon
 	client                             *containerd.Client
@@ -110,7 +109,7 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	}
 	e.nodeSubnet, e.nodeCNIDir, e.nodeBridge = nodeSubnet, filepath.Join(dir, "node", "cni"), nodeBridgeName(cfg.Bridge)
 	e.cniConf = filepath.Join(dir, "cni", "10-nrbench.conflist")
-	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "ipam")); err != nil {
+	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "floor", "cni")); err != nil {
 		return e, err
 	}
 	e.daemon, err = ctrdrt.StartDaemon(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
@@ -182,29 +181,13 @@ func halves(subnet string) (lower, upper string, err error) {
 	return netip.PrefixFrom(p.Addr(), p.Bits()+1).String(), netip.PrefixFrom(up, p.Bits()+1).String(), nil
 }
 
-// writeCNIConfig has the shape of noderun's default config (bridge with
-// masquerade and hairpin, host-local, portmap, loopback) on the bench's own
-// bridge, subnet and IPAM directory.
-func writeCNIConfig(path, bridge, subnet, ipamDir string) error {
-	type obj = map[string]any
-	conf := obj{
-		"cniVersion": "1.0.0",
-		"name":       "nrbench",
-		"plugins": []obj{
-			{
-				"type": "bridge", "bridge": bridge, "isGateway": true, "ipMasq": true, "hairpinMode": true,
-				"ipam": obj{
-					"type":    "host-local",
-					"ranges":  [][]obj{{{"subnet": subnet}}},
-					"routes":  []obj{{"dst": "0.0.0.0/0"}},
-					"dataDir": ipamDir,
-				},
-			},
-			{"type": "portmap", "capabilities": obj{"portMappings": true}},
-			{"type": "loopback"},
-		},
-	}
-	b, err := json.MarshalIndent(conf, "", "  ")
+// writeCNIConfig writes noderun's default config, the whole chain (bridge
+// with masquerade and hairpin, host-local, portmap, bandwidth, loopback), for
+// the floor's bridge and subnet, with its leases under cacheDir's parent.
+// Built by noderun's own code, so the floor cannot drift from the chain it
+// stands for.
+func writeCNIConfig(path, bridge, subnet, cacheDir string) error {
+	b, err := cni.DefaultConfig(cni.Config{DefaultBridge: bridge, DefaultSubnet: subnet, CacheDir: cacheDir})
 	if err != nil {
 		return err
 	}

@@ -83,7 +83,7 @@ func TestRemoveDefaultNetworkWithoutRecord(t *testing.T) {
 // writeDefault writes noderun's default config for cfg, as New does.
 func writeDefault(t *testing.T, cfg Config) string {
 	t.Helper()
-	data, err := defaultConfig(cfg)
+	data, err := DefaultConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

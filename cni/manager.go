@@ -152,7 +152,7 @@ func New(cfg Config) (*Manager, error) {
 		subnet: cfg.DefaultSubnet,
 	}
 	var err error
-	if m.defaultConf, err = defaultConfig(cfg); err != nil {
+	if m.defaultConf, err = DefaultConfig(cfg); err != nil {
 		return nil, err
 	}
 	// An unreadable ConfDir is left for Ready to report.
@@ -367,11 +367,12 @@ func checkPlugins(path string, list *libcni.NetworkConfigList, binDirs []string)
 	return nil
 }
 
-// defaultConfig is a bridge network with host-local IPAM, masquerade,
-// hostPort and bandwidth support. host-local keeps its leases next to
-// CacheDir rather than in /var/lib/cni, so all noderun state sits in its own
-// state dir.
-func defaultConfig(cfg Config) ([]byte, error) {
+// DefaultConfig is the conflist noderun writes as its default network: a
+// bridge with host-local IPAM, masquerade, hostPort and bandwidth support.
+// host-local keeps its leases next to CacheDir rather than in /var/lib/cni,
+// so all noderun state sits in its own state dir. (Exported for the bench,
+// whose floor runs this very chain whole.)
+func DefaultConfig(cfg Config) ([]byte, error) {
 	if _, _, err := net.ParseCIDR(cfg.DefaultSubnet); err != nil {
 		return nil, fmt.Errorf("cni: default subnet: %w", err)
 	}

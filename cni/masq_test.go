@@ -19,7 +19,7 @@ import (
 // pod's masquerade rules, which the tests of their cleanup need.
 func perPodMasquerade(t *testing.T, cfg Config) {
 	t.Helper()
-	data, err := defaultConfig(cfg)
+	data, err := DefaultConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
