@@ -36,9 +36,10 @@ type store[T any] struct {
 	rv       uint64 // the resourceVersion of the last sync
 	items    []T    // current objects, in the backend's order
 	raw      map[string][]byte
-	byKey    map[string]int // index into items
-	history  []change[T]    // oldest first
-	dropped  uint64         // history is complete for changes after this rv
+	stamps   map[string]string // the backend's resourceVersion of each item, as last synced
+	byKey    map[string]int    // index into items
+	history  []change[T]       // oldest first
+	dropped  uint64            // history is complete for changes after this rv
 	watchers map[*watcher[T]]struct{}
 }
 
@@ -59,7 +60,8 @@ func newStore[T any](list func() []T, meta func(*T) *metav1.ObjectMeta, key func
 }
 
 // sync brings the store to the backend's version, recording what changed.
-// It is cheap when nothing changed, so every request calls it.
+// It is cheap when nothing changed, so every request calls it, and costs a
+// marshal only for objects whose backend stamp changed.
 func (s *store[T]) sync(version uint64) {
 	rv := version + 1
 	s.mu.Lock()
@@ -71,16 +73,26 @@ func (s *store[T]) sync(version uint64) {
 	raw := make(map[string][]byte, len(items))
 	byKey := make(map[string]int, len(items))
 	var changes []change[T]
+	stamps := make(map[string]string, len(items))
 	for i := range items {
 		m := s.meta(&items[i])
+		k := s.key(&items[i])
+		old, had := s.byKey[k]
+		// The backend stamps each object anew at each change (its
+		// resourceVersion): an object with the stamp it had is the same,
+		// and is not marshalled again. One without a stamp always is.
+		stamp := m.ResourceVersion
+		if had && stamp != "" && s.stamps[k] == stamp {
+			m.ResourceVersion = s.meta(&s.items[old]).ResourceVersion
+			raw[k], byKey[k], stamps[k] = s.raw[k], i, stamp
+			continue
+		}
 		m.ResourceVersion = ""
 		b, err := json.Marshal(&items[i])
 		if err != nil {
 			continue // not for types that always marshal
 		}
-		k := s.key(&items[i])
-		raw[k], byKey[k] = b, i
-		old, had := s.byKey[k]
+		raw[k], byKey[k], stamps[k] = b, i, stamp
 		switch {
 		case had && bytes.Equal(s.raw[k], b):
 			m.ResourceVersion = s.meta(&s.items[old]).ResourceVersion
@@ -100,7 +112,7 @@ func (s *store[T]) sync(version uint64) {
 			changes = append(changes, change[T]{typ: watch.Deleted, obj: gone, rv: rv})
 		}
 	}
-	s.items, s.raw, s.byKey, s.rv = items, raw, byKey, rv
+	s.items, s.raw, s.byKey, s.stamps, s.rv = items, raw, byKey, stamps, rv
 	if !s.synced {
 		// What was there at the start is no change.
 		s.synced, s.dropped = true, rv

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -55,13 +56,24 @@ func (c *PodCounts) field(pod *v1.Pod) *int {
 }
 
 // putStatusLocked replaces uid's status (nil removes it) and keeps the
-// counts, telling CountsChanged when they change. e.mu is held.
+// counts, telling CountsChanged when they change. A status's
+// resourceVersion is a stamp that changes with it and only then. e.mu is
+// held.
 func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	before := e.counts
 	// Every resync republishes each pod's status, mostly unchanged:
 	// watchers are woken only by a real change.
 	old, had := e.statuses[uid]
+	if pod != nil && had {
+		pod.ResourceVersion = old.ResourceVersion // the stamp is no part of the status
+	}
 	changed := pod == nil && had || pod != nil && !equality.Semantic.DeepEqual(old, pod)
+	if changed && pod != nil {
+		// Stamped at each change, so that the API's watch store marshals
+		// only the pods that changed instead of every pod at every change.
+		e.statusRev++
+		pod.ResourceVersion = strconv.FormatUint(e.statusRev, 10)
+	}
 	if f := e.counts.field(e.statuses[uid]); f != nil {
 		*f--
 	}

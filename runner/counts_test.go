@@ -45,3 +45,27 @@ func TestEngineCountsPods(t *testing.T) {
 		t.Fatal("no change signalled for the removal")
 	}
 }
+
+// A status is stamped (its resourceVersion) anew at each change and only
+// then: the API's watch store re-marshals the pods whose stamp moved.
+func TestStatusStampChangesWithTheStatus(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("a", "web", v1.RestartPolicyAlways))
+	waitFor(t, "a running pod", func() bool { return f.e.PodCounts() == PodCounts{Running: 1} })
+	first := f.status("a")
+	if first.ResourceVersion == "" {
+		t.Fatal("status has no stamp")
+	}
+	same := first.DeepCopy()
+	same.ResourceVersion = "" // as a worker publishes it
+	f.e.setStatus(same)
+	if got := f.status("a").ResourceVersion; got != first.ResourceVersion {
+		t.Errorf("unchanged status restamped: %s, was %s", got, first.ResourceVersion)
+	}
+	changed := first.DeepCopy()
+	changed.Status.Message = "something else"
+	f.e.setStatus(changed)
+	if got := f.status("a").ResourceVersion; got == first.ResourceVersion || got == "" {
+		t.Errorf("changed status kept stamp %q", got)
+	}
+}

@@ -81,6 +81,7 @@ type Engine struct {
 	conflicts     map[string][]error
 	workers       map[types.UID]*podWorker
 	statuses      map[types.UID]*v1.Pod
+	statusRev     uint64        // the last stamp putStatusLocked gave a status
 	counts        PodCounts     // of statuses
 	countsChanged chan struct{} // one slot: the counts changed since the last read
 	wg            sync.WaitGroup

@@ -3,6 +3,7 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,6 +32,7 @@ const (
 type eventLog struct {
 	mu      sync.Mutex
 	seq     int
+	rev     uint64               // the last stamp given an event
 	items   []*v1.Event          // least recently recorded first
 	byKey   map[string]*v1.Event // object, fieldPath, type, reason, message
 	similar map[string]*similarEvents
@@ -83,6 +85,7 @@ func (l *eventLog) recordRef(ref v1.ObjectReference, host, typ, reason, msg stri
 		ev.Count++
 		ev.LastTimestamp = ts
 		ev.Message = msg
+		l.stamp(ev)
 		l.moveToEnd(ev)
 		return false
 	}
@@ -107,12 +110,20 @@ func (l *eventLog) recordRef(ref v1.ObjectReference, host, typ, reason, msg stri
 		LastTimestamp:  ts,
 		Source:         v1.EventSource{Component: "noderun", Host: host},
 	}
+	l.stamp(ev)
 	l.items = append(l.items, ev)
 	l.byKey[key] = ev
 	if len(l.items) > maxEvents {
 		l.forget(l.items[0], now)
 	}
 	return true
+}
+
+// stamp gives ev a resourceVersion of its own at each change, so that the
+// API's watch store marshals only the events that changed.
+func (l *eventLog) stamp(ev *v1.Event) {
+	l.rev++
+	ev.ResourceVersion = strconv.FormatUint(l.rev, 10)
 }
 
 func cutCombined(msg string) (string, bool) {
