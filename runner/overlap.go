@@ -36,6 +36,10 @@ type setupResult struct {
 	ips   []string
 	fresh bool
 	err   error
+	// epoch is the new sandbox's, recorded while the containers were
+	// being created ("" when it is not: not fresh, or not overlapped).
+	epoch    string
+	epochErr error
 }
 
 // setupOverlapped runs the network's Setup and, meanwhile, creates the
@@ -44,18 +48,40 @@ type setupResult struct {
 // or "" when nothing was precreated, and whether the pod was seen to have
 // no containers at all before.
 func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbox, dns DNSConfig) (setupResult, string, bool) {
-	if !w.mayPrecreate(pod) || w.env.net.Pin(ctx, sb) != nil {
+	if !w.mayPrecreate(pod) {
 		ips, fresh, err := w.env.net.Setup(ctx, sb)
-		return setupResult{ips, fresh, err}, "", false
+		return setupResult{ips: ips, fresh: fresh, err: err}, "", false
 	}
+	// The listing (a containerd round trip) needs no namespace.
+	type listing struct {
+		cs  []ContainerStatus
+		err error
+	}
+	listed := make(chan listing, 1)
+	go func() {
+		cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
+		listed <- listing{cs, err}
+	}()
+	if err := w.env.net.Pin(ctx, sb); err != nil {
+		<-listed
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		return setupResult{ips: ips, fresh: fresh, err: err}, "", false
+	}
+	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
 	done := make(chan setupResult, 1)
 	go func() {
-		ips, fresh, err := w.env.net.Setup(ctx, sb)
-		done <- setupResult{ips, fresh, err}
+		r := setupResult{}
+		r.ips, r.fresh, r.err = w.env.net.Setup(ctx, sb)
+		if r.err == nil && r.fresh {
+			// Written here, while the containers are being created,
+			// rather than after.
+			r.epoch, r.epochErr = sandboxEpoch(sb.Dir, true, epoch)
+		}
+		done <- r
 	}()
-	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
 	t0 := w.env.clock.Now()
-	none := w.precreate(ctx, pod, dns, epoch)
+	l := <-listed
+	none := l.err == nil && len(l.cs) == 0 && w.precreate(ctx, pod, dns, epoch)
 	made := w.env.clock.Since(t0)
 	r := <-done
 	w.env.log.Debug("pod sandbox and first containers", "pod", podRef(pod), "precreated", len(w.st.precreated),
@@ -84,12 +110,10 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 // (init containers too: each then waits only for its start, not for its
 // creation, once the one before it exited), in a sandbox of the given
 // epoch. Whatever fails here is left for the normal start to do and report.
-// It reports whether the pod had no containers.
+// It reports true: the pod has no containers but these, which the sync's
+// listing then need not ask the runtime.
 func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) bool {
-	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
-	if err != nil || len(cs) > 0 {
-		return false
-	}
+	w.st.listedEmpty = true
 	// The bind sources must exist when the task is created; the hosts
 	// file gets the pod's IP in place once it is known.
 	if w.writePodFileData(pod, dns) != nil || w.setupVolumes(pod) != nil {

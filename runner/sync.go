@@ -25,27 +25,32 @@ import (
 // sandbox first, then init containers one by one, then app containers, each
 // restarted per restartPolicy with crash backoff. It returns when the worker
 // should look again even if nothing wakes it (0: only on events).
-func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
+func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration) {
 	e := w.env
 	if w.board.terminatingSibling(pod) {
 		w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 		return 0
 	}
-	var retry time.Duration
 	if !w.st.persisted {
 		// Bookkeeping never holds supervision up (a full disk, an SD card
-		// remounted read-only): the write is retried on a later sync.
-		if err := w.persist(pod); err != nil {
-			e.log.Error("save pod state; supervising the pod anyway", "pod", podRef(pod), "err", err)
-			retry = w.failDelay("persist")
-		} else {
-			delete(w.st.backoff, "persist")
-		}
+		// remounted read-only): the write, fsync and all, goes on beside
+		// the sync, and is retried on a later sync if it failed.
+		persisted := w.persist(pod)
+		defer func() {
+			if err := <-persisted; err != nil {
+				e.log.Error("save pod state; supervising the pod anyway", "pod", podRef(pod), "err", err)
+				retry = minPositive(retry, w.failDelay("persist"))
+			} else {
+				w.st.persisted = true
+				delete(w.st.backoff, "persist")
+			}
+		}()
 	}
 	if w.st.sandboxOK {
 		w.checkSandbox(ctx, pod)
 	}
 	defer w.prunePrecreated(ctx, pod)
+	defer func() { w.st.listedEmpty = false }() // for this sync only
 	if !w.st.sandboxOK {
 		if err := w.ensureSandbox(ctx, pod); err != nil {
 			w.st.netErr = err
@@ -71,27 +76,30 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) time.Duration {
 	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
-	requeue := minPositive(retry, w.act(ctx, pod, acts, latest))
+	retry = minPositive(retry, w.act(ctx, pod, acts, latest))
 	if acts.unknown {
-		requeue = minPositive(requeue, w.failDelay("unknown"))
+		retry = minPositive(retry, w.failDelay("unknown"))
 	} else {
 		delete(w.st.backoff, "unknown")
 	}
 	w.publish(pod, latest, acts)
 	if !acts.deadline.IsZero() && acts.failed == "" {
-		requeue = minPositive(requeue, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
+		retry = minPositive(retry, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
 	}
-	return requeue
+	return retry
 }
 
 // observe lists the pod's containers, keeps the newest run of each name and
 // tells the prober which runs are live.
 func (w *podWorker) observe(ctx context.Context, pod *v1.Pod) (map[string]*ContainerStatus, bool) {
-	cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
-	if err != nil {
-		// containerd is down or restarting: back off, do not hammer it.
-		w.env.log.Error("list containers", "pod", podRef(pod), "err", err)
-		return nil, false
+	var cs []ContainerStatus
+	if !w.st.listedEmpty {
+		var err error
+		if cs, err = w.env.rt.ListContainers(ctx, string(pod.UID)); err != nil {
+			// containerd is down or restarting: back off, do not hammer it.
+			w.env.log.Error("list containers", "pod", podRef(pod), "err", err)
+			return nil, false
+		}
 	}
 	latest := w.newestByName(ctx, w.hidePrecreated(cs))
 	for name, failed := range w.st.startErr {
@@ -253,7 +261,16 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 		return left
 	}
 	t0 := e.clock.Now()
-	img, err := w.ensureImage(ctx, pod, c, s.init)
+	var img ImageConfig
+	var err error
+	if p := w.st.precreated[c.Name]; p != nil {
+		// Found at hand when it was created, moments ago, and never
+		// pulled (precreation skips pullPolicy Always): as a check now
+		// would find it.
+		img = p.cfg.Image
+	} else {
+		img, err = w.ensureImage(ctx, pod, c, s.init)
+	}
 	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "took", e.clock.Since(t0))
 	if errors.Is(err, ErrImageImporting) {
 		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
@@ -564,8 +581,15 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if fresh && !noRuns { // only this worker makes the pod's containers
 		w.stopAll(ctx, pod)
 	}
-	if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh, epoch); err != nil {
-		return err
+	switch {
+	case r.epochErr != nil:
+		return r.epochErr
+	case r.epoch != "": // recorded beside the network set-up
+		w.st.epoch = r.epoch
+	default:
+		if w.st.epoch, err = sandboxEpoch(w.podRunDir(), fresh, epoch); err != nil {
+			return err
+		}
 	}
 	w.st.checked = w.env.clock.Now()
 	w.st.ips = ips
@@ -661,8 +685,9 @@ func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus 
 
 // persist records the pod on disk, so that after a noderun restart a pod
 // whose manifest disappeared meanwhile is still torn down with its own spec,
-// and the pod keeps its start time.
-func (w *podWorker) persist(pod *v1.Pod) error {
+// and the pod keeps its start time. The start time is known when it
+// returns; the write's result comes on the channel.
+func (w *podWorker) persist(pod *v1.Pod) <-chan error {
 	if w.st.started.IsZero() {
 		if prev, err := loadPod(w.env.cfg.StateDir, pod.UID); err == nil && prev.Status.StartTime != nil {
 			w.st.started = prev.Status.StartTime.Time
@@ -670,21 +695,23 @@ func (w *podWorker) persist(pod *v1.Pod) error {
 			w.st.started = w.env.clock.Now()
 		}
 	}
+	done := make(chan error, 1)
+	// The pod files and volumes go into the dir: it exists on return.
 	dir := w.podStateDir()
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return err
+		done <- err
+		return done
 	}
 	rec := pod.DeepCopy()
 	rec.Status = v1.PodStatus{StartTime: &metav1.Time{Time: w.st.started}}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, "pod.json"), b, 0o640); err != nil {
-		return err
-	}
-	w.st.persisted = true
-	return nil
+	go func() {
+		b, err := json.Marshal(rec)
+		if err == nil {
+			err = atomicfile.WriteFile(filepath.Join(dir, "pod.json"), b, 0o640)
+		}
+		done <- err
+	}()
+	return done
 }
 
 // loadPod reads the spec a pod was last run with.

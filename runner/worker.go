@@ -50,6 +50,9 @@ type podState struct {
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
+	// listedEmpty: this sync found the pod without containers before it
+	// precreated some, so its listing needs no runtime call.
+	listedEmpty bool
 }
 
 func newPodState(timer Timer) podState {
