@@ -5,14 +5,18 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // kubeWatches is how many watches stay open while the idle CPU is measured
@@ -144,4 +148,76 @@ func (m *measurements) kubeRows(k kubeMeasures, cfg Config) []Row {
 		Unit: "% of a core", Noderun: statsOf([]float64{k.watchCPU}),
 		Kubelet: fmt.Sprintf("%.2f %% without watches", m.cpuPercent), target: atMost(m.cpuPercent+0.1, "% of a core")})
 	return rows
+}
+
+// watchRunning opens a watch on the node's pods through its Kubernetes API,
+// as kubectl get -w does, and returns once it is open. The function it
+// returns waits until the watch told that each named pod is Running and
+// returns when that event arrived. A watch, not a poll: what it times
+// is noderun's, not a polling interval's, and it puts no load on noderun
+// while the pods start.
+func (n *node) watchRunning(ctx context.Context, names []string, timeout time.Duration) (func() (time.Time, error), error) {
+	hc, server, tok, err := n.kubeClient()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes API: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/api/v1/pods?watch=true", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("watch pods: %s", resp.Status)
+	}
+	type result struct {
+		at  time.Time
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer resp.Body.Close()
+		running := map[string]bool{}
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 1<<20)
+		for sc.Scan() {
+			at := time.Now()
+			var ev struct {
+				Type   string `json:"type"`
+				Object v1.Pod `json:"object"`
+			}
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				done <- result{err: fmt.Errorf("watch pods: %w", err)}
+				return
+			}
+			name := strings.TrimSuffix(ev.Object.Name, "-"+nodeName)
+			if !slices.Contains(names, name) {
+				continue
+			}
+			running[name] = ev.Type != "DELETED" && podRunning(&ev.Object)
+			ok := 0
+			for _, r := range running {
+				if r {
+					ok++
+				}
+			}
+			if ok == len(names) {
+				done <- result{at: at}
+				return
+			}
+		}
+		done <- result{err: fmt.Errorf("watch pods ended: %v", sc.Err())}
+	}()
+	return func() (time.Time, error) {
+		select {
+		case r := <-done:
+			return r.at, r.err
+		case <-time.After(timeout):
+			return time.Time{}, fmt.Errorf("%d pods not all Running in the Kubernetes API's watch after %s", len(names), timeout)
+		}
+	}, nil
 }

@@ -20,8 +20,8 @@ const (
 	topicDelete = "/containers/delete"
 )
 
-// pollEvery is how often the bench looks at what events cannot tell:
-// mounts and the status API. Short, so it adds little to what it times.
+// pollEvery is how often the bench looks at what events cannot tell: the
+// pinned namespaces' mounts. Short, so it adds little to what it times.
 const pollEvery = 5 * time.Millisecond
 
 type event struct {

@@ -272,8 +272,9 @@ func (b *bench) timeFloor(ctx context.Context, runs int, begin func(context.Cont
 
 // nodePods writes n manifests at once and removes them again. start runs
 // until containerd reported every process started, down until no container
-// or pinned namespace is left. With api set, the status API is polled
-// meanwhile and api gets the time until it reported all Running. whileUp,
+// or pinned namespace is left. With api set, the status API is watched
+// (through the Kubernetes API) meanwhile and api gets the time until it
+// reported all Running. whileUp,
 // if set, runs once all pods are Running and settled.
 func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Duration, whileUp func(names []string) error) (start, down time.Duration, err error) {
 	if err := sleep(ctx, settle); err != nil {
@@ -281,22 +282,17 @@ func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Du
 	}
 	names := podNames(prefix, n)
 	b.nw.drain()
-	type apiResult struct {
-		at  time.Time
-		err error
+	var apiRunning func() (time.Time, error)
+	if api != nil {
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		defer stopWatch()
+		if apiRunning, err = b.node.watchRunning(watchCtx, names, waitTimeout); err != nil {
+			return 0, 0, err
+		}
 	}
-	apiDone := make(chan apiResult, 1)
-	pollCtx, stopPoll := context.WithCancel(ctx)
-	defer stopPoll()
 	t0, err := b.node.writeManifests(names)
 	if err != nil {
 		return 0, 0, err
-	}
-	if api != nil {
-		go func() {
-			at, err := b.node.waitRunning(pollCtx, names, pollEvery, waitTimeout)
-			apiDone <- apiResult{at, err}
-		}()
 	}
 	at, err := b.nw.waitN(ctx, topicStart, n, waitTimeout)
 	if err != nil {
@@ -304,11 +300,11 @@ func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Du
 	}
 	start = at.Sub(t0)
 	if api != nil {
-		r := <-apiDone
-		if r.err != nil {
-			return start, 0, r.err
+		at, err := apiRunning()
+		if err != nil {
+			return start, 0, err
 		}
-		*api = r.at.Sub(t0)
+		*api = at.Sub(t0)
 	} else if _, err := b.node.waitRunning(ctx, names, 100*time.Millisecond, waitTimeout); err != nil {
 		return start, 0, err
 	}
