@@ -32,7 +32,7 @@ func (l ledger) add(network, id string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("cni: record %s: %w", id, err)
 	}
-	if err := atomicfile.WriteFile(filepath.Join(dir, id), nil, 0o600); err != nil {
+	if err := atomicfile.Touch(filepath.Join(dir, id), 0o600); err != nil {
 		return fmt.Errorf("cni: record %s: %w", id, err)
 	}
 	return nil

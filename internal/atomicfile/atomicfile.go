@@ -43,6 +43,24 @@ func WriteFile(path string, data []byte, mode os.FileMode) (err error) {
 	return syncDir(dir)
 }
 
+// Touch creates path, in an existing directory, as an empty file if it is
+// not there, and makes it durable: an empty file is whole as soon as it
+// exists, so it needs no temporary file and rename, only the fsyncs.
+func Touch(path string, mode os.FileMode) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, mode)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

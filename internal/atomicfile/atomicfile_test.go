@@ -45,3 +45,27 @@ func TestWriteFileFailedRenameLeavesNoTemp(t *testing.T) {
 		t.Fatalf("directory holds %v, want only the original entry (no temporary file)", ents)
 	}
 }
+
+func TestTouchCreatesOnceAndKeepsContent(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "mark")
+	if err := Touch(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Size() != 0 || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("after Touch: %v, %v", fi, err)
+	}
+	if err := os.WriteFile(path, []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Touch(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "kept" {
+		t.Errorf("Touch of an existing file changed it: %q", b)
+	}
+	if err := Touch(filepath.Join(dir, "missing", "mark"), 0o600); err == nil {
+		t.Error("Touch in a missing directory succeeded")
+	}
+}
