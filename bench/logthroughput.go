@@ -33,17 +33,14 @@ func (n *node) collectorSocket() string { return filepath.Join(n.dir, "run", "lo
 
 // collectorPID finds the node's log collector in /proc.
 func (b *bench) collectorPID() (int, error) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := processes()
 	if err != nil {
 		return 0, err
 	}
 	sock := b.node.collectorSocket()
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if args := cmdline(pid); len(args) == 3 && args[0] == b.env.bin && args[1] == "log-collector" && args[2] == sock {
+	for _, pr := range procs {
+		pid, args := pr.pid, pr.args
+		if len(args) == 3 && args[0] == b.env.bin && args[1] == "log-collector" && args[2] == sock {
 			return pid, nil
 		}
 	}

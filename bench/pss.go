@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/prometheus/procfs"
 )
 
 // nodePSS is the proportional set size, in MiB, of every process a noderun
@@ -27,18 +29,14 @@ func (p nodePSS) sum() float64 { return p.noderun + p.logging + p.containerd + p
 // shims as those started for its socket.
 func (b *bench) measurePSS() (nodePSS, error) {
 	var out nodePSS
-	ents, err := os.ReadDir("/proc")
+	procs, err := processes()
 	if err != nil {
 		return out, err
 	}
 	noderun, ctrd := b.node.cmd.Process.Pid, b.env.daemon.PID()
 	collector := b.node.collectorSocket()
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := cmdline(pid)
+	for _, pr := range procs {
+		pid, args := pr.pid, pr.args
 		var into *float64
 		switch {
 		case pid == noderun:
@@ -64,12 +62,25 @@ func (b *bench) measurePSS() (nodePSS, error) {
 	return out, nil
 }
 
-func cmdline(pid int) []string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || len(b) == 0 {
-		return nil
+// process is a running process and its command line.
+type process struct {
+	pid  int
+	args []string
+}
+
+// processes lists the host's processes with their command lines
+// (prometheus/procfs, which client_golang already brings in).
+func processes() ([]process, error) {
+	all, err := procfs.AllProcs()
+	if err != nil {
+		return nil, err
 	}
-	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+	out := make([]process, 0, len(all))
+	for _, p := range all {
+		args, _ := p.CmdLine() // none for a kernel thread or one gone meanwhile
+		out = append(out, process{p.PID, args})
+	}
+	return out, nil
 }
 
 // pssKiB reads a process's Pss from /proc/<pid>/smaps_rollup.

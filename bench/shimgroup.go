@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -48,16 +47,12 @@ type shimMeasures struct {
 // and sums their PSS.
 func (b *bench) measureShims(ns string) (shimUse, error) {
 	var out shimUse
-	ents, err := os.ReadDir("/proc")
+	procs, err := processes()
 	if err != nil {
 		return out, err
 	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		args := cmdline(pid)
+	for _, pr := range procs {
+		pid, args := pr.pid, pr.args
 		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" || !slices.Contains(args, b.env.daemon.Address()) {
 			continue
 		}

@@ -1,21 +1,18 @@
 package cni
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/prometheus/procfs"
 )
 
 // ErrCheckFailed means a pod's attachment is seen to be broken: its netns,
@@ -149,20 +146,14 @@ func (m *Manager) undo(ctx context.Context, a Attachment, list *libcni.NetworkCo
 // pluginsOf returns the processes that run a CNI command for container
 // id: the environment libcni gives a plugin names it.
 func pluginsOf(id string) []int {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return nil
 	}
-	want := []byte("\x00CNI_CONTAINERID=" + id + "\x00")
 	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		env, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
-		if err == nil && bytes.Contains(append([]byte{0}, env...), want) {
-			pids = append(pids, pid)
+	for _, p := range procs {
+		if env, err := p.Environ(); err == nil && slices.Contains(env, "CNI_CONTAINERID="+id) {
+			pids = append(pids, p.PID)
 		}
 	}
 	return pids

@@ -20,6 +20,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/defaults"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/prometheus/procfs"
 )
 
 // A noderun killed while containerd deletes a task can leave that task's
@@ -178,7 +179,7 @@ func shimSocket(address, ns, group string) string {
 // findShims lists the shim processes whose command line names namespace ns
 // and containerd address (symlinks resolved).
 func findShims(address, ns string) ([]shimProc, error) {
-	ents, err := os.ReadDir("/proc")
+	procs, err := procfs.AllProcs()
 	if err != nil {
 		return nil, err
 	}
@@ -187,22 +188,14 @@ func findShims(address, ns string) ([]shimProc, error) {
 		return nil, err
 	}
 	var out []shimProc
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
-			continue // gone, or a kernel thread
-		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-		if filepath.Base(args[0]) != shimBinary {
-			continue
+	for _, p := range procs {
+		args, err := p.CmdLine()
+		if err != nil || len(args) == 0 || filepath.Base(args[0]) != shimBinary {
+			continue // gone, a kernel thread, or another program
 		}
 		flags := shimFlags(args[1:])
 		if flags["namespace"] == ns && canonicalAddress(flags["address"]) == address {
-			out = append(out, shimProc{pid: pid, id: flags["id"], address: flags["address"], sockets: listensOn(pid, paths)})
+			out = append(out, shimProc{pid: p.PID, id: flags["id"], address: flags["address"], sockets: listensOn(p.PID, paths)})
 		}
 	}
 	return out, nil
