@@ -126,7 +126,10 @@ type fakeRuntime struct {
 	imagePulls  bool     // EnsureImage pulls (tells the PullTrace)
 	imageErr    error    // what EnsureImage fails with
 	ensures     int      // EnsureImage calls
-	gcKeep      []string // what the last GCImages had to keep
+	lists       int      // ListContainers calls for one pod
+	// ListContainers and EnsureImage calls made before each start.
+	listsAtStart, ensuresAtStart []int
+	gcKeep                       []string // what the last GCImages had to keep
 }
 
 // execCall is one ExecSync the fake received.
@@ -165,6 +168,9 @@ func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.Pul
 func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]ContainerStatus, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if podUID != "" {
+		r.lists++
+	}
 	var out []ContainerStatus
 	for _, c := range r.containers {
 		if podUID == "" || c.PodUID == podUID {
@@ -227,6 +233,7 @@ func (c *fakeCreated) Start(context.Context) (*v1.LinuxContainerUser, error) {
 		return nil, fmt.Errorf("container %s: not created", c.cfg.ID)
 	}
 	r.started = append(r.started, c.cfg)
+	r.listsAtStart, r.ensuresAtStart = append(r.listsAtStart, r.lists), append(r.ensuresAtStart, r.ensures)
 	run.State, run.CreatedAt = StateRunning, r.clock.Now()
 	return nil, nil
 }

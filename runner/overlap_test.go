@@ -33,6 +33,26 @@ func TestPrecreateWhileNetworkSetsUp(t *testing.T) {
 	}
 }
 
+// TestPrecreatedPodListedAndCheckedOnce: a new pod whose containers were
+// precreated is listed once (beside its namespaces) and its image checked
+// once (at creation, never pulled), not again before the start.
+func TestPrecreatedPodListedAndCheckedOnce(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "started", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if len(f.rt.created) != 1 {
+		t.Fatalf("created %v, want the one container precreated", f.rt.created)
+	}
+	if got := f.rt.listsAtStart[0]; got != 1 {
+		t.Errorf("%d container listings before the start, want 1", got)
+	}
+	if got := f.rt.ensuresAtStart[0]; got != 0 {
+		t.Errorf("%d image checks that could pull before the start, want 0 (only the creation's, PullNever)", got)
+	}
+}
+
 // TestPrecreateRedoneWhenTheIPMatters: a container whose env names
 // status.podIP is created again once the IP is known.
 func TestPrecreateRedoneWhenTheIPMatters(t *testing.T) {
