@@ -112,6 +112,9 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "floor", "cni")); err != nil {
 		return e, err
 	}
+	if err := e.runState(filepath.Join(dir, "ctrd", "state")); err != nil {
+		return e, err
+	}
 	e.daemon, err = ctrdrt.StartDaemon(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
 		filepath.Join(dir, "c.sock"), filepath.Join(dir, "containerd.log"))
 	if err != nil {
@@ -119,6 +122,32 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	}
 	e.client, err = containerd.New(e.daemon.Address(), containerd.WithTimeout(10*time.Second))
 	return e, err
+}
+
+// runState makes dir a tmpfs for run-time state, as /run is on a normal
+// host (and containerd's state, runc's root and noderun's --run-dir live
+// there by default). On a root filesystem such as this VM's ext4 without a
+// journal, each file made there costs an inode allocation that grows
+// dearer with churn (recently freed inodes are skipped one by one), which
+// a host's /run never pays. Both sides get the same. close unmounts it.
+func (e *env) runState(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if e.cfg.RunStateOnDisk {
+		return nil
+	}
+	ms, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	if slices.ContainsFunc(ms, func(m mount) bool { return m.point == dir }) {
+		return nil // a node started again in its dir keeps its run-time state, as on a host
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+		return fmt.Errorf("mount tmpfs on %s: %w", dir, err)
+	}
+	return nil
 }
 
 // buildNoderun builds the module's main package as `make build` does, minus

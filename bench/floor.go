@@ -66,6 +66,11 @@ func newFloor(ctx context.Context, e *env) (*floor, error) {
 		cgroup:    floorCgroup(e.dir),
 		plugins:   libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, filepath.Join(dir, "cni"), nil),
 	}
+	for _, d := range []string{f.podsDir, f.runcRoot} {
+		if err := e.runState(d); err != nil {
+			return nil, err
+		}
+	}
 	var err error
 	if f.network, err = libcni.ConfListFromFile(e.cniConf); err != nil {
 		return nil, err

@@ -39,10 +39,13 @@ type Config struct {
 	ImageTarballMiB int `json:"image_tarball_mib"`
 	// NodeLog, if set, is where the measured noderun logs at debug level
 	// (each pod's phase timings), kept after the run.
-	NodeLog string    `json:"node_log,omitempty"`
-	Bridge  string    `json:"bridge"`
-	Subnet  string    `json:"subnet"`
-	Log     io.Writer `json:"-"` // progress
+	NodeLog string `json:"node_log,omitempty"`
+	// RunStateOnDisk keeps run-time state on the bench dir's filesystem
+	// instead of a tmpfs (see env.runState).
+	RunStateOnDisk bool      `json:"run_state_on_disk"`
+	Bridge         string    `json:"bridge"`
+	Subnet         string    `json:"subnet"`
+	Log            io.Writer `json:"-"` // progress
 }
 
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
@@ -70,6 +73,7 @@ func main() {
 	flag.IntVar(&cfg.ShimContainers, "shim-containers", cfg.ShimContainers, "containers per pod for the shim measures")
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")
 	flag.StringVar(&cfg.NodeLog, "node-log", "", "keep the measured noderun's debug log (each pod's phase timings) in this file")
+	flag.BoolVar(&cfg.RunStateOnDisk, "run-state-on-disk", false, "keep run-time state (containerd's state dir, runc roots, pinned namespaces, noderun's --run-dir) on disk, not on a tmpfs as /run is on a normal host")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	flag.Parse()

@@ -61,6 +61,9 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 			return (&net.Dialer{}).DialContext(ctx, "unix", n.socket)
 		},
 	}}
+	if err := e.runState(filepath.Join(dir, "run")); err != nil {
+		return nil, err
+	}
 	images := filepath.Join(dir, "images")
 	for _, d := range []string{n.manifests, images} {
 		if err := os.MkdirAll(d, 0o755); err != nil {

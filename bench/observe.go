@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/containerd/containerd"
@@ -121,12 +122,14 @@ func waitNoNetNS(ctx context.Context, podsDir string, timeout time.Duration) (ti
 		if err != nil {
 			return time.Time{}, err
 		}
+		// podsDir itself may be a tmpfs (env.runState).
+		pins := slices.DeleteFunc(ms, func(m mount) bool { return m.fstype != "nsfs" })
 		now := time.Now()
-		if len(ms) == 0 {
+		if len(pins) == 0 {
 			return now, nil
 		}
 		if now.After(deadline) {
-			return time.Time{}, fmt.Errorf("%d namespaces still pinned under %s after %s", len(ms), podsDir, timeout)
+			return time.Time{}, fmt.Errorf("%d namespaces still pinned under %s after %s", len(pins), podsDir, timeout)
 		}
 		select {
 		case <-time.After(pollEvery):

@@ -275,9 +275,13 @@ func (rep *Report) writeTable(w io.Writer) {
 			formatStats(r.Noderun, r.Unit), formatStats(r.Floor, r.Unit), ratio, r.Kubelet, r.Target, result)
 	}
 	m := rep.Machine
+	runState := "a tmpfs, as /run on a host"
+	if rep.Config.RunStateOnDisk {
+		runState = "disk (-run-state-on-disk)"
+	}
 	fmt.Fprintf(w, "\n%d CPUs, %d MiB, Linux %s, containerd %s, %s, %s; load average %s at the start; "+
-		"all CPUs %.1f %% busy during the steady-state window.\n",
-		m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, m.Go, m.LoadBefore, m.HostBusy)
+		"all CPUs %.1f %% busy during the steady-state window; run-time state on %s.\n",
+		m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, m.Go, m.LoadBefore, m.HostBusy, runState)
 }
 
 func (rep *Report) writeJSON(path string) error {
