@@ -11,6 +11,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -180,7 +181,14 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 				return fmt.Errorf("watching %s: event stream closed", r.path)
 			}
 			r.event(ev, debounce)
-			continue
+			if err := r.drain(debounce); err != nil {
+				return err
+			}
+			// Files complete when their event came (renamed in) are read
+			// now, not a timer's turn later, and sent as one snapshot.
+			if !r.expire(time.Now()) {
+				continue
+			}
 		case err, ok := <-r.w.Errors:
 			if !ok {
 				return fmt.Errorf("watching %s: error stream closed", r.path)
@@ -244,6 +252,36 @@ func (r *fileRun) event(ev fsnotify.Event, debounce *time.Timer) {
 	debounce.Reset(time.Until(next))
 }
 
+// maxDrain bounds the events taken in one turn, so that a directory
+// written to without pause still gets its snapshots sent.
+const maxDrain = 1024
+
+// drain takes the events already queued behind one, so that a burst of
+// manifests (many files renamed in at once) is read and sent as one
+// snapshot: not one per file, each assembled from every file and applied
+// to every pod. fsnotify hands events over one at a time, so an empty
+// channel gets one yield for its reader to queue the next.
+func (r *fileRun) drain(debounce *time.Timer) error {
+	yielded := false
+	for range maxDrain {
+		select {
+		case ev, ok := <-r.w.Events:
+			if !ok {
+				return fmt.Errorf("watching %s: event stream closed", r.path)
+			}
+			r.event(ev, debounce)
+			yielded = false
+		default:
+			if yielded {
+				return nil
+			}
+			runtime.Gosched()
+			yielded = true
+		}
+	}
+	return nil
+}
+
 // openForWriting reports whether any process has the file at path open for
 // writing, or whether that cannot be told: a read lease is refused
 // (EAGAIN) while the file has a writer. Leases need the file's owner or
@@ -296,19 +334,23 @@ func manifestName(name string) bool {
 	return false
 }
 
-// expire re-reads every path whose debounce deadline has passed.
-func (r *fileRun) expire(now time.Time) {
+// expire re-reads every path whose debounce deadline has passed, and
+// reports whether there was any.
+func (r *fileRun) expire(now time.Time) bool {
+	read := false
 	for p, deadline := range r.pending {
 		if deadline.After(now) {
 			continue
 		}
 		delete(r.pending, p)
+		read = true
 		if p == r.path {
 			r.relistAll()
 		} else {
 			r.load(p)
 		}
 	}
+	return read
 }
 
 // awaitSettled holds the first snapshot until files being written are read

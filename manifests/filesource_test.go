@@ -629,3 +629,39 @@ func TestOpenForWriting(t *testing.T) {
 		t.Error("a file that cannot be opened is said to have no writer")
 	}
 }
+
+// Files renamed in together while the consumer is busy are read and sent
+// in a few snapshots once it reads again, not one per file: each
+// snapshot is assembled from every file and applied to every pod.
+func TestFileSourceBurstInFewSnapshots(t *testing.T) {
+	const n = 40
+	dir := t.TempDir()
+	ch := startSource(t, dir)
+	next(t, ch) // the empty directory
+	publish := func(i int) {
+		tmp := filepath.Join(dir, fmt.Sprintf(".p%02d.yaml", i))
+		writeFile(t, tmp, manifest(fmt.Sprintf("p%02d", i), "busybox"))
+		if err := os.Rename(tmp, filepath.Join(dir, fmt.Sprintf("p%02d.yaml", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publish(0)
+	// The source now waits to hand over the snapshot with p00; the rest
+	// is renamed in meanwhile.
+	time.Sleep(100 * time.Millisecond)
+	for i := 1; i < n; i++ {
+		publish(i)
+	}
+	snaps := 0
+	for {
+		s := next(t, ch)
+		snaps++
+		if len(s.Pods) == n {
+			break
+		}
+	}
+	// fsnotify reads the queue in pieces, so not always one: a few.
+	if snaps > n/4 {
+		t.Fatalf("%d files renamed in at once came in %d snapshots, want at most %d", n, snaps, n/4)
+	}
+}
