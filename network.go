@@ -236,8 +236,10 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 		if d.IsDir() && !keep[d.Name()] {
 			dir := filepath.Join(n.podsDir, d.Name())
 			n.log.Info("removing leftover pod sandbox", "dir", dir)
-			if err := os.Remove(filepath.Join(dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-				errs = append(errs, err)
+			for _, f := range append([]string{ipsFile}, runner.SandboxFiles...) {
+				if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
 			}
 			sb := &runner.Sandbox{Dir: dir}
 			errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir))

@@ -18,6 +18,11 @@ const (
 	maxSearches    = 32
 )
 
+// SandboxFiles are the plain files noderun keeps in a sandbox's run dir
+// beside its pinned namespaces: the epoch and the pod files. Whoever removes
+// a leftover sandbox dir removes them (and nothing it does not know).
+var SandboxFiles = []string{epochFile, "hosts", "hostname", "resolv.conf"}
+
 // writePodFiles writes the pod's /etc/hosts, /etc/hostname and
 // /etc/resolv.conf, which every container bind-mounts. Files are rewritten
 // in place only when their content changes, so running containers keep them.
@@ -28,9 +33,15 @@ func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
 	return w.writePodFileData(pod, dns)
 }
 
-// writePodFileData writes the pod files without a word.
+// writePodFileData writes the pod files without a word. They live in the
+// pod's run dir, beside its pinned namespaces: a tmpfs on a host, so a pod
+// start writes no disk, and a reboot, which ends every container that
+// mounts them, takes them too; each sandbox start writes them again.
 func (w *podWorker) writePodFileData(pod *v1.Pod, dns DNSConfig) error {
-	dir := w.podStateDir()
+	dir := w.podRunDir()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
 	resolv := renderResolvConf(dns)
 	hostname := utsHostname(pod)
 	hosts, err := hostsFile(pod, w.st.ips)
@@ -244,9 +255,9 @@ func (w *podWorker) podFileMounts(pod *v1.Pod, c *v1.Container) []Mount {
 	}
 	var out []Mount
 	for _, f := range []struct{ src, dest string }{
-		{filepath.Join(w.podStateDir(), "hosts"), "/etc/hosts"},
-		{filepath.Join(w.podStateDir(), "hostname"), "/etc/hostname"},
-		{filepath.Join(w.podStateDir(), "resolv.conf"), "/etc/resolv.conf"},
+		{filepath.Join(w.podRunDir(), "hosts"), "/etc/hosts"},
+		{filepath.Join(w.podRunDir(), "hostname"), "/etc/hostname"},
+		{filepath.Join(w.podRunDir(), "resolv.conf"), "/etc/resolv.conf"},
 		{shm, "/dev/shm"},
 	} {
 		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.dest }) {

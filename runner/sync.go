@@ -732,12 +732,14 @@ func metaOf(c ContainerStatus) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: c.PodName, Namespace: c.PodNamespace, UID: types.UID(c.PodUID)}
 }
 
+const epochFile = "epoch"
+
 // sandboxEpoch names the pod's current sandbox: a new name (want, if set)
 // when it was just made, else the one recorded beside its namespaces (which
 // a reboot clears). Containers carry it, so runs from a sandbox that is gone
 // are told apart.
 func sandboxEpoch(dir string, fresh bool, want string) (string, error) {
-	path := filepath.Join(dir, "epoch")
+	path := filepath.Join(dir, epochFile)
 	if !fresh {
 		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
 			return string(b), nil

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/runner"
+)
+
+// A sandbox dir no pod owns (noderun stopped between removing a pod's state
+// and its run dir) is removed whole by network GC, with the pod files and
+// epoch it holds; the dirs of kept sandboxes are left alone.
+func TestNetworkGCRemovesLeftoverSandboxDirs(t *testing.T) {
+	root := t.TempDir()
+	m, err := cni.New(cni.Config{ConfDir: filepath.Join(root, "conf"), CacheDir: filepath.Join(root, "cache"), BinDirs: []string{filepath.Join(root, "bin")}, NoDefault: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := filepath.Join(root, "pods")
+	n := newNetwork(m, pods, nil, slog.New(slog.DiscardHandler))
+	for _, id := range []string{"gone", "kept"} {
+		dir := filepath.Join(pods, id)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range append([]string{ipsFile}, runner.SandboxFiles...) {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := n.GC(context.Background(), map[string]bool{"kept": true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(pods, "gone")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("leftover sandbox dir still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(pods, "kept", "hosts")); err != nil {
+		t.Errorf("kept sandbox lost its hosts file: %v", err)
+	}
+}
