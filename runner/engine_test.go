@@ -605,3 +605,38 @@ func TestEngineKeepsTheCurrentAndPreviousRunsLogs(t *testing.T) {
 		}
 	}
 }
+
+// The pod files every container mounts live in the sandbox's run dir (a
+// tmpfs on a host), written before the start, and none in the state dir.
+func TestEnginePodFilesInRunDir(t *testing.T) {
+	f := startEngine(t)
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.mu.Lock()
+	cfg := f.rt.started[0]
+	f.rt.mu.Unlock()
+	sbDir := filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1"))
+	want := map[string]string{"/etc/hosts": "10.0.0.2\tweb-n1\n", "/etc/hostname": "web-n1\n", "/etc/resolv.conf": ""}
+	for _, m := range cfg.Mounts {
+		content, ok := want[m.Destination]
+		if !ok {
+			continue
+		}
+		delete(want, m.Destination)
+		if filepath.Dir(m.Source) != sbDir {
+			t.Errorf("%s mounted from %s, want a file in %s", m.Destination, m.Source, sbDir)
+		}
+		b, err := os.ReadFile(m.Source)
+		if err != nil || !strings.Contains(string(b), content) {
+			t.Errorf("%s: %q (%v), want it to hold %q", m.Source, b, err, content)
+		}
+	}
+	if len(want) != 0 {
+		t.Errorf("not mounted: %v", want)
+	}
+	for _, name := range []string{"hosts", "hostname", "resolv.conf"} {
+		if _, err := os.Stat(filepath.Join(f.e.cfg.StateDir, "pods", "u1", name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s in the state dir: %v", name, err)
+		}
+	}
+}

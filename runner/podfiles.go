@@ -21,7 +21,14 @@ const (
 // SandboxFiles are the plain files noderun keeps in a sandbox's run dir
 // beside its pinned namespaces: the epoch and the pod files. Whoever removes
 // a leftover sandbox dir removes them (and nothing it does not know).
-var SandboxFiles = []string{epochFile, "hosts", "hostname", "resolv.conf"}
+var SandboxFiles = []string{epochFile, hostsName, hostnameName, resolvName}
+
+// The pod files' names in the sandbox's run dir.
+const (
+	hostsName    = "hosts"
+	hostnameName = "hostname"
+	resolvName   = "resolv.conf"
+)
 
 // writePodFiles writes the pod's /etc/hosts, /etc/hostname and
 // /etc/resolv.conf, which every container bind-mounts. Files are rewritten
@@ -48,7 +55,7 @@ func (w *podWorker) writePodFileData(pod *v1.Pod, dns DNSConfig) error {
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{"hosts": hosts, "hostname": []byte(hostname + "\n"), "resolv.conf": resolv} {
+	for name, data := range map[string][]byte{hostsName: hosts, hostnameName: []byte(hostname + "\n"), resolvName: resolv} {
 		if err := writeIfChanged(filepath.Join(dir, name), data); err != nil {
 			return err
 		}
@@ -255,9 +262,9 @@ func (w *podWorker) podFileMounts(pod *v1.Pod, c *v1.Container) []Mount {
 	}
 	var out []Mount
 	for _, f := range []struct{ src, dest string }{
-		{filepath.Join(w.podRunDir(), "hosts"), "/etc/hosts"},
-		{filepath.Join(w.podRunDir(), "hostname"), "/etc/hostname"},
-		{filepath.Join(w.podRunDir(), "resolv.conf"), "/etc/resolv.conf"},
+		{filepath.Join(w.podRunDir(), hostsName), "/etc/hosts"},
+		{filepath.Join(w.podRunDir(), hostnameName), "/etc/hostname"},
+		{filepath.Join(w.podRunDir(), resolvName), "/etc/resolv.conf"},
 		{shm, "/dev/shm"},
 	} {
 		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.dest }) {
