@@ -23,13 +23,12 @@ import (
 var version = "dev"
 
 func main() {
-	trimExecutable()
 	app := &cli.App{
 		Name:    "noderun",
 		Usage:   "run Kubernetes Pod manifests on containerd, without an API server",
 		Version: version,
 		Flags:   flags(),
-		Action:  runNode,
+		Action:  longLived(runNode),
 		Commands: []*cli.Command{
 			{Name: "version", Usage: "print the version", Action: func(*cli.Context) error {
 				fmt.Println("noderun", version)
@@ -49,17 +48,19 @@ func main() {
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
-				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "") },
+				// Most hand their pipes to the collector and exit at once;
+				// only one writing the log itself lives long enough to trim.
+				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "", trimExecutable) },
 			},
 			{
 				// The node's one log collector, started by noderun (logcollector.go).
 				Name: "log-collector", Hidden: true, ArgsUsage: "SOCKET",
-				Action: func(c *cli.Context) error { return runCollector(c.Context, c.Args().First()) },
+				Action: longLived(func(c *cli.Context) error { return runCollector(c.Context, c.Args().First()) }),
 			},
 			{
 				// PID 1 of a pod with shareProcessNamespace (pause.go).
 				Name: "pause", Hidden: true, ArgsUsage: "ROOT",
-				Action: func(c *cli.Context) error { return runPause(c.Args().First()) },
+				Action: longLived(func(c *cli.Context) error { return runPause(c.Args().First()) }),
 			},
 		},
 	}
@@ -68,6 +69,18 @@ func main() {
 	if err := app.RunContext(ctx, os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "noderun:", err)
 		os.Exit(1)
+	}
+}
+
+// longLived is for the processes that run as long as the node or a pod:
+// they first give back the binary pages that starting touched
+// (trimExecutable). The commands and a log driver that hands its pipes over
+// exit within milliseconds, and the trim (a read of /proc/self/smaps) would
+// only delay them; for a driver it delays the container's start.
+func longLived(action cli.ActionFunc) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		trimExecutable()
+		return action(c)
 	}
 }
 

@@ -51,10 +51,10 @@ func (r *relaxer) run(ctx context.Context) {
 // beyond what it actually uses. On kernels that cache executables in large
 // folios, every read-only mapping of the binary is mapped with 2 MiB pages,
 // so touching one byte of a region makes all of it resident: most of a
-// 30 MiB binary, in the daemon and in every log driver. Marking the mappings
-// NOHUGEPAGE and dropping what is mapped now makes later faults map 4 KiB
-// pages (plus the kernel's fault-around), so resident memory is the pages in
-// use. Only read-only mappings are touched: dropping them loses nothing,
+// 30 MiB binary, in the daemon and in every log driver writing a log.
+// Marking the mappings NOHUGEPAGE and dropping what is mapped now makes
+// later faults map 4 KiB pages (plus the kernel's fault-around), so resident
+// memory is the pages in use. Only read-only mappings are touched: dropping them loses nothing,
 // they are read back from the page cache on demand.
 func trimExecutable() {
 	exe, err := os.Executable()

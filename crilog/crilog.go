@@ -62,8 +62,10 @@ const handoffWait = 10 * time.Second
 // they end. Run any other way, closing fd 5 fails and it says so. Each
 // failure is also sent, as it happens, to syslog at syslogAddr ("" for the
 // local one, the journal on a systemd host; see Syslog): the shim gives
-// the driver no stderr, and noderun may be down.
-func ServeFDs(arg, syslogAddr string) error {
+// the driver no stderr, and noderun may be down. serving, if not nil, runs
+// once the driver is to write the log itself: only then does it live on, for
+// as long as the container's output.
+func ServeFDs(arg, syslogAddr string, serving func()) error {
 	t, err := ParseArg(arg)
 	if err != nil {
 		return err
@@ -91,6 +93,9 @@ func ServeFDs(arg, syslogAddr string) error {
 			return err
 		}
 		report(fmt.Errorf("%w; this driver writes the log itself", err))
+	}
+	if serving != nil {
+		serving()
 	}
 	return serve(t.Path, t.Rotation, stdout, stderr, ready, report)
 }

@@ -3,9 +3,12 @@ package crilog
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"golang.org/x/sys/unix"
 	"io"
+	"io/fs"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
@@ -273,7 +276,12 @@ func TestParseLine(t *testing.T) {
 // ExtraFiles become fds 3 (stdout), 4 (stderr) and 5 (ready).
 func TestServeFDs(t *testing.T) {
 	if path := os.Getenv("CRILOG_HELPER_PATH"); path != "" {
-		if err := ServeFDs(path, os.Getenv("CRILOG_HELPER_SYSLOG")); err != nil {
+		serving := func() {
+			if marker := os.Getenv("CRILOG_HELPER_SERVING"); marker != "" {
+				os.WriteFile(marker, nil, 0o644)
+			}
+		}
+		if err := ServeFDs(path, os.Getenv("CRILOG_HELPER_SYSLOG"), serving); err != nil {
 			os.Exit(1)
 		}
 		os.Exit(0)
@@ -283,8 +291,9 @@ func TestServeFDs(t *testing.T) {
 	outR, outW := mustPipe(t)
 	errR, errW := mustPipe(t)
 	readyR, readyW := mustPipe(t)
+	serving := filepath.Join(t.TempDir(), "serving")
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
-	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path)
+	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SERVING="+serving)
 	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -314,6 +323,48 @@ func TestServeFDs(t *testing.T) {
 	if !strings.Contains(got, " stdout F to stdout\n") || !strings.Contains(got, " stderr F to stderr\n") {
 		t.Fatalf("log = %q", got)
 	}
+	if _, err := os.Stat(serving); err != nil {
+		t.Errorf("a driver writing the log itself did not call serving: %v", err)
+	}
+}
+
+// A driver that hands its pipes to the collector exits at once, without
+// calling serving (noderun's trim of its binary pages, which would only
+// delay the container's start); the collector writes the log.
+func TestServeFDsHandsOffWithoutServing(t *testing.T) {
+	testenv.SkipIfEmulated(t, runsItself)
+	dir := t.TempDir()
+	procs := &collectorProcs{t: t, sock: filepath.Join(dir, "c.sock")}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go NewHolder(procs.sock, procs.start, slog.New(slog.DiscardHandler)).Run(ctx)
+
+	path := filepath.Join(dir, "pod", "0.log")
+	serving := filepath.Join(dir, "serving")
+	outR, outW := mustPipe(t)
+	errR, errW := mustPipe(t)
+	readyR, readyW := mustPipe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
+	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+Target{Path: path, Collector: procs.sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("driver: %v", err)
+	}
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("ready read = %v, want EOF", err)
+	}
+	if _, err := os.Stat(serving); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a driver that handed its pipes over called serving (%v)", err)
+	}
+	io.WriteString(outW, "handed over\n")
+	waitFor(t, "the collector to write the log", func() bool {
+		b, _ := os.ReadFile(path)
+		return strings.Contains(string(b), " stdout F handed over\n")
+	})
+	errW.Close()
 }
 
 func mustPipe(t *testing.T) (*os.File, *os.File) {

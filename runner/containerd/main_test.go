@@ -12,7 +12,7 @@ import (
 // driver: containerd's shim runs it as `<binary> log-driver <path>`.
 func TestMain(m *testing.M) {
 	if len(os.Args) == 3 && os.Args[1] == "log-driver" {
-		if err := crilog.ServeFDs(os.Args[2], ""); err != nil {
+		if err := crilog.ServeFDs(os.Args[2], "", nil); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
