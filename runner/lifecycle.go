@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -116,8 +118,17 @@ func exitReason(run *ContainerStatus) string {
 }
 
 // messagePath is the host file bind-mounted at a run's
-// terminationMessagePath; one per run, so a restart starts empty.
+// terminationMessagePath; one per run, so a restart starts empty. It lies
+// in the pod's state dir itself (a container name has no dot): a directory
+// per container would cost a run two directories more on disk, each dearer
+// than the file.
 func (w *podWorker) messagePath(name string, restart int) string {
+	return filepath.Join(w.podStateDir(), "termination-message."+name+"."+strconv.Itoa(restart))
+}
+
+// legacyMessagePath is where earlier noderun versions put the file: a
+// container one of them started, adopted after an upgrade, is bound to it.
+func (w *podWorker) legacyMessagePath(name string, restart int) string {
 	return filepath.Join(w.podStateDir(), "containers", name, strconv.Itoa(restart))
 }
 
@@ -144,7 +155,11 @@ func (w *podWorker) terminationMessage(pod *v1.Pod, c *v1.Container, restart, ex
 	if m, ok := w.st.messages[key]; ok {
 		return m
 	}
-	msg := readCapped(w.messagePath(c.Name, restart), maxMessageBytes)
+	path := w.messagePath(c.Name, restart)
+	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
+		path = w.legacyMessagePath(c.Name, restart)
+	}
+	msg := readCapped(path, maxMessageBytes)
 	if msg == "" && exitCode != 0 && c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError {
 		msg = logTail(filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"), maxLogMessageLines, maxLogMessageBytes)
 	}
@@ -160,6 +175,7 @@ func (w *podWorker) terminationMessage(pod *v1.Pod, c *v1.Container, restart, ex
 func (w *podWorker) forgetOldRuns(name string, restart int) {
 	for r := restart - 2; r >= 0 && r >= restart-4; r-- {
 		os.Remove(w.messagePath(name, r))
+		os.Remove(w.legacyMessagePath(name, r))
 		delete(w.st.messages, name+"/"+strconv.Itoa(r))
 	}
 }

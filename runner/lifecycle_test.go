@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -224,6 +225,48 @@ func TestEngineTerminationMessage(t *testing.T) {
 			cur, last = last, nil // waiting for the restart: what just ended is lastState
 		}
 		return cur != nil && cur.Message == "line one\nbroken line\n" && (last == nil || last.Message == "bye: disk full")
+	})
+}
+
+// A run's message file lies in the pod's state dir itself, with no
+// directory per container (two directories less on disk per start); a
+// run bound to a file where earlier noderun versions put it (a container
+// adopted after an upgrade) still has its message read.
+func TestEngineTerminationMessageFiles(t *testing.T) {
+	f := startEngine(t)
+	pod := testPod("u1", "job", v1.RestartPolicyAlways)
+	pod.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	first := f.rt.started[0]
+	src := mountSource(t, first, "/dev/termination-log")
+	podDir := filepath.Join(f.e.cfg.StateDir, "pods", "u1")
+	if filepath.Dir(src) != podDir {
+		t.Errorf("message file %s, want it in %s", src, podDir)
+	}
+	if _, err := os.Stat(filepath.Join(podDir, "containers")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a containers dir in the pod's state dir (%v)", err)
+	}
+	// As if an earlier noderun had started the run: its file elsewhere.
+	if err := os.Remove(src); err != nil {
+		t.Fatal(err)
+	}
+	legacy := filepath.Join(podDir, "containers", "main", "0")
+	if err := os.MkdirAll(filepath.Dir(legacy), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(legacy, []byte("from the old layout"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.rt.exit(first.ID, 1)
+	waitFor(t, "the message in status", func() bool {
+		cs := f.status("u1").Status.ContainerStatuses[0]
+		for _, st := range []v1.ContainerState{cs.State, cs.LastTerminationState} {
+			if st.Terminated != nil && st.Terminated.Message == "from the old layout" {
+				return true
+			}
+		}
+		return false
 	})
 }
 
