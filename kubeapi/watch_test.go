@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,6 +201,46 @@ func TestIdleWatchesDoNotPoll(t *testing.T) {
 	}
 	if n := be.lists.Load() - before; n != 1 {
 		t.Errorf("one change made %d lists, want 1 for all 10 watches", n)
+	}
+}
+
+// follow, which keeps the history for resumed watches and the pod start
+// metric, syncs at most every followEvery: a burst of changes costs a few
+// lists of every pod, not one per change, and the last change is synced
+// all the same.
+func TestFollowCoalescesBursts(t *testing.T) {
+	be := &countingBackend{fakeBackend: &fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}}}
+	s := New(testCreds)
+	s.Ready(be)
+	deadline := time.Now().Add(5 * time.Second)
+	for be.lists.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(2 * followEvery) // the next change is a lone one
+	before := be.lists.Load()
+	start := time.Now()
+	const changes = 40
+	for i := range changes {
+		p := phasePod("a", v1.PodPending)
+		p.Labels = map[string]string{"i": strconv.Itoa(i)}
+		be.set([]v1.Pod{p}, nil)
+		time.Sleep(2 * time.Millisecond)
+	}
+	elapsed := time.Since(start)
+	for {
+		pods, _ := s.pods.store.snapshot()
+		if len(pods) == 1 && pods[0].Labels["i"] == strconv.Itoa(changes-1) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the last change never synced: %+v", pods)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// One at the first change, then at most one per followEvery, and the
+	// last after the changes stopped.
+	if n, most := be.lists.Load()-before, int64(elapsed/followEvery)+2; n > most {
+		t.Errorf("%d changes in %s made %d lists, want at most %d", changes, elapsed.Round(time.Millisecond), n, most)
 	}
 }
 
