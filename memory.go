@@ -54,8 +54,8 @@ func (r *relaxer) run(ctx context.Context) {
 // 30 MiB binary, in the daemon and in every log driver writing a log.
 // Marking the mappings NOHUGEPAGE and dropping what is mapped now makes
 // later faults map 4 KiB pages (plus the kernel's fault-around), so resident
-// memory is the pages in use. Only read-only mappings are touched: dropping them loses nothing,
-// they are read back from the page cache on demand.
+// memory is the pages in use. Only read-only mappings are touched: dropping
+// them loses nothing, they are read back from the page cache on demand.
 func trimExecutable() {
 	exe, err := os.Executable()
 	if err != nil {
