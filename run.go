@@ -236,7 +236,8 @@ func runNode(c *cli.Context) error {
 	}})
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
-	log.Info("stopping; pods keep running")
+	// The cause names the signal: a stop nobody asked for says what came.
+	log.Info("stopping; pods keep running", "cause", context.Cause(ctx))
 	return err
 }
 

@@ -144,17 +144,23 @@ func managedPIDIn(runDir string) int {
 	return pgrep("containerd --config " + filepath.Join(runDir, "containerd") + "/")
 }
 
-// stopManaged stops, by its pid, the managed containerd of a run dir.
+// stopManaged stops the managed containerd of a run dir. It is held by a
+// pidfd (os.FindProcess) from the moment it is found, so that the SIGKILL
+// after it has gone reaches nothing, not a later process given its pid.
 func stopManaged(t *testing.T, runDir string) {
 	pid := managedPIDIn(runDir)
 	if pid <= 0 {
 		return
 	}
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for i := 0; i < 100 && syscall.Kill(pid, 0) == nil; i++ {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return
+	}
+	_ = p.Signal(syscall.SIGTERM)
+	for i := 0; i < 100 && p.Signal(syscall.Signal(0)) == nil; i++ {
 		time.Sleep(50 * time.Millisecond)
 	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
+	_ = p.Kill()
 }
 
 // Under systemd (NOTIFY_SOCKET, WATCHDOG_USEC) noderun extends its start

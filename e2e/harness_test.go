@@ -497,6 +497,11 @@ func (n *node) stop() {
 	_ = n.proc.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-n.done:
+		// It says what stopped it, so that a stop nobody asked for can
+		// be traced.
+		if b, err := os.ReadFile(n.out); err != nil || !strings.Contains(string(b), `cause="terminated signal received"`) {
+			n.t.Errorf("noderun's log does not name SIGTERM as the cause of its stop (%v)", err)
+		}
 	case <-time.After(15 * time.Second):
 		n.t.Errorf("noderun ignored SIGTERM for 15s; killing it")
 		_ = n.proc.Process.Kill()

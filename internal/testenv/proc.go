@@ -3,6 +3,7 @@ package testenv
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,10 +34,14 @@ func ParentPID(t testing.TB, pid int) int {
 // cleanup.
 func Stop(t testing.TB, pid int) {
 	t.Helper()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+	p, err := os.FindProcess(pid) // a pidfd: the cleanup reaches this process only
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+	if err := p.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Signal(syscall.SIGCONT) })
 	for deadline := time.Now().Add(10 * time.Second); !allStopped(pid); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("process %d not stopped 10s after SIGSTOP", pid)
@@ -59,6 +64,59 @@ func allStopped(pid int) bool {
 		if f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:])); len(f) == 0 || f[0] != "T" {
 			return false
 		}
+	}
+	return true
+}
+
+// StartWithPID starts name with args as process pid, a pid that has just
+// been freed, by setting the kernel's last given pid (ns_last_pid, as CRIU
+// restores pids); a fork elsewhere may take the pid first, so it tries
+// again. For tests that a process gone is never confused with the next
+// one given its pid. The process is killed at cleanup.
+func StartWithPID(t testing.TB, pid int, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	for try := 0; try < 100; try++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
+			t.Fatalf("set the next pid: %v", err)
+		}
+		cmd := exec.Command(name, args...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Process.Pid == pid {
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+			})
+			return cmd
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	t.Fatalf("pid %d not given to a new process in 100 tries", pid)
+	return nil
+}
+
+// WaitGone waits until no process has pid (its parent reaped it).
+func WaitGone(t testing.TB, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d still there 10s after it was killed", pid)
+		}
+	}
+}
+
+// EndedByKill kills cmd (from StartWithPID) and reports whether that
+// SIGKILL is what ended it: false when another signal ended it before.
+func EndedByKill(t testing.TB, cmd *exec.Cmd) bool {
+	t.Helper()
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+		t.Logf("process %d ended: %v", cmd.Process.Pid, cmd.ProcessState)
+		return false
 	}
 	return true
 }

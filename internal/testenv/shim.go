@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -50,7 +49,11 @@ func PlantShim(t testing.TB, bundle, address, ns, id string) (pid int, socket st
 	var lastErr error
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if pid, lastErr = shimPID(socket, id); lastErr == nil {
-			t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+			// Pinned (a pidfd): once the shim is gone, the kill must not
+			// reach a later process given its pid.
+			if p, err := os.FindProcess(pid); err == nil {
+				t.Cleanup(func() { _ = p.Kill() })
+			}
 			return pid, socket
 		}
 	}

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -35,5 +36,22 @@ func TestEmulated(t *testing.T) {
 	}
 	if want := runtime.GOARCH != "amd64"; Emulated() != want {
 		t.Errorf("Emulated() = %t for GOARCH %s on an x86_64 kernel, want %t", Emulated(), runtime.GOARCH, want)
+	}
+}
+
+// StartWithPID hands out the pid a process just left.
+func TestStartWithPID(t *testing.T) {
+	Require(t, os.Geteuid() == 0, "root (to set the next pid)")
+	first := exec.Command("sleep", "60")
+	if err := first.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := first.Process.Pid
+	_ = first.Process.Kill()
+	_ = first.Wait()
+	WaitGone(t, pid)
+	again := StartWithPID(t, pid, "sleep", "60")
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || again.Process.Pid != pid {
+		t.Fatalf("pid %d: %q, %v; started as %d", pid, b, err, again.Process.Pid)
 	}
 }

@@ -78,7 +78,8 @@ type Conn struct {
 	Client *ctrd.Client
 	Choice
 	cfg DaemonConfig
-	pid int // the managed containerd's
+	// The managed containerd, held by a pidfd (see ensureManaged).
+	proc *os.Process
 }
 
 // Connect returns a client in cfg.Namespace of the containerd recorded in
@@ -123,7 +124,7 @@ func (cfg DaemonConfig) open(ctx context.Context, choice Choice, dialSystem func
 	var err error
 	if choice.Managed {
 		conn.Address = cfg.managedSocket()
-		conn.Client, conn.pid, err = cfg.ensureManaged(ctx)
+		conn.Client, conn.proc, err = cfg.ensureManaged(ctx)
 	} else {
 		conn.Client, err = dialSystem(ctx, choice.Address)
 	}
@@ -165,7 +166,7 @@ func (c *Conn) Supervise(ctx context.Context) {
 	delay := retryMin
 	for {
 		started := time.Now()
-		waitExit(ctx, c.pid)
+		waitExit(ctx, c.proc)
 		if ctx.Err() != nil {
 			return
 		}
@@ -173,29 +174,29 @@ func (c *Conn) Supervise(ctx context.Context) {
 		if time.Since(started) > time.Minute {
 			delay = retryMin
 		}
-		log.Error("managed containerd exited; starting it again", "pid", c.pid, "in", delay)
+		log.Error("managed containerd exited; starting it again", "pid", c.proc.Pid, "in", delay)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(delay):
 		}
 		delay = min(2*delay, retryMax)
-		client, pid, err := c.cfg.ensureManaged(ctx)
+		client, proc, err := c.cfg.ensureManaged(ctx)
 		if err != nil {
 			log.Error("managed containerd not restarted; containers are no longer supervised", "err", err)
 			return
 		}
 		client.Close() // c.Client reconnects by itself
-		c.pid = pid
+		c.proc = proc
 	}
 }
 
-// waitExit returns once process pid has exited, or ctx ends. It polls: the
+// waitExit returns once process p has exited, or ctx ends. It polls: the
 // daemon may be an earlier noderun's child, which cannot be waited for.
-func waitExit(ctx context.Context, pid int) {
+func waitExit(ctx context.Context, p *os.Process) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
-	for !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+	for !errors.Is(p.Signal(syscall.Signal(0)), os.ErrProcessDone) {
 		select {
 		case <-ctx.Done():
 			return
@@ -241,15 +242,25 @@ func (cfg DaemonConfig) waitFor(ctx context.Context, address string) (c *ctrd.Cl
 }
 
 // ensureManaged connects to the managed containerd, starting it when it
-// does not answer; it returns its pid. Each try looks for a running one
+// does not answer; it returns its process. Each try looks for a running one
 // first, so that a daemon started by an earlier try is never doubled.
-func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, pid int, err error) {
+//
+// The process is held by a pidfd (os.FindProcess, exec), not by its pid:
+// Supervise and StopManaged signal it long after, and on a busy node the
+// pid space turns over within minutes, so a bare pid may name another
+// process by then.
+func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, proc *os.Process, err error) {
 	log := cfg.logger()
 	socket := cfg.managedSocket()
 	logPath := cfg.managedLog()
 	err = cfg.retry(ctx, "start managed containerd", func() error {
 		if c, err = dial(ctx, socket, cfg.Namespace); err == nil {
-			if pid, err = socketPID(socket); err != nil {
+			pid, err := socketPID(socket)
+			if err != nil {
+				c.Close()
+				return err
+			}
+			if proc, err = os.FindProcess(pid); err != nil {
 				c.Close()
 				return err
 			}
@@ -265,11 +276,11 @@ func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, pid 
 			return err
 		}
 		log.Info("started managed containerd", "pid", d.PID(), "address", socket, "log", logPath)
-		pid = d.PID()
+		proc = d.cmd.Process
 		c, err = dial(ctx, socket, cfg.Namespace)
 		return err
 	})
-	return c, pid, err
+	return c, proc, err
 }
 
 // socketPID is the pid of the process listening on a unix socket.

@@ -149,7 +149,7 @@ func TestConnectStartsThenReuses(t *testing.T) {
 	}
 	socket := cfg.managedSocket()
 	pid := mustSocketPID(t, socket)
-	t.Cleanup(func() { stopPID(t, pid) })
+	stopAtCleanup(t, pid)
 
 	c2, err := Connect(ctx, cfg)
 	if err != nil {
@@ -174,17 +174,39 @@ func TestConnectStartsThenReuses(t *testing.T) {
 	}
 }
 
-// stopPID stops a containerd this test started through Connect.
+// stopPID stops now the containerd of pid that this test started through
+// Connect.
 func stopPID(t *testing.T, pid int) {
 	t.Helper()
-	syscall.Kill(pid, syscall.SIGTERM)
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopProcess(p)
+}
+
+// stopAtCleanup stops the containerd of pid when the test ends. The
+// process is pinned now (os.FindProcess holds a pidfd): should it be gone
+// by then, the signals reach nothing, not a later process given its pid.
+// The packages tested beside this one turn the pid space over within
+// minutes, and a stray SIGTERM once stopped another suite's noderun.
+func stopAtCleanup(t *testing.T, pid int) {
+	t.Helper()
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stopProcess(p) })
+}
+
+// stopProcess sends SIGTERM, then SIGKILL if p still runs after 10 s.
+func stopProcess(p *os.Process) {
+	_ = p.Signal(syscall.SIGTERM)
 	deadline := time.Now().Add(10 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
+	for p.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
-	if alive(pid) {
-		syscall.Kill(pid, syscall.SIGKILL)
-	}
+	_ = p.Kill()
 }
 
 func TestConnectWithoutContainerd(t *testing.T) {
@@ -233,7 +255,7 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { stopPID(t, d.PID()) })
+		t.Cleanup(func() { _ = d.Stop(context.Background()) })
 		return d
 	}
 	cfg := DaemonConfig{
@@ -346,5 +368,32 @@ func TestSuperviseRestartsManagedDaemon(t *testing.T) {
 	defer vcancel()
 	if _, err := conn.Client.Version(vctx); err != nil {
 		t.Fatalf("client after the restart: %v", err)
+	}
+}
+
+// A managed containerd whose pid has gone to another process by the time
+// Supervise looks is restarted all the same, and the other process is
+// left alone.
+func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
+	_, conn := connectManaged(t)
+	pid := mustSocketPID(t, conn.Address)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitGone(t, pid)
+	other := testenv.StartWithPID(t, pid, "sleep", "600")
+	superviseUntilEnd(t, conn)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if again, err := socketPID(conn.Address); err == nil && again != pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("managed containerd not restarted 30s after its pid went to another process")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !testenv.EndedByKill(t, other) {
+		t.Fatal("Supervise signalled the process given the pid of the daemon after it died")
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"syscall"
 
@@ -42,18 +43,16 @@ func (c *Conn) StopManaged(ctx context.Context) error {
 		return nil
 	}
 	c.Client.Close()
-	if err := syscall.Kill(c.pid, syscall.SIGTERM); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("stop managed containerd (pid %d): %w", c.pid, err)
+	if err := c.proc.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("stop managed containerd (pid %d): %w", c.proc.Pid, err)
 	}
 	tctx, cancel := context.WithTimeout(ctx, stopTimeout)
-	waitExit(tctx, c.pid)
+	waitExit(tctx, c.proc)
 	cancel()
-	if !errors.Is(syscall.Kill(c.pid, 0), syscall.ESRCH) {
-		if err := syscall.Kill(c.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("kill managed containerd (pid %d): %w", c.pid, err)
-		}
-		waitExit(ctx, c.pid)
+	if err := c.proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("kill managed containerd (pid %d): %w", c.proc.Pid, err)
 	}
+	waitExit(ctx, c.proc)
 	var errs []error
 	for _, dir := range []string{filepath.Join(c.cfg.StateDir, "containerd"), filepath.Join(c.cfg.RunDir, "containerd")} {
 		errs = append(errs, runner.RemoveTree(dir))

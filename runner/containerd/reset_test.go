@@ -5,10 +5,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/containerd/containerd/leases"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 func namespaceExists(t *testing.T, rt *Runtime) bool {
@@ -75,14 +78,14 @@ func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
 	}
 	first.Client.Close()
 	pid := mustSocketPID(t, cfg.managedSocket())
-	t.Cleanup(func() { stopPID(t, pid) })
+	stopAtCleanup(t, pid)
 
 	conn, err := ConnectForReset(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !conn.Managed || conn.pid != pid {
-		t.Fatalf("ConnectForReset: managed=%v pid=%d, want the running managed daemon %d", conn.Managed, conn.pid, pid)
+	if !conn.Managed || conn.proc.Pid != pid {
+		t.Fatalf("ConnectForReset: managed=%v pid=%d, want the running managed daemon %d", conn.Managed, conn.proc.Pid, pid)
 	}
 	if err := conn.StopManaged(ctx); err != nil {
 		t.Fatal(err)
@@ -94,5 +97,39 @@ func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
 		if _, err := os.Stat(dir); !os.IsNotExist(err) {
 			t.Errorf("%s: %v, want removed", dir, err)
 		}
+	}
+}
+
+// StopManaged after the daemon died and another process got its pid: that
+// process gets no signal.
+func TestStopManagedSparesTheNextOwnerOfThePID(t *testing.T) {
+	requireDaemonPrereqs(t)
+	cfg := DaemonConfig{
+		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: shortTempDir(t),
+		Namespace: testNamespace, Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
+	}
+	ctx := context.Background()
+	first, err := Connect(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Client.Close()
+	conn, err := ConnectForReset(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := conn.proc.Pid
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitGone(t, pid)
+	other := testenv.StartWithPID(t, pid, "sleep", "600")
+	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := conn.StopManaged(stopCtx); err != nil {
+		t.Fatal(err)
+	}
+	if !testenv.EndedByKill(t, other) {
+		t.Fatal("StopManaged signalled the process given the pid of the daemon after it died")
 	}
 }

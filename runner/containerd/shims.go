@@ -40,9 +40,11 @@ const shimGroupAnnotation = "io.containerd.runc.v2.group"
 // reads them (containerd's runtime/v2/runc manager).
 var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-id"}
 
-// shimProc is a running shim process.
+// shimProc is a running shim process, held by a pidfd: a shim that exits
+// before it is killed leaves its pid to some later process, which the kill
+// must not reach.
 type shimProc struct {
-	pid     int
+	proc    *os.Process
 	id      string   // the task it was started for
 	address string   // containerd's, as the shim was given it
 	sockets []string // the paths it listens on
@@ -91,16 +93,19 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 		if len(s.sockets) == 0 || slices.ContainsFunc(s.sockets, func(sock string) bool { return served[sock] }) {
 			continue // serving, or not listening where shims do
 		}
-		if !bundleGone(s.pid) {
+		if !bundleGone(s.proc.Pid) {
 			// containerd still holds its bundle: a task it may be creating
 			// yet (for the noderun just killed), or one it cleans up itself.
 			continue
 		}
-		if err := syscall.Kill(s.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.pid, s.id, err)
+		err := s.proc.Kill()
+		if err != nil && !errors.Is(err, os.ErrProcessDone) {
+			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.proc.Pid, s.id, err)
 		}
-		log.Info("killed a shim that serves no task", "pid", s.pid, "id", s.id)
-		n++
+		if err == nil { // else it went by itself
+			log.Info("killed a shim that serves no task", "pid", s.proc.Pid, "id", s.id)
+			n++
+		}
 		removeSockets(ctx, s)
 	}
 	return n, nil
@@ -156,7 +161,7 @@ func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 // gone; containerd would otherwise find them stale the next time it starts
 // a shim there.
 func removeSockets(ctx context.Context, s shimProc) {
-	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(s.pid, 0) == nil && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(5 * time.Second); s.proc.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return
@@ -194,9 +199,18 @@ func findShims(address, ns string) ([]shimProc, error) {
 			continue // gone, a kernel thread, or another program
 		}
 		flags := shimFlags(args[1:])
-		if flags["namespace"] == ns && canonicalAddress(flags["address"]) == address {
-			out = append(out, shimProc{pid: p.PID, id: flags["id"], address: flags["address"], sockets: listensOn(p.PID, paths)})
+		if flags["namespace"] != ns || canonicalAddress(flags["address"]) != address {
+			continue
 		}
+		// Pinned, then read again: the pinned process is the one matched.
+		proc, err := os.FindProcess(p.PID)
+		if err != nil {
+			continue
+		}
+		if again, err := p.CmdLine(); err != nil || !slices.Equal(again, args) {
+			continue
+		}
+		out = append(out, shimProc{proc: proc, id: flags["id"], address: flags["address"], sockets: listensOn(p.PID, paths)})
 	}
 	return out, nil
 }

@@ -48,7 +48,7 @@ func shimListeningOn(t *testing.T, address, ns, socket string) int {
 	}
 	for _, s := range shims {
 		if slices.Contains(s.sockets, socket) {
-			return s.pid
+			return s.proc.Pid
 		}
 	}
 	t.Fatalf("no shim of %s in %s listens on %s: %+v", address, ns, socket, shims)
