@@ -170,6 +170,11 @@ func runNode(c *cli.Context) error {
 	logSock := collectorSocket(runDir)
 	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
 	go logs.Run(ctx)
+	if warnings, err := ctrdrt.UseTempMountDir(filepath.Join(runDir, "tmpmounts")); err != nil {
+		return fmt.Errorf("temporary mounts: %w", err)
+	} else if len(warnings) > 0 {
+		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
+	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
 		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
 		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),

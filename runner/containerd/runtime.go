@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +23,7 @@ import (
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
@@ -30,6 +32,7 @@ import (
 	"github.com/moby/sys/signal"
 	"github.com/opencontainers/image-spec/identity"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sync/singleflight"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
@@ -63,6 +66,11 @@ type Runtime struct {
 	mu     sync.Mutex
 	images map[string]imageFacts // by image digest
 	users  map[string]specs.User // by digest and user settings
+	// One lookup of a user key at a time, shared by the containers that
+	// wait for it: a burst of pods of one image would otherwise mount the
+	// rootfs of each (twice: passwd, then group) before the first result
+	// is cached.
+	userFlight singleflight.Group
 }
 
 // imageFacts is what containers need from an image that never changes for
@@ -128,6 +136,19 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 	}
 	r.security = detectHostSecurity(r.security.seccompDir)
 	return r
+}
+
+// UseTempMountDir has containerd's client mount image rootfs (to read their
+// passwd and group files) under dir rather than /tmp, and removes the
+// mounts a noderun killed meanwhile left there: under /tmp nobody would,
+// and each keeps its snapshot busy. In the run dir, a tmpfs, the mount
+// points cost no disk writes either. Call it with the run dir locked,
+// before any container is created.
+func UseTempMountDir(dir string) (warnings []error, err error) {
+	if err := mount.SetTempMountLocation(dir); err != nil {
+		return nil, err
+	}
+	return mount.CleanupTempMounts(0)
 }
 
 func (r *Runtime) ctx(ctx context.Context) context.Context {
@@ -389,13 +410,42 @@ func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 	if ok {
 		return append(opts, withProcessUser(u))
 	}
-	opts = append(opts, userOpts(cfg.User)...)
-	return append(opts, func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		r.mu.Lock()
-		r.users[key] = s.Process.User
-		r.mu.Unlock()
-		return nil
-	})
+	return append(opts, r.withResolvedUser(key, cfg.User))
+}
+
+// withResolvedUser looks the process user up as userOpts do, once for all
+// the containers of a key created meanwhile, and caches it. Only a success
+// is shared: a container whose leader failed (its pod removed, say) looks
+// for itself.
+func (r *Runtime) withResolvedUser(key string, u runner.ProcessUser) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		led := false
+		v, err, _ := r.userFlight.Do(key, func() (any, error) {
+			led = true
+			r.mu.Lock()
+			user, ok := r.users[key] // by a flight that ended since specOpts looked
+			r.mu.Unlock()
+			if ok {
+				return user, withProcessUser(user)(ctx, cl, c, s)
+			}
+			if err := oci.ApplyOpts(ctx, cl, c, s, userOpts(u)...); err != nil {
+				return nil, err
+			}
+			user = s.Process.User
+			user.AdditionalGids = slices.Clone(user.AdditionalGids)
+			r.mu.Lock()
+			r.users[key] = user
+			r.mu.Unlock()
+			return user, nil
+		})
+		switch {
+		case led:
+			return err // s holds the user already
+		case err != nil:
+			return oci.ApplyOpts(ctx, cl, c, s, userOpts(u)...)
+		}
+		return withProcessUser(v.(specs.User))(ctx, cl, c, s)
+	}
 }
 
 // runtimeOptions are runc's: noderun's private state root, and systemd

@@ -2,15 +2,21 @@ package containerd
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
+	"github.com/fsnotify/fsnotify"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -130,5 +136,115 @@ func TestUserLabelRoundTrip(t *testing.T) {
 		if got := userFromLabel(bad); got != nil {
 			t.Errorf("label %q -> %+v, want no user", bad, got)
 		}
+	}
+}
+
+// tempMountsIn has containerd's client mount under a fresh dir for the
+// rest of the test, and reports each mount point made there.
+func tempMountsIn(t *testing.T) (dir string, made func() []string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "tmpmounts")
+	if _, err := UseTempMountDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = mount.SetTempMountLocation(os.TempDir()) })
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	if err := w.Add(dir); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var names []string
+	go func() {
+		for ev := range w.Events {
+			if ev.Has(fsnotify.Create) {
+				mu.Lock()
+				names = append(names, filepath.Base(ev.Name))
+				mu.Unlock()
+			}
+		}
+	}()
+	return dir, func() []string {
+		time.Sleep(100 * time.Millisecond) // events still on their way
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(names)
+	}
+}
+
+// Containers of one image and user created at once look the user up in
+// the image once: one rootfs mount for passwd, one for group, not two for
+// each.
+func TestUserLookedUpOnceForABurst(t *testing.T) {
+	rt := testRuntime(t)
+	_, made := tempMountsIn(t)
+	const n = 6
+	cfgs := make([]*runner.ContainerConfig, n)
+	for i := range cfgs {
+		cfgs[i] = testConfig(t, rt, fmt.Sprintf("burst-%d", i), "true")
+	}
+	errs := make(chan error, n)
+	for _, cfg := range cfgs {
+		go func() {
+			_, err := rt.CreateContainer(context.Background(), cfg)
+			errs <- err
+		}()
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	// Each spec has the user the one lookup found: root, in group 0.
+	want := rt.users[userKey(cfgs[0])]
+	if want.UID != 0 || want.GID != 0 || !slices.Contains(want.AdditionalGids, 0) {
+		t.Errorf("looked up %+v, want uid 0, gid 0, in group 0", want)
+	}
+	ctx := namespaces.WithNamespace(context.Background(), testNamespace)
+	for _, cfg := range cfgs {
+		c, err := rt.client.LoadContainer(ctx, cfg.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		spec, err := c.Spec(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := spec.Process.User; got.UID != want.UID || got.GID != want.GID || !slices.Equal(got.AdditionalGids, want.AdditionalGids) {
+			t.Errorf("%s: user %+v, want %+v", cfg.ID, got, want)
+		}
+	}
+	for _, cfg := range cfgs {
+		if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
+			t.Error(err)
+		}
+	}
+	if got := made(); len(got) != 2 {
+		t.Errorf("%d containers made %d rootfs mounts (%v), want 2: passwd and group once", n, len(got), got)
+	}
+}
+
+// A mount left in the temp mount dir (noderun killed while it read an
+// image's passwd) is removed at the next start.
+func TestUseTempMountDirRemovesLeftovers(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tmpmounts")
+	left := filepath.Join(dir, "containerd-mount123")
+	if err := os.MkdirAll(left, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", left, "tmpfs", 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(left, unix.MNT_DETACH) })
+	t.Cleanup(func() { _ = mount.SetTempMountLocation(os.TempDir()) })
+	warnings, err := UseTempMountDir(dir)
+	if err != nil || len(warnings) > 0 {
+		t.Fatalf("UseTempMountDir: %v, %v", warnings, err)
+	}
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Fatalf("the mount left behind: %v, want it unmounted and removed", err)
 	}
 }
