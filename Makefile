@@ -27,6 +27,7 @@ deps:
 
 test-deps:
 	@./.ci/install-packages $(TEST_DEPS)
+	@./.ci/pid-max
 
 # An offline image packed from the host's busybox-static, named as the
 # examples expect, so nothing is pulled from the internet.

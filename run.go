@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,6 +171,7 @@ func runNode(c *cli.Context) error {
 	logSock := collectorSocket(runDir)
 	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
 	go logs.Run(ctx)
+	warnPIDReuse(log)
 	if warnings, err := ctrdrt.UseTempMountDir(filepath.Join(runDir, "tmpmounts")); err != nil {
 		return fmt.Errorf("temporary mounts: %w", err)
 	} else if len(warnings) > 0 {
@@ -398,4 +400,23 @@ func imageGCPolicy(c *cli.Context) (runner.ImageGCPolicy, error) {
 			p.LowThresholdPercent, p.HighThresholdPercent)
 	}
 	return p, nil
+}
+
+// warnPIDReuse warns when an exited log driver's PID may be reused before
+// an old shim signals it (ShimSignalsByPID): systemd raises kernel.pid_max
+// to 4194304 at boot, other inits leave the kernel's 32768.
+func warnPIDReuse(log *slog.Logger) {
+	const enough = 1 << 22
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		return
+	}
+	if max, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || max >= enough {
+		return
+	}
+	if path, goVersion, byPID := ctrdrt.ShimSignalsByPID(); byPID {
+		log.Warn("the containerd shim signals exited log drivers by PID, and PIDs wrap soon: "+
+			"a deleted container's SIGTERM may reach an unrelated process; set kernel.pid_max to 4194304",
+			"shim", path, "go", goVersion, "pid_max", strings.TrimSpace(string(b)))
+	}
 }

@@ -3,11 +3,14 @@ package containerd
 import (
 	"context"
 	"crypto/sha256"
+	"debug/buildinfo"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/version"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -283,4 +286,31 @@ func listensOn(pid int, paths map[string]string) []string {
 func bundleGone(pid int) bool {
 	cwd, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "cwd"))
 	return err == nil && strings.HasSuffix(cwd, " (deleted)")
+}
+
+// ShimSignalsByPID reports whether the runc v2 shim on PATH was built with
+// a Go older than 1.23 (Debian 12's is 1.19), whose os/exec signals by bare
+// PID: such a shim sends SIGTERM to a container's log driver when the task
+// is deleted, long after the driver exited, so once the PIDs have wrapped
+// (32768 of them go by within a minute on a busy node) another process may
+// get it. Go 1.23 signals through a pidfd.
+func ShimSignalsByPID() (path, goVersion string, byPID bool) {
+	path, err := exec.LookPath(shimBinary)
+	if err != nil {
+		return "", "", false
+	}
+	goVersion, byPID = builtBefore(path, "go1.23")
+	return path, goVersion, byPID
+}
+
+// builtBefore reports the Go version binary path was built with and
+// whether it is older than v; false when it cannot be read.
+func builtBefore(path, v string) (string, bool) {
+	info, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	// Distributions append to it ("go1.19.8", "go1.22.2 X:boringcrypto").
+	goVersion, _, _ := strings.Cut(info.GoVersion, " ")
+	return goVersion, version.IsValid(goVersion) && version.Compare(goVersion, v) < 0
 }

@@ -2,8 +2,10 @@ package containerd
 
 import (
 	"context"
+	"go/version"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -112,5 +114,26 @@ func TestReapStrayShims(t *testing.T) {
 	}
 	if st := containerStatus(t, rt, exited); st.State != runner.StateExited {
 		t.Errorf("exited container in state %v after the reaping", st.State)
+	}
+}
+
+// The shim's Go version is read; a binary of this Go does not signal by
+// PID, one older than go9.0 does.
+func TestShimSignalsByPID(t *testing.T) {
+	path, goVersion, byPID := ShimSignalsByPID()
+	testenv.Require(t, path != "", shimBinary+" on PATH")
+	if !version.IsValid(goVersion) {
+		t.Fatalf("%s: Go version %q read", path, goVersion)
+	}
+	t.Logf("%s built with %s: signals by PID %t", path, goVersion, byPID)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, old := builtBefore(self, "go1.23"); v != runtime.Version() || old {
+		t.Errorf("this test binary: %s, older than go1.23 %t; want %s, false", v, old, runtime.Version())
+	}
+	if v, old := builtBefore(self, "go9.0"); !old {
+		t.Errorf("this test binary (%s) not older than go9.0", v)
 	}
 }
