@@ -732,8 +732,12 @@ func stopSignal(ctx context.Context, c ctrd.Container) syscall.Signal {
 
 // RemoveContainer deletes the task (killing it if needed), the container and
 // its snapshot. Missing pieces are fine: removal is repeated after crashes.
+// It runs to its end (or stopSlack) even when ctx ends: a task delete cut
+// short (its pod removed meanwhile) can leave containerd without the task
+// but its shim running and its bundle in place, which no later removal and
+// no stray-shim reaping finds.
 func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
-	ctx, cancel := context.WithTimeout(r.ctx(ctx), stopSlack) // as a stop: a hung shim
+	ctx, cancel := context.WithTimeout(r.ctx(context.WithoutCancel(ctx)), stopSlack) // as a stop: a hung shim
 	defer cancel()
 	c, err := r.client.LoadContainer(ctx, id)
 	if errdefs.IsNotFound(err) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -135,5 +136,36 @@ func TestShimSignalsByPID(t *testing.T) {
 	}
 	if v, old := builtBefore(self, "go9.0"); !old {
 		t.Errorf("this test binary (%s) not older than go9.0", v)
+	}
+}
+
+// A removal whose caller gave up (the pod removed while its worker was
+// deleting a task) still deletes task, shim and container: cut short, it
+// could leave a shim serving nothing, which nothing later finds.
+func TestRemoveContainerCompletesAfterItsContextEnds(t *testing.T) {
+	rt, d := testRuntimeDaemon(t)
+	cfg := testConfig(t, rt, "removed", "sleep", "1000")
+	testenv.SkipIfEmulated(t, shimRunsTestBinary)
+	if _, err := rt.StartContainer(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	shim, err := os.FindProcess(shimOf(t, d, cfg.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := rt.RemoveContainer(ctx, cfg.ID); err != nil {
+		t.Fatalf("RemoveContainer with its context ended: %v", err)
+	}
+	if sts, err := rt.ListContainers(context.Background(), string(cfg.Pod.UID)); err != nil || len(sts) != 0 {
+		t.Errorf("after the removal: %+v, %v; want no container", sts, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for shim.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if shim.Signal(syscall.Signal(0)) == nil {
+		t.Error("the task's shim still runs")
 	}
 }
