@@ -178,7 +178,7 @@ func runNode(c *cli.Context) error {
 		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
 	}
 	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
-		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
+		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
 		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
 		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock), ctrdrt.WithCgroups(cg))
 

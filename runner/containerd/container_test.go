@@ -44,7 +44,7 @@ func testRuntimeDaemon(t *testing.T) (*Runtime, *Daemon) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return New(c, testNamespace, filepath.Join(t.TempDir(), "runc"), exe, WithLogger(testLogger(t))), d
+	return New(c, testNamespace, filepath.Join(t.TempDir(), "runc"), exe, WithLogger(testLogger(t)), WithAddress(d.Address())), d
 }
 
 // testConfig describes a busybox container running args as root in a

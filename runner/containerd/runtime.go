@@ -43,6 +43,7 @@ import (
 // Runtime drives containerd for the sync engine.
 type Runtime struct {
 	client       *ctrd.Client
+	address      string // containerd's socket, see WithAddress
 	namespace    string
 	snapshotter  string
 	runcRoot     string // private runc state root, so several containerds never share one
@@ -84,6 +85,10 @@ var _ runner.Runtime = (*Runtime)(nil)
 
 // Option configures a Runtime.
 type Option func(*Runtime)
+
+// WithAddress names the containerd socket the runtime's client talks to,
+// by which its shims are found (shutdownOrphanShim).
+func WithAddress(a string) Option { return func(r *Runtime) { r.address = a } }
 
 // WithSnapshotter selects the snapshotter (default overlayfs).
 func WithSnapshotter(s string) Option { return func(r *Runtime) { r.snapshotter = s } }
@@ -754,7 +759,9 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 		if _, err := task.Delete(ctx, ctrd.WithProcessKill); ignoreNotFound(err) != nil {
 			return fmt.Errorf("delete task %s: %w", id, err)
 		}
-	} else if !errdefs.IsNotFound(err) {
+	} else if errdefs.IsNotFound(err) {
+		r.shutdownOrphanShim(ctx, c)
+	} else {
 		return fmt.Errorf("load task %s: %w", id, err)
 	}
 	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); ignoreNotFound(err) != nil {

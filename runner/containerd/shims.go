@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"go/version"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +20,12 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd"
+	taskapi "github.com/containerd/containerd/api/runtime/task/v2"
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/defaults"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/ttrpc"
 	"github.com/prometheus/procfs"
 )
 
@@ -313,4 +316,60 @@ func builtBefore(path, v string) (string, bool) {
 	// Distributions append to it ("go1.19.8", "go1.22.2 X:boringcrypto").
 	goVersion, _, _ := strings.Cut(info.GoVersion, " ")
 	return goVersion, version.IsValid(goVersion) && version.Compare(goVersion, v) < 0
+}
+
+// shutdownOrphanShim asks the shim of c's group to exit, for a container
+// whose task containerd no longer lists. containerd deletes a task in
+// steps: the shim deletes it, containerd drops it from its list, then asks
+// the shim to shut down and removes the bundle. A delete cut short between
+// those (noderun killed -9 during it) leaves the shim running with its
+// bundle, which ReapStrayShims spares (a task containerd may be creating)
+// and nothing else would ever stop. The shim's Shutdown does nothing while
+// it still serves a container, so a group's shim that serves another task
+// stays. Best effort: what fails is logged.
+func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
+	if r.address == "" {
+		return
+	}
+	group := c.ID()
+	if spec, err := c.Spec(ctx); err == nil {
+		for _, a := range groupAnnotations {
+			if g, ok := spec.Annotations[a]; ok {
+				group = g
+				break
+			}
+		}
+	}
+	shims, err := findShims(canonicalAddress(r.address), r.namespace)
+	if err != nil {
+		r.log.Warn("shims not looked for", "container", c.ID(), "err", err)
+		return
+	}
+	for _, s := range shims {
+		sock := shimSocket(s.address, r.namespace, group)
+		if !slices.Contains(s.sockets, sock) {
+			continue
+		}
+		if err := shutdownShim(ctx, sock, c.ID()); err != nil {
+			r.log.Warn("orphaned shim not shut down", "container", c.ID(), "pid", s.proc.Pid, "err", err)
+			continue
+		}
+		r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.proc.Pid)
+	}
+}
+
+// shutdownShim sends a shim its Shutdown call, as containerd does after a
+// task delete.
+func shutdownShim(ctx context.Context, socket, id string) error {
+	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", socket)
+	if err != nil {
+		return err
+	}
+	client := ttrpc.NewClient(conn)
+	defer client.Close()
+	_, err = taskapi.NewTaskClient(client).Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
+	if errors.Is(err, ttrpc.ErrClosed) {
+		return nil // it exited before it could answer
+	}
+	return err
 }

@@ -11,6 +11,12 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/oci"
+	"github.com/containerd/containerd/plugin"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
@@ -167,5 +173,33 @@ func TestRemoveContainerCompletesAfterItsContextEnds(t *testing.T) {
 	}
 	if shim.Signal(syscall.Signal(0)) == nil {
 		t.Error("the task's shim still runs")
+	}
+}
+
+// A container whose task containerd lost while the task's shim lives on
+// (a delete cut short by a kill -9: the shim deleted the task, containerd
+// dropped it, the shutdown never came) has that shim shut down by its
+// removal; ReapStrayShims spares it, its bundle being still there.
+func TestRemoveContainerShutsDownAnOrphanedShim(t *testing.T) {
+	rt, d := testRuntimeDaemon(t)
+	ctx := namespaces.WithNamespace(context.Background(), testNamespace)
+	const id = "orphaned"
+	if _, err := rt.client.NewContainer(ctx, id, ctrd.WithRuntime(plugin.RuntimeRuncV2, nil),
+		ctrd.WithSpec(&oci.Spec{Version: specs.Version})); err != nil {
+		t.Fatal(err)
+	}
+	shim, err := os.FindProcess(plantShimIn(t, t.TempDir(), d.Address(), testNamespace, id, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RemoveContainer(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for shim.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if shim.Signal(syscall.Signal(0)) == nil {
+		t.Error("the orphaned shim still runs after its container's removal")
 	}
 }
