@@ -345,6 +345,19 @@ func superviseUntilEnd(t *testing.T, conn *Conn) {
 	})
 }
 
+// waitRestarted waits until another process than pid serves conn's socket.
+func waitRestarted(t *testing.T, conn *Conn, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		if again, err := socketPID(conn.Address); err == nil && again != pid {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("managed containerd (pid %d) not restarted after 30s", pid)
+		}
+	}
+}
+
 // A managed containerd that dies is started again, and the client noderun
 // holds talks to the new one.
 func TestSuperviseRestartsManagedDaemon(t *testing.T) {
@@ -354,16 +367,7 @@ func TestSuperviseRestartsManagedDaemon(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if again, err := socketPID(conn.Address); err == nil && again != pid {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("managed containerd not restarted after 30s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitRestarted(t, conn, pid)
 	vctx, vcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer vcancel()
 	if _, err := conn.Client.Version(vctx); err != nil {
@@ -383,16 +387,7 @@ func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
 	testenv.WaitGone(t, pid)
 	other := testenv.StartWithPID(t, pid, "sleep", "600")
 	superviseUntilEnd(t, conn)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if again, err := socketPID(conn.Address); err == nil && again != pid {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("managed containerd not restarted 30s after its pid went to another process")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitRestarted(t, conn, pid)
 	if !testenv.EndedByKill(t, other) {
 		t.Fatal("Supervise signalled the process given the pid of the daemon after it died")
 	}

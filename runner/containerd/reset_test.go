@@ -62,12 +62,19 @@ func TestResetEmptiesTheNamespace(t *testing.T) {
 	}
 }
 
-func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
+// managedOnly is the config of a node whose only containerd is the managed
+// one: the address names none and no unit is installed.
+func managedOnly(t *testing.T) DaemonConfig {
+	t.Helper()
 	requireDaemonPrereqs(t)
-	cfg := DaemonConfig{
+	return DaemonConfig{
 		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: shortTempDir(t),
 		Namespace: testNamespace, Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
 	}
+}
+
+func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
+	cfg := managedOnly(t)
 	ctx := context.Background()
 	if c, err := ConnectForReset(ctx, cfg); c != nil || err != nil {
 		t.Fatalf("ConnectForReset without a record = %v, %v; want nothing", c, err)
@@ -103,11 +110,7 @@ func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
 // StopManaged after the daemon died and another process got its pid: that
 // process gets no signal.
 func TestStopManagedSparesTheNextOwnerOfThePID(t *testing.T) {
-	requireDaemonPrereqs(t)
-	cfg := DaemonConfig{
-		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: shortTempDir(t),
-		Namespace: testNamespace, Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
-	}
+	cfg := managedOnly(t)
 	ctx := context.Background()
 	first, err := Connect(ctx, cfg)
 	if err != nil {
