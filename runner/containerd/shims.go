@@ -46,11 +46,10 @@ const shimGroupAnnotation = "io.containerd.runc.v2.group"
 // reads them (containerd's runtime/v2/runc manager).
 var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-id"}
 
-// shimProc is a running shim process, held by a pidfd: a shim that exits
-// before it is killed leaves its pid to some later process, which the kill
-// must not reach.
+// shimProc is a running shim process.
 type shimProc struct {
-	proc    *os.Process
+	pid     int
+	args    []string // its command line, which pin checks again
 	id      string   // the task it was started for
 	address string   // containerd's, as the shim was given it
 	sockets []string // the paths it listens on
@@ -99,20 +98,23 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 		if len(s.sockets) == 0 || slices.ContainsFunc(s.sockets, func(sock string) bool { return served[sock] }) {
 			continue // serving, or not listening where shims do
 		}
-		if !bundleGone(s.proc.Pid) {
+		if !bundleGone(s.pid) {
 			// containerd still holds its bundle: a task it may be creating
 			// yet (for the noderun just killed), or one it cleans up itself.
 			continue
 		}
-		err := s.proc.Kill()
-		if err != nil && !errors.Is(err, os.ErrProcessDone) {
-			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.proc.Pid, s.id, err)
+		proc, ok := s.pin()
+		if !ok {
+			continue // it went by itself
 		}
-		if err == nil { // else it went by itself
-			log.Info("killed a shim that serves no task", "pid", s.proc.Pid, "id", s.id)
-			n++
+		if err := proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+			proc.Release()
+			return n, fmt.Errorf("kill stray shim %d (%s): %w", s.pid, s.id, err)
 		}
-		removeSockets(ctx, s)
+		log.Info("killed a shim that serves no task", "pid", s.pid, "id", s.id)
+		n++
+		removeSockets(ctx, s, proc)
+		proc.Release()
 	}
 	return n, nil
 }
@@ -166,8 +168,8 @@ func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 // removeSockets removes the sockets a killed shim listened on, once it is
 // gone; containerd would otherwise find them stale the next time it starts
 // a shim there.
-func removeSockets(ctx context.Context, s shimProc) {
-	for deadline := time.Now().Add(5 * time.Second); s.proc.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline); {
+func removeSockets(ctx context.Context, s shimProc, proc *os.Process) {
+	for deadline := time.Now().Add(5 * time.Second); proc.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline); {
 		select {
 		case <-ctx.Done():
 			return
@@ -177,6 +179,26 @@ func removeSockets(ctx context.Context, s shimProc) {
 	for _, sock := range s.sockets {
 		os.Remove(sock)
 	}
+}
+
+// pin holds the shim by a pidfd for a kill: between the scan and the kill
+// it may have exited and left its pid to a later process, which the kill
+// must not reach. Its command line, read again once pinned, proves the
+// pinned process is the one scanned. false: it is gone.
+func (s shimProc) pin() (*os.Process, bool) {
+	proc, err := os.FindProcess(s.pid)
+	if err != nil {
+		return nil, false
+	}
+	again, err := procfs.NewProc(s.pid)
+	if err == nil {
+		var args []string
+		if args, err = again.CmdLine(); err == nil && slices.Equal(args, s.args) {
+			return proc, true
+		}
+	}
+	proc.Release()
+	return nil, false
 }
 
 // shimSocket is where the shim of a group listens: containerd's
@@ -205,18 +227,9 @@ func findShims(address, ns string) ([]shimProc, error) {
 			continue // gone, a kernel thread, or another program
 		}
 		flags := shimFlags(args[1:])
-		if flags["namespace"] != ns || canonicalAddress(flags["address"]) != address {
-			continue
+		if flags["namespace"] == ns && canonicalAddress(flags["address"]) == address {
+			out = append(out, shimProc{pid: p.PID, args: args, id: flags["id"], address: flags["address"], sockets: listensOn(p.PID, paths)})
 		}
-		// Pinned, then read again: the pinned process is the one matched.
-		proc, err := os.FindProcess(p.PID)
-		if err != nil {
-			continue
-		}
-		if again, err := p.CmdLine(); err != nil || !slices.Equal(again, args) {
-			continue
-		}
-		out = append(out, shimProc{proc: proc, id: flags["id"], address: flags["address"], sockets: listensOn(p.PID, paths)})
 	}
 	return out, nil
 }
@@ -351,10 +364,10 @@ func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 			continue
 		}
 		if err := shutdownShim(ctx, sock, c.ID()); err != nil {
-			r.log.Warn("orphaned shim not shut down", "container", c.ID(), "pid", s.proc.Pid, "err", err)
+			r.log.Warn("orphaned shim not shut down", "container", c.ID(), "pid", s.pid, "err", err)
 			continue
 		}
-		r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.proc.Pid)
+		r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.pid)
 	}
 }
 

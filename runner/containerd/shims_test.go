@@ -57,7 +57,7 @@ func shimListeningOn(t *testing.T, address, ns, socket string) int {
 	}
 	for _, s := range shims {
 		if slices.Contains(s.sockets, socket) {
-			return s.proc.Pid
+			return s.pid
 		}
 	}
 	t.Fatalf("no shim of %s in %s listens on %s: %+v", address, ns, socket, shims)
