@@ -171,7 +171,7 @@ func runNode(c *cli.Context) error {
 	logSock := collectorSocket(runDir)
 	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
 	go logs.Run(ctx)
-	warnPIDReuse(log)
+	warnPIDReuse(log, "/proc/sys/kernel/pid_max")
 	if warnings, err := ctrdrt.UseTempMountDir(filepath.Join(runDir, "tmpmounts")); err != nil {
 		return fmt.Errorf("temporary mounts: %w", err)
 	} else if len(warnings) > 0 {
@@ -405,9 +405,9 @@ func imageGCPolicy(c *cli.Context) (runner.ImageGCPolicy, error) {
 // warnPIDReuse warns when an exited log driver's PID may be reused before
 // an old shim signals it (ShimSignalsByPID): systemd raises kernel.pid_max
 // to 4194304 at boot, other inits leave the kernel's 32768.
-func warnPIDReuse(log *slog.Logger) {
+func warnPIDReuse(log *slog.Logger, pidMaxFile string) {
 	const enough = 1 << 22
-	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	b, err := os.ReadFile(pidMaxFile)
 	if err != nil {
 		return
 	}
