@@ -51,6 +51,10 @@ func URI(exe string, t Target) string {
 	return u.String()
 }
 
+// CheckReply is what a driver program prints when run as `<driver> check`:
+// noderun runs the driver it installs so, before containerd's shim does.
+const CheckReply = "noderun log driver\n"
+
 // handoffWait is how long a driver tries to reach the collector: noderun
 // restarts a dead one within a second or so.
 const handoffWait = 10 * time.Second
