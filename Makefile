@@ -12,13 +12,19 @@ VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # the tags drop grpc's x/net/trace (and html/template) and urfave/cli's man
 # page generator. e2e/harness_test.go and bench/ build the same way.
 BUILD_ENV   := CGO_ENABLED=0
-BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs
+# noderun_logdriver embeds the containers' log driver, a program of its own
+# (internal/logdriver) that build compiles first for the same platform and
+# gzips.
+BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs,noderun_logdriver
+DRIVER      := internal/logdriver/bin/log-driver
 
 .PHONY: all build run test test-short chaos lint deps test-deps example-image clean
 
 all: build
 
 build:
+	$(BUILD_ENV) $(GO) build -trimpath -ldflags "-s -w" -o $(DRIVER) ./internal/logdriver/driver
+	gzip -9nf $(DRIVER)
 	$(BUILD_ENV) $(GO) build -trimpath -tags $(BUILD_TAGS) -ldflags "-s -w -X main.version=$(VERSION)" -o $(BIN) .
 
 # Installs only the packages that are missing; apt-get update runs only then.
@@ -58,7 +64,7 @@ lint:
 	$(GO) vet ./...
 
 clean:
-	rm -rf bin $(EXAMPLE_IMG)
+	rm -rf bin $(EXAMPLE_IMG) $(DRIVER).gz
 
 # Benchmarks against the floor (containerd + CNI driven directly); see the
 # README's Performance section. Not part of `make test`, which runs a smoke.

@@ -27,7 +27,9 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/cgroups":              nil,
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
-		"bench":                         {"cni", "crilog", "internal/ociimage", "runner/containerd"},
+		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "runner/containerd"},
+		"internal/logdriver":            {"crilog", "internal/atomicfile"},
+		"internal/logdriver/driver":     {"crilog"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
 	}
 	// Production imports only: tests may use any helper package.

@@ -21,6 +21,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/cgroups"
+	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
@@ -177,7 +178,7 @@ func runNode(c *cli.Context) error {
 	} else if len(warnings) > 0 {
 		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
 	}
-	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
+	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), installLogDriver(log, logdriver.Install, stateDir, exe),
 		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
 		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
 		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock), ctrdrt.WithCgroups(cg))
@@ -419,4 +420,22 @@ func warnPIDReuse(log *slog.Logger, pidMaxFile string) {
 			"a deleted container's SIGTERM may reach an unrelated process; set kernel.pid_max to 4194304",
 			"shim", path, "go", goVersion, "pid_max", strings.TrimSpace(string(b)))
 	}
+}
+
+// installLogDriver returns the program containerd's shim runs as each
+// container's log driver: the small one this binary embeds, put in
+// <state-dir>/bin by install (logdriver.Install), else noderun's own
+// binary (built without it, or the installed copy does not run).
+func installLogDriver(log *slog.Logger, install func(dir string) (string, error), stateDir, self string) string {
+	path, err := install(filepath.Join(stateDir, "bin"))
+	if err != nil {
+		log.Warn("noderun's own binary runs as the containers' log driver", "err", err)
+	}
+	if path == "" {
+		return self
+	}
+	log.Debug("containers' log driver", "path", path)
+	// Reading the embedded copy made those pages of the binary resident.
+	trimExecutable()
+	return path
 }

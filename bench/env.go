@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/internal/ociimage"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
@@ -62,6 +63,7 @@ type env struct {
 	cfg      Config
 	dir      string
 	bin      string // stripped noderun binary
+	driver   string // the log driver it embeds, which the floor runs too
 	imageTar string
 	cniConf  string // the floor's conflist
 	// noderun writes its own default config (the floor's chain) for a
@@ -91,8 +93,8 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 			retErr = errors.Join(retErr, e.close())
 		}
 	}()
-	e.bin = filepath.Join(dir, "noderun")
-	if err := buildNoderun(ctx, e.bin); err != nil {
+	e.bin, e.driver = filepath.Join(dir, "noderun"), filepath.Join(dir, "log-driver")
+	if err := buildNoderun(ctx, e.bin, e.driver); err != nil {
 		return e, err
 	}
 	img, err := ociimage.Busybox(imageRef)
@@ -151,15 +153,24 @@ func (e *env) runState(dir string) error {
 }
 
 // buildNoderun builds the module's main package as `make build` does, minus
-// the version stamp, so the size measured is the shipped one.
-func buildNoderun(ctx context.Context, out string) error {
+// the version stamp, so the size measured is the shipped one: the log
+// driver first, then noderun embedding it; a copy of the driver goes to
+// driver, for the floor.
+func buildNoderun(ctx context.Context, out, driver string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return fmt.Errorf("go env GOMOD: %w", err)
 	}
 	root := filepath.Dir(strings.TrimSpace(string(gomod)))
+	drv, err := logdriver.Build(ctx, root)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(driver, drv, 0o755); err != nil {
+		return err
+	}
 	// As the Makefile builds it.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "grpcnotrace,urfave_cli_no_docs", "-ldflags", "-s -w", "-o", out, ".")
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "grpcnotrace,urfave_cli_no_docs,noderun_logdriver", "-ldflags", "-s -w", "-o", out, ".")
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

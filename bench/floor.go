@@ -62,7 +62,7 @@ func newFloor(ctx context.Context, e *env) (*floor, error) {
 		podsDir:   filepath.Join(dir, "pods"),
 		logDir:    filepath.Join(dir, "logs"),
 		runcRoot:  filepath.Join(dir, "runc"),
-		logDriver: e.bin,
+		logDriver: e.driver,
 		cgroup:    floorCgroup(e.dir),
 		plugins:   libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, filepath.Join(dir, "cni"), nil),
 	}

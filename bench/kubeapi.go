@@ -39,7 +39,7 @@ func (n *node) kubeClient() (*http.Client, string, string, error) {
 	if err != nil {
 		return nil, "", "", err
 	}
-	apiDir := filepath.Join(n.dir, "state", "api")
+	apiDir := filepath.Join(n.stateDir, "api")
 	ca, err := os.ReadFile(filepath.Join(apiDir, "ca.crt"))
 	if err != nil {
 		return nil, "", "", err

@@ -35,6 +35,7 @@ var podCommand = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 360
 // node is the noderun process under test, with directories of its own.
 type node struct {
 	dir, manifests, podsDir, socket string
+	stateDir                        string // its --state-dir
 	cmd                             *exec.Cmd
 	done                            chan struct{} // closed once noderun has exited
 	api                             *http.Client
@@ -51,6 +52,7 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 	n := &node{
 		dir:       dir,
 		manifests: filepath.Join(dir, "manifests"),
+		stateDir:  filepath.Join(dir, "state"),
 		podsDir:   filepath.Join(dir, "run", "pods"), // where noderun pins pod namespaces
 		socket:    filepath.Join(dir, "run", "noderun.sock"),
 		done:      make(chan struct{}),
@@ -88,7 +90,7 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 	n.cmd = exec.Command(e.bin, "--log-level", level,
 		"--manifests", n.manifests,
 		"--node-name", nodeName,
-		"--state-dir", filepath.Join(dir, "state"),
+		"--state-dir", n.stateDir,
 		"--run-dir", filepath.Join(dir, "run"),
 		"--pod-log-dir", filepath.Join(dir, "logs"),
 		"--images-dir", images,

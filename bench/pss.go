@@ -24,9 +24,10 @@ type nodePSS struct {
 func (p nodePSS) sum() float64 { return p.noderun + p.logging + p.containerd + p.shims }
 
 // measurePSS finds the node's processes in /proc: noderun by PID, its log
-// collector and the log drivers as noderun's binary run with
-// "log-collector <its socket>" or "log-driver", containerd by PID and the
-// shims as those started for its socket.
+// collector as noderun's binary run with "log-collector <its socket>", the
+// log drivers as the driver it installed (or its binary) run with
+// "log-driver", containerd by PID and the shims as those started for its
+// socket.
 func (b *bench) measurePSS() (nodePSS, error) {
 	var out nodePSS
 	procs, err := processes()
@@ -43,7 +44,7 @@ func (b *bench) measurePSS() (nodePSS, error) {
 			into = &out.noderun
 		case pid == ctrd:
 			into = &out.containerd
-		case len(args) > 1 && args[0] == b.env.bin && args[1] == "log-driver":
+		case len(args) > 1 && args[1] == "log-driver" && (args[0] == b.env.bin || filepath.Dir(args[0]) == filepath.Join(b.node.stateDir, "bin")):
 			into = &out.logging
 			out.drivers++
 		case len(args) == 3 && args[0] == b.env.bin && args[1] == "log-collector" && args[2] == collector:

@@ -32,6 +32,7 @@ import (
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/internal/ociimage"
 	"github.com/noderun/noderun/internal/testenv"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -126,8 +127,16 @@ func setup(dir string) (stop func(), err error) {
 	workDir = dir
 	noderunBin = filepath.Join(dir, "noderun")
 	// The test runs in e2e/, so ".." is the main package.
-	// Built as the Makefile builds it.
-	build := exec.Command("go", "build", "-tags", "grpcnotrace,urfave_cli_no_docs", "-o", noderunBin, "..")
+	// Built as the Makefile builds it: the log driver first, then noderun
+	// embedding it.
+	root, err := filepath.Abs("..")
+	if err != nil {
+		return nil, err
+	}
+	if _, err := logdriver.Build(context.Background(), root); err != nil {
+		return nil, err
+	}
+	build := exec.Command("go", "build", "-tags", "grpcnotrace,urfave_cli_no_docs,noderun_logdriver", "-o", noderunBin, "..")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %w\n%s", err, out)

@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -48,5 +50,49 @@ spec:
 	}
 	if p := n.pod("chatty"); p.Status.ContainerStatuses[0].RestartCount != 0 || p.Status.Phase != v1.PodRunning {
 		t.Fatalf("the chatty pod restarted or stopped: %s", statusJSON(p))
+	}
+}
+
+// TestContainersLogThroughTheEmbeddedDriver: containerd's shim runs the
+// log driver the binary embeds, installed in <state-dir>/bin, rather than
+// noderun's binary, and the container's output reaches its log through it.
+func TestContainersLogThroughTheEmbeddedDriver(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("hello.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: hello
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "echo hello through the driver; sleep 3600"]
+`)
+	p := n.waitPod("hello", "Running", running)
+	n.waitLogLine(n.logPath(p, "main", 0), "hello through the driver")
+	drivers, err := filepath.Glob(filepath.Join(n.state, "bin", "log-driver-*"))
+	if err != nil || len(drivers) != 1 {
+		t.Fatalf("installed drivers: %v, %v; want one", drivers, err)
+	}
+	cs := n.containers(string(p.UID))
+	if len(cs) != 1 {
+		t.Fatalf("%d containers", len(cs))
+	}
+	u, err := url.Parse(n.task(cs[0].ID).Stdout)
+	if err != nil || u.Scheme != "binary" || u.Path != drivers[0] {
+		t.Fatalf("the task's stdout is %v (%v); want the driver %s", u, err, drivers[0])
+	}
+	drv, err := os.Stat(drivers[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Stat(noderunBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drv.Size()*4 > self.Size() {
+		t.Errorf("the driver has %d bytes, noderun %d: not the small program", drv.Size(), self.Size())
 	}
 }

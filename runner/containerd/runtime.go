@@ -48,7 +48,7 @@ type Runtime struct {
 	snapshotter  string
 	runcRoot     string // private runc state root, so several containerds never share one
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
-	logDriver    string // absolute path of the binary containerd runs as log driver
+	logDriver    string // absolute path of the program containerd runs as log driver
 	logRotation  crilog.Rotation
 	logCollector string // the collector's socket; "": one driver process per container
 	ownOOM       int
@@ -120,7 +120,8 @@ func WithLogCollector(sock string) Option { return func(r *Runtime) { r.logColle
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 
 // New returns a Runtime using client in namespace ns. logDriver is the
-// noderun binary; containerd runs it as `<logDriver> log-driver <path>`.
+// program containerd runs as `<logDriver> log-driver <target>` (crilog):
+// the driver noderun embeds, or noderun's binary.
 // runcRoot's parent, noderun's run directory, also holds exec FIFOs.
 func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *Runtime {
 	r := &Runtime{
