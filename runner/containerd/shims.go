@@ -147,12 +147,7 @@ func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 		if err := json.Unmarshal(rec.Spec.GetValue(), &spec); err != nil {
 			return nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
 		}
-		for _, a := range groupAnnotations {
-			if g, ok := spec.Annotations[a]; ok {
-				groups[rec.ID] = g
-				break
-			}
-		}
+		groups[rec.ID] = shimGroup(rec.ID, spec.Annotations)
 	}
 	out := make([]taskGroup, 0, len(resp.Tasks))
 	for _, t := range resp.Tasks {
@@ -163,6 +158,17 @@ func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 		out = append(out, g)
 	}
 	return out, nil
+}
+
+// shimGroup is the group whose shim serves container id, read from its
+// spec's annotations as the shim reads them: the container alone by default.
+func shimGroup(id string, annotations map[string]string) string {
+	for _, a := range groupAnnotations {
+		if g, ok := annotations[a]; ok {
+			return g
+		}
+	}
+	return id
 }
 
 // removeSockets removes the sockets a killed shim listened on, once it is
@@ -346,12 +352,7 @@ func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 	}
 	group := c.ID()
 	if spec, err := c.Spec(ctx); err == nil {
-		for _, a := range groupAnnotations {
-			if g, ok := spec.Annotations[a]; ok {
-				group = g
-				break
-			}
-		}
+		group = shimGroup(c.ID(), spec.Annotations)
 	}
 	shims, err := findShims(canonicalAddress(r.address), r.namespace)
 	if err != nil {

@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -167,11 +166,7 @@ func TestRemoveContainerCompletesAfterItsContextEnds(t *testing.T) {
 	if sts, err := rt.ListContainers(context.Background(), string(cfg.Pod.UID)); err != nil || len(sts) != 0 {
 		t.Errorf("after the removal: %+v, %v; want no container", sts, err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for shim.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if shim.Signal(syscall.Signal(0)) == nil {
+	if !exitsWithin(shim, 10*time.Second) {
 		t.Error("the task's shim still runs")
 	}
 }
@@ -195,11 +190,7 @@ func TestRemoveContainerShutsDownAnOrphanedShim(t *testing.T) {
 	if err := rt.RemoveContainer(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for shim.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if shim.Signal(syscall.Signal(0)) == nil {
+	if !exitsWithin(shim, 10*time.Second) {
 		t.Error("the orphaned shim still runs after its container's removal")
 	}
 }
