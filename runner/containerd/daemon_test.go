@@ -202,11 +202,19 @@ func stopAtCleanup(t *testing.T, pid int) {
 // stopProcess sends SIGTERM, then SIGKILL if p still runs after 10 s.
 func stopProcess(p *os.Process) {
 	_ = p.Signal(syscall.SIGTERM)
-	deadline := time.Now().Add(10 * time.Second)
-	for p.Signal(syscall.Signal(0)) == nil && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	if !exitsWithin(p, 10*time.Second) {
+		_ = p.Kill()
 	}
-	_ = p.Kill()
+}
+
+// exitsWithin reports whether p is gone within d.
+func exitsWithin(p *os.Process, d time.Duration) bool {
+	for deadline := time.Now().Add(d); p.Signal(syscall.Signal(0)) == nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			return false
+		}
+	}
+	return true
 }
 
 func TestConnectWithoutContainerd(t *testing.T) {
