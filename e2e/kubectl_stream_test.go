@@ -94,6 +94,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	n.waitPod("talker", "Running", running)
 	pod := "talker-" + nodeName
 
+	buildKubectl(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
 	defer cancel()
 	follow := n.kubectlCmd(ctx, view, "logs", "-f", pod)
@@ -247,6 +248,7 @@ spec:
 	n.waitPod("web", "Running", running)
 	pod := "web-" + nodeName
 
+	buildKubectl(t) // before the clock starts: a cold build takes minutes
 	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
 	defer cancel()
 	cmd := n.kubectlCmd(ctx, admin, "port-forward", "pod/"+pod, ":8080")
