@@ -48,6 +48,7 @@ func chaosSize(short, long int) int {
 var chaosTotals struct {
 	sync.Mutex
 	completed, pods, restarts, leaks int
+	what                             []string // each leak, with its scenario
 }
 
 // TestChaos injects faults into noderun, containerd, the network and the
@@ -81,7 +82,8 @@ func TestChaos(t *testing.T) {
 		t.Logf("chaos summary (%s): scenarios %d of %d completed, pods %d, healthy pods restarted %d, leaks %d, time %s",
 			mode, c.completed, len(scenarios), c.pods, c.restarts, c.leaks, time.Since(start).Round(time.Second))
 		if c.restarts > 0 || c.leaks > 0 {
-			t.Errorf("healthy pods restarted: %d, leaks: %d; want 0 and 0", c.restarts, c.leaks)
+			// Named again here: CI shows the tail of a long log.
+			t.Errorf("healthy pods restarted: %d, leaks: %d; want 0 and 0\n  %s", c.restarts, c.leaks, strings.Join(c.what, "\n  "))
 		}
 	})
 	for _, sc := range scenarios {
@@ -107,7 +109,7 @@ type scenario struct {
 	healthy   map[string]podRun     // by pod name, before the fault
 	restarted map[string]bool
 	stats     procStats
-	leaks     int
+	leaks     []string
 	completed bool // finish ran to its end
 }
 
@@ -300,7 +302,7 @@ func (s *scenario) finish() {
 	s.waitDesired(60 * time.Second)
 	s.checkHealthy()
 	s.checkOneRunEach()
-	leaks := 0 // noderun's own; those on the host are added below
+	var leaks []string // noderun's own; those on the host are added below
 	for file := range s.desired {
 		if !slices.Contains(s.base, file) {
 			s.remove(file)
@@ -317,9 +319,10 @@ func (s *scenario) finish() {
 	if n.running() {
 		st, ok := n.waitProcSettled(s.stats, 20*time.Second)
 		if !ok {
-			leaks++
-			t.Errorf("noderun holds %d fds and %d goroutines, its log collector %d fds; %d, %d and %d before the fault with the same pods",
+			l := fmt.Sprintf("noderun holds %d fds and %d goroutines, its log collector %d fds; %d, %d and %d before the fault with the same pods",
 				st.fds, st.goroutines, st.collectorFDs, s.stats.fds, s.stats.goroutines, s.stats.collectorFDs)
+			t.Error(l)
+			leaks = append(leaks, l)
 		}
 		t.Logf("noderun's fds %d -> %d, goroutines %d -> %d, log collector's fds %d -> %d",
 			s.stats.fds, st.fds, s.stats.goroutines, st.goroutines, s.stats.collectorFDs, st.collectorFDs)
@@ -334,7 +337,7 @@ func (s *scenario) finish() {
 	if len(l) > 0 {
 		t.Errorf("left behind after removing every pod:\n  %s", strings.Join(l, "\n  "))
 	}
-	s.leaks = leaks + len(l)
+	s.leaks = append(leaks, l...)
 	s.completed = true
 }
 
@@ -348,7 +351,13 @@ func (s *scenario) report() {
 	}
 	c.pods += s.w.podCount()
 	c.restarts += len(s.restarted)
-	c.leaks += s.leaks
+	c.leaks += len(s.leaks)
+	for _, l := range s.leaks {
+		c.what = append(c.what, s.t.Name()+": "+l)
+	}
+	for name := range s.restarted {
+		c.what = append(c.what, s.t.Name()+": restarted "+name)
+	}
 }
 
 func steadyPods(s *scenario, n int) []string {
