@@ -51,7 +51,7 @@ type Config struct {
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
 func defaultConfig() Config {
 	return Config{
-		Runs: 9, BurstRuns: 3, InitRuns: 5, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, LogWindow: 10 * time.Second, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
+		Runs: 9, BurstRuns: 5, InitRuns: 5, Bursts: []int{10, 30, 100}, CPUWindow: time.Minute, LogWindow: 10 * time.Second, APIGets: 30, ProbePods: 100, ShimPods: 10, ShimContainers: 3, ImageTarballs: 5, ImageTarballMiB: 40,
 		Bridge: "nrbench0", Subnet: "10.213.0.0/16", Log: os.Stderr,
 	}
 }
