@@ -569,9 +569,17 @@ func (e *Engine) workerDone(w *podWorker) {
 		delete(e.workers, w.uid)
 	}
 	e.putStatusLocked(w.uid, nil)
-	// A pod of the same name may be waiting for this one to finish.
+	// A pod of the same name may be waiting for this one to finish
+	// (terminatingSibling). Only those: waking every pod made each removal
+	// resync all the others, a containerd listing each.
+	last := w.lastPod()
+	if last == nil {
+		return
+	}
 	for _, o := range e.workers {
-		o.poke()
+		if p := o.lastPod(); p != nil && p.Namespace == last.Namespace && p.Name == last.Name {
+			o.poke()
+		}
 	}
 }
 

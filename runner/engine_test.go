@@ -361,6 +361,23 @@ func TestEngineReplacesPodOfSameNameAfterOldOneIsGone(t *testing.T) {
 	waitFor(t, "v1 status gone", func() bool { return f.status("v1") == nil })
 }
 
+// A pod's removal wakes only a pod of the same name, which may wait for it:
+// waking all made each removal resync every other pod.
+func TestEngineRemovalLeavesOtherPodsAlone(t *testing.T) {
+	f := startEngine(t)
+	a, b := testPod("a", "keep", v1.RestartPolicyAlways), testPod("b", "gone", v1.RestartPolicyAlways)
+	f.send(a, b)
+	waitFor(t, "both started", func() bool { return f.rt.startedCount() == 2 })
+	listsOfA := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.listsOf["a"] }
+	before := listsOfA()
+	f.send(a)
+	waitFor(t, "b gone", func() bool { return f.status("b") == nil })
+	time.Sleep(50 * time.Millisecond) // real time, for a sync a poke would have started
+	if got := listsOfA(); got != before {
+		t.Fatalf("pod a listed %d times while b was removed; want none", got-before)
+	}
+}
+
 func TestEngineListsTerminatingPodUntilGone(t *testing.T) {
 	f := startEngine(t)
 	f.rt.stopGate = make(chan struct{})

@@ -122,11 +122,12 @@ type fakeRuntime struct {
 	execs       []execCall
 	execResult  ExecResult // what every ExecSync returns
 	execErr     error
-	calls       []string // "exec <id> <cmd>", "stop <id> <grace>", in order
-	imagePulls  bool     // EnsureImage pulls (tells the PullTrace)
-	imageErr    error    // what EnsureImage fails with
-	ensures     int      // EnsureImage calls
-	lists       int      // ListContainers calls for one pod
+	calls       []string       // "exec <id> <cmd>", "stop <id> <grace>", in order
+	imagePulls  bool           // EnsureImage pulls (tells the PullTrace)
+	imageErr    error          // what EnsureImage fails with
+	ensures     int            // EnsureImage calls
+	lists       int            // ListContainers calls for one pod
+	listsOf     map[string]int // ... by pod UID
 	// ListContainers and EnsureImage calls made before each start.
 	listsAtStart, ensuresAtStart []int
 	gcKeep                       []string // what the last GCImages had to keep
@@ -170,6 +171,10 @@ func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]Contai
 	defer r.mu.Unlock()
 	if podUID != "" {
 		r.lists++
+		if r.listsOf == nil {
+			r.listsOf = map[string]int{}
+		}
+		r.listsOf[podUID]++
 	}
 	var out []ContainerStatus
 	for _, c := range r.containers {
