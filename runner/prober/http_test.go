@@ -88,6 +88,10 @@ func newProbeServer(t *testing.T, addr string, tls bool) *probeServer {
 	mux.HandleFunc("/slow", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
+			// No answer at all: a 200 written once the client hangs up
+			// could still reach its read loop while it closes the
+			// connection, and the probe would pass.
+			panic(http.ErrAbortHandler)
 		case <-time.After(5 * time.Second):
 		}
 	})
