@@ -59,7 +59,7 @@ func testConfig(t *testing.T, rt *Runtime, name string, args ...string) *runner.
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", UID: types.UID("uid-" + name)},
 		Spec:       v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: testImage}}},
 	}
-	return &runner.ContainerConfig{
+	cfg := &runner.ContainerConfig{
 		ID:           name,
 		Pod:          pod,
 		Container:    &pod.Spec.Containers[0],
@@ -72,6 +72,21 @@ func testConfig(t *testing.T, rt *Runtime, name string, args ...string) *runner.
 		CgroupParent: "/noderun-test/pod" + string(pod.UID),
 		LogPath:      filepath.Join(t.TempDir(), "c", "0.log"),
 		SpecHash:     "hash",
+	}
+	// Whichever way the test starts and removes it: after its cleanups.
+	t.Cleanup(func() { removePodCgroup(cfg.CgroupParent) })
+	return cfg
+}
+
+// removePodCgroup removes a pod's cgroup and the test root above it where
+// empty: runc removes a container's cgroup, not the parents it made.
+func removePodCgroup(parent string) {
+	for _, dir := range []string{parent, filepath.Dir(parent)} {
+		paths, _ := filepath.Glob("/sys/fs/cgroup/*" + dir)
+		paths = append(paths, "/sys/fs/cgroup"+dir)
+		for _, p := range paths {
+			os.Remove(p)
+		}
 	}
 }
 
@@ -87,14 +102,7 @@ func startContainer(t *testing.T, rt *Runtime, cfg *runner.ContainerConfig) {
 		if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
 			t.Error(err)
 		}
-		// runc removes the container's cgroup, not the parents it made.
-		for _, dir := range []string{cfg.CgroupParent, filepath.Dir(cfg.CgroupParent)} {
-			paths, _ := filepath.Glob("/sys/fs/cgroup/*" + dir)
-			paths = append(paths, "/sys/fs/cgroup"+dir)
-			for _, p := range paths {
-				os.Remove(p)
-			}
-		}
+		removePodCgroup(cfg.CgroupParent)
 	})
 }
 
