@@ -572,12 +572,12 @@ func (e *Engine) workerDone(w *podWorker) {
 	// A pod of the same name may be waiting for this one to finish
 	// (terminatingSibling). Only those: waking every pod made each removal
 	// resync all the others, a containerd listing each.
-	last := w.lastPod()
-	if last == nil {
+	ref := podRef(w.lastPod())
+	if ref == "" {
 		return
 	}
 	for _, o := range e.workers {
-		if p := o.lastPod(); p != nil && p.Namespace == last.Namespace && p.Name == last.Name {
+		if podRef(o.lastPod()) == ref {
 			o.poke()
 		}
 	}
@@ -593,7 +593,7 @@ func (e *Engine) terminatingSibling(pod *v1.Pod) bool {
 		if uid == pod.UID {
 			continue
 		}
-		if last := w.lastPod(); last != nil && last.Namespace == pod.Namespace && last.Name == pod.Name && w.isKilling() {
+		if podRef(w.lastPod()) == podRef(pod) && w.isKilling() {
 			return true
 		}
 	}
