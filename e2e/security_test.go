@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/ociimage"
 )
 
 // probeScript prints what the process sees of its confinement, one
@@ -16,6 +18,7 @@ const probeScript = `grep -E '^(CapBnd|CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc
 echo "timerList $(stat -c %F /proc/timer_list)";
 echo "firmware $(ls /sys/firmware | wc -l)";
 for m in /sys /proc/sys; do echo "$m $(awk -v m=$m '$2==m{split($4,o,",");r=o[1]} END{print r?r:"none"}' /proc/mounts)"; done;
+echo "cgroups $(awk '$3=="cgroup"||$3=="cgroup2"{split($4,o,",");r=o[1]} END{print r?r:"none"}' /proc/mounts)";
 [ -e /dev/kmsg ] && echo "kmsg yes" || echo "kmsg no";
 touch /probe 2>/dev/null && echo "rootfs rw" || echo "rootfs ro";
 mkdir /dev/shm/probe 2>/dev/null && echo "mkdir ok" || echo "mkdir denied";
@@ -76,8 +79,9 @@ func ownCapBnd(t *testing.T) string {
 // each securityContext: the 14 default capabilities are 00000000a80425fb;
 // NoNewPrivs is set only by allowPrivilegeEscalation: false; seccomp mode 2
 // is a filter; unless privileged, masked files such as /proc/timer_list are
-// /dev/null, masked directories such as /sys/firmware empty, and /sys and
-// /proc/sys read-only (this kernel has no /proc/kcore); only privileged
+// /dev/null, masked directories such as /sys/firmware empty, and /sys,
+// /proc/sys and the container's cgroups (under /sys/fs/cgroup) read-only (this
+// kernel has no /proc/kcore); only privileged
 // containers see host devices such as /dev/kmsg.
 func TestSecurityContextAsSeenInside(t *testing.T) {
 	t.Parallel()
@@ -93,7 +97,7 @@ func TestSecurityContextAsSeenInside(t *testing.T) {
 	base := map[string]string{
 		"CapBnd": "00000000a80425fb", "CapEff": "00000000a80425fb", "CapPrm": "00000000a80425fb",
 		"NoNewPrivs": "0", "Seccomp": "0", "timerList": "character special file", "firmware": "0",
-		"/sys": "ro", "/proc/sys": "ro", "kmsg": "no", "rootfs": "rw", "mkdir": "ok",
+		"/sys": "ro", "/proc/sys": "ro", "cgroups": "ro", "kmsg": "no", "rootfs": "rw", "mkdir": "ok",
 	}
 	caps := func(v string) map[string]string { return map[string]string{"CapBnd": v, "CapEff": v, "CapPrm": v} }
 	tests := []struct {
@@ -113,7 +117,7 @@ func TestSecurityContextAsSeenInside(t *testing.T) {
 			map[string]string{"Seccomp": "2", "mkdir": "denied"}},
 		{"privileged", "{privileged: true, seccompProfile: {type: RuntimeDefault}}", "{}", map[string]string{
 			"CapBnd": all, "CapEff": all, "CapPrm": all, "timerList": "regular empty file", "firmware": "",
-			"/sys": "rw", "/proc/sys": "none", "kmsg": "yes"}},
+			"/sys": "rw", "/proc/sys": "none", "cgroups": "rw", "kmsg": "yes"}},
 	}
 	for _, tc := range tests {
 		n.writeManifest(tc.name+".yaml", probePod(tc.name, tc.sc, tc.podSC))
@@ -167,5 +171,52 @@ func TestSecurityContextRefusals(t *testing.T) {
 	n.writeManifest("unconfined.yaml", probePod("unconfined", "{appArmorProfile: {type: Unconfined}}", "{}"))
 	if got := n.probeView("unconfined"); got["CapBnd"] != "00000000a80425fb" {
 		t.Errorf("unconfined AppArmor pod: CapBnd %q", got["CapBnd"])
+	}
+}
+
+var runMarkerImage builtImage
+
+// runMarkerRef is busybox with a file in /run.
+const runMarkerRef = "noderun.test/run-marker:1"
+
+func runMarkerTar(t *testing.T) string {
+	return runMarkerImage.get(t, func() (string, error) {
+		return busyboxWith(runMarkerRef, "run-marker.tar", map[string]ociimage.File{
+			"/run": ociimage.Dir(0o755), "/run/marker": ociimage.Regular([]byte("from-image\n"), 0o644)}, nil)
+	})
+}
+
+// A container sees what it would under the kubelet and containerd's CRI
+// plugin: its own cgroup's limits at /sys/fs/cgroup (what a JVM or Go's
+// GOMAXPROCS reads to size itself), v1 or v2, and its image's /run, on
+// which CRI mounts nothing (containerd's default spec has a tmpfs there).
+func TestContainerSeesItsCgroupsAndImageRun(t *testing.T) {
+	t.Parallel()
+	n := newNodeWithImages(t, []string{runMarkerTar(t)})
+	const script = `if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+echo "memory $(cat /sys/fs/cgroup/memory.max)"; echo "cpu $(cut -d' ' -f1 /sys/fs/cgroup/cpu.max)";
+else
+echo "memory $(cat /sys/fs/cgroup/memory/memory.limit_in_bytes)"; echo "cpu $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us)";
+fi;
+echo "marker $(cat /run/marker)";
+echo done`
+	n.writeManifest("limits.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: limits
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: %s
+    command: ["sh", "-c", %q]
+    resources: {limits: {memory: 64Mi, cpu: 500m}}
+`, runMarkerRef, script))
+	got := n.probeView("limits")
+	want := map[string]string{"memory": "67108864", "cpu": "50000", "marker": "from-image"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q (all: %v)", k, got[k], v, got)
+		}
 	}
 }

@@ -55,13 +55,13 @@ func (h hostSecurity) securityOpts(cfg *runner.ContainerConfig) ([]oci.SpecOpts,
 		sc = &v1.SecurityContext{}
 	}
 	field := containerField(cfg.Pod, cfg.Container) + ".securityContext"
-	privileged := sc.Privileged != nil && *sc.Privileged
+	priv := privileged(cfg.Container)
 	// containerd's default spec sets NoNewPrivileges; CRI turns it off
 	// unless allowPrivilegeEscalation is false.
 	opts := []oci.SpecOpts{oci.WithNewPrivileges,
 		oci.WithMaskedPaths(defaultMaskedPaths), oci.WithReadonlyPaths(defaultReadonlyPaths)}
 	opts = append(opts, capabilityOpts(sc.Capabilities)...)
-	if privileged {
+	if priv {
 		opts = append(opts, oci.WithPrivileged, oci.WithHostDevices, oci.WithAllDevicesAllowed)
 	}
 	opts = append(opts, withoutAmbientCaps)
@@ -74,11 +74,11 @@ func (h hostSecurity) securityOpts(cfg *runner.ContainerConfig) ([]oci.SpecOpts,
 	if err := h.checkSELinux(cfg.Pod, sc, field); err != nil {
 		return nil, err
 	}
-	aa, err := h.appArmorOpt(cfg.Pod, cfg.Container, field, privileged)
+	aa, err := h.appArmorOpt(cfg.Pod, cfg.Container, field, priv)
 	if err != nil {
 		return nil, err
 	}
-	sec, err := h.seccompOpt(cfg.Pod, sc, field, privileged)
+	sec, err := h.seccompOpt(cfg.Pod, sc, field, priv)
 	if err != nil {
 		return nil, err
 	}

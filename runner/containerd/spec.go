@@ -27,6 +27,7 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int, cg cgroups.Layout
 		oci.WithEnv(cfg.Env),
 		withCwd(cfg.WorkingDir),
 		withSandboxNamespaces(cfg.Sandbox),
+		withCRIDefaultMounts(cg.Unified && !privileged(cfg.Container)),
 		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
 		withOOMScoreAdj(cfg.OOMScoreAdj, ownOOMScoreAdj),
@@ -35,6 +36,36 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int, cg cgroups.Layout
 		withSysctls(cfg.Pod),
 	}
 	return opts
+}
+
+// withCRIDefaultMounts turns containerd's default mounts into the CRI
+// plugin's: no tmpfs on /run (the image's /run shows, as under the kubelet)
+// and the container's own cgroups at /sys/fs/cgroup, read-only unless
+// privileged (oci.WithPrivileged makes it writable), which programs read to
+// size themselves (a JVM's heap, GOMAXPROCS). With ownCgroupNS (cgroup v2,
+// not privileged) the container also gets a cgroup namespace, so that
+// /sys/fs/cgroup and /proc/self/cgroup show its cgroup as the root; CRI
+// leaves v1 and privileged containers in the host's, as this does. A volume
+// mounted at /sys/fs/cgroup replaces the mount (withMounts comes after).
+func withCRIDefaultMounts(ownCgroupNS bool) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		if err := oci.WithoutRunMount(ctx, cl, c, s); err != nil {
+			return err
+		}
+		s.Mounts = append(s.Mounts, specs.Mount{
+			Destination: "/sys/fs/cgroup", Type: "cgroup", Source: "cgroup",
+			Options: []string{"nosuid", "noexec", "nodev", "relatime", "ro"},
+		})
+		if ownCgroupNS {
+			return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.CgroupNamespace})(ctx, cl, c, s)
+		}
+		return nil
+	}
+}
+
+func privileged(c *v1.Container) bool {
+	sc := c.SecurityContext
+	return sc != nil && sc.Privileged != nil && *sc.Privileged
 }
 
 // withSysctls sets the pod's sysctls in every container: runc writes them

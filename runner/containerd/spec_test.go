@@ -206,7 +206,7 @@ func TestCgroupSpecPerLayout(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runner.ContainerConfig{
-				ID: "ctr", Pod: &v1.Pod{}, Sandbox: &runner.Sandbox{ID: sandbox, Dir: "/run/noderun/pods/" + sandbox},
+				ID: "ctr", Pod: &v1.Pod{}, Container: &v1.Container{Name: "ctr"}, Sandbox: &runner.Sandbox{ID: sandbox, Dir: "/run/noderun/pods/" + sandbox},
 				CgroupParent: tc.layout.PodParent(sandbox),
 				Resources:    runner.Resources{CPUShares: 512, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20},
 			}
@@ -232,5 +232,61 @@ func TestCgroupSpecPerLayout(t *testing.T) {
 					*v2.CPU.Weight, v2.CPU.Max, *v2.Memory.Max, 64<<20)
 			}
 		})
+	}
+}
+
+// Containers get the CRI plugin's mounts, not containerd's defaults: no
+// tmpfs on /run, their cgroups read-only at /sys/fs/cgroup (writable when
+// privileged), and on cgroup v2 a cgroup namespace unless privileged.
+func TestCRIDefaultMounts(t *testing.T) {
+	yes := true
+	for _, tc := range []struct {
+		name       string
+		unified    bool
+		sc         *v1.SecurityContext
+		wantOpt    string // ro or rw on the cgroup mount
+		wantCgroup bool   // a cgroup namespace
+	}{
+		{"v1", false, nil, "ro", false},
+		{"v2", true, nil, "ro", true},
+		{"v2 privileged", true, &v1.SecurityContext{Privileged: &yes}, "rw", false},
+		{"v1 privileged", false, &v1.SecurityContext{Privileged: &yes}, "rw", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &runner.ContainerConfig{
+				ID: "ctr", Pod: &v1.Pod{}, Container: &v1.Container{Name: "ctr", SecurityContext: tc.sc},
+				Sandbox: &runner.Sandbox{ID: "abc", Dir: "/run/noderun/pods/abc"},
+			}
+			secOpts, err := hostSecurity{}.securityOpts(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := genSpec(t, append(specOpts(cfg, 0, cgroups.Layout{Unified: tc.unified}), secOpts...)...)
+			var cg []specs.Mount
+			for _, m := range s.Mounts {
+				if m.Destination == "/run" {
+					t.Errorf("a %s mount on /run", m.Type)
+				}
+				if m.Destination == "/sys/fs/cgroup" {
+					cg = append(cg, m)
+				}
+			}
+			if len(cg) != 1 || cg[0].Type != "cgroup" || !slices.Contains(cg[0].Options, tc.wantOpt) {
+				t.Errorf("/sys/fs/cgroup mounts %+v, want one cgroup mount, %s", cg, tc.wantOpt)
+			}
+			if _, ok := nsPaths(s)[specs.CgroupNamespace]; ok != tc.wantCgroup {
+				t.Errorf("cgroup namespace: %t, want %t", ok, tc.wantCgroup)
+			}
+		})
+	}
+	// A volume at /sys/fs/cgroup replaces the mount, as under CRI.
+	cfg := &runner.ContainerConfig{ID: "ctr", Pod: &v1.Pod{}, Container: &v1.Container{Name: "ctr"},
+		Sandbox: &runner.Sandbox{ID: "abc", Dir: "/run/noderun/pods/abc"},
+		Mounts:  []runner.Mount{{Source: "/host/cg", Destination: "/sys/fs/cgroup"}}}
+	s := genSpec(t, specOpts(cfg, 0, cgroups.Layout{})...)
+	for _, m := range s.Mounts {
+		if m.Destination == "/sys/fs/cgroup" && m.Source != "/host/cg" {
+			t.Errorf("volume at /sys/fs/cgroup left %+v beside it", m)
+		}
 	}
 }
