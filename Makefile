@@ -5,7 +5,7 @@ GO          ?= go
 BIN         := bin/noderun
 RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
 # gcc and libc6-dev: the race detector needs cgo.
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;
@@ -68,7 +68,7 @@ clean:
 
 # Benchmarks against the floor (containerd + CNI driven directly); see the
 # README's Performance section. Not part of `make test`, which runs a smoke.
-BENCH_DEPS := $(RUN_DEPS) iproute2
+BENCH_DEPS := $(RUN_DEPS) iproute2 e2fsprogs mount
 
 .PHONY: bench bench-profile
 

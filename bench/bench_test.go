@@ -75,6 +75,18 @@ func checkCleanedUp(t *testing.T, rep *Report, bridges ...string) {
 	if _, err := os.Stat(rep.dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("bench dir %s left behind: %v", rep.dir, err)
 	}
+	if _, err := os.Stat(rep.dir + ".img"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the bench dir's filesystem image left behind: %v", err)
+	}
+	procs, err := processes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		if len(p.args) > 0 && strings.HasPrefix(p.args[0], rep.dir+"/") {
+			t.Errorf("process %d still runs the bench's binary: %q", p.pid, p.args)
+		}
+	}
 	if err := syscall.Kill(rep.containerdPID, 0); !errors.Is(err, syscall.ESRCH) {
 		t.Errorf("containerd (pid %d) still runs: %v", rep.containerdPID, err)
 	}

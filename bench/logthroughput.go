@@ -32,15 +32,15 @@ type logThroughput struct {
 func (n *node) collectorSocket() string { return filepath.Join(n.dir, "run", "log-collector.sock") }
 
 // collectorPID finds the node's log collector in /proc.
-func (b *bench) collectorPID() (int, error) {
+func (n *node) collectorPID() (int, error) {
 	procs, err := processes()
 	if err != nil {
 		return 0, err
 	}
-	sock := b.node.collectorSocket()
+	sock := n.collectorSocket()
 	for _, pr := range procs {
 		pid, args := pr.pid, pr.args
-		if len(args) == 3 && args[0] == b.env.bin && args[1] == "log-collector" && args[2] == sock {
+		if len(args) == 3 && args[0] == n.cmd.Path && args[1] == "log-collector" && args[2] == sock {
 			return pid, nil
 		}
 	}
@@ -59,7 +59,7 @@ func (b *bench) measureLogThroughput(ctx context.Context, window time.Duration) 
 	if _, err := b.node.waitRunning(ctx, names, 100*time.Millisecond, waitTimeout); err != nil {
 		return err
 	}
-	pid, err := b.collectorPID()
+	pid, err := b.node.collectorPID()
 	if err != nil {
 		return err
 	}

@@ -42,10 +42,13 @@ type Config struct {
 	NodeLog string `json:"node_log,omitempty"`
 	// RunStateOnDisk keeps run-time state on the bench dir's filesystem
 	// instead of a tmpfs (see env.runState).
-	RunStateOnDisk bool      `json:"run_state_on_disk"`
-	Bridge         string    `json:"bridge"`
-	Subnet         string    `json:"subnet"`
-	Log            io.Writer `json:"-"` // progress
+	RunStateOnDisk bool `json:"run_state_on_disk"`
+	// StateOnHostFS keeps the persistent state on /tmp's filesystem instead
+	// of a journaled ext4 of the bench's own (see env.diskState).
+	StateOnHostFS bool      `json:"state_on_host_fs"`
+	Bridge        string    `json:"bridge"`
+	Subnet        string    `json:"subnet"`
+	Log           io.Writer `json:"-"` // progress
 }
 
 // defaultConfig keeps a full run well under 15 minutes on 2 cores.
@@ -74,6 +77,7 @@ func main() {
 	flag.IntVar(&cfg.ImageTarballs, "image-tarballs", cfg.ImageTarballs, "large tarballs in the images dir for the start-time measure (0: skip it)")
 	flag.StringVar(&cfg.NodeLog, "node-log", "", "keep the measured noderun's debug log (each pod's phase timings) in this file")
 	flag.BoolVar(&cfg.RunStateOnDisk, "run-state-on-disk", false, "keep run-time state (containerd's state dir, runc roots, pinned namespaces, noderun's --run-dir) on disk, not on a tmpfs as /run is on a normal host")
+	flag.BoolVar(&cfg.StateOnHostFS, "state-on-host-fs", false, "keep persistent state (containerd's root, noderun's state and log dirs, the CNI leases) on /tmp's filesystem, not on an ext4 with a journal the bench makes, as /var/lib usually is")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	flag.Parse()
@@ -131,7 +135,7 @@ func setup(ctx context.Context, cfg Config) (b *bench, teardown func() error, er
 		return nil, nil, err
 	}
 	b = &bench{cfg: cfg, env: e, m: measurements{
-		burst: map[int]*pair{}, teardown: map[int]*pair{}, rss: map[int][]float64{}, anon: map[int][]float64{}, heap: map[int][]float64{}, pss: map[int][]nodePSS{},
+		burst: map[int]*pair{}, burstCPU: map[int]*pair{}, teardown: map[int]*pair{}, rss: map[int][]float64{}, anon: map[int][]float64{}, heap: map[int][]float64{}, pss: map[int][]nodePSS{},
 	}}
 	watchCtx, stopWatch := context.WithCancel(context.WithoutCancel(ctx))
 	teardown = func() error {
@@ -219,7 +223,7 @@ func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (re
 	cpuDone := make(chan error, 1)
 	go func() { cpuDone <- b.node.save(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), cpuPath) }()
 	b.logf("CPU profile for %d s around a burst of %d pods", seconds, pods)
-	start, down, err := b.nodePods(ctx, "prof", pods, nil, func([]string) error {
+	start, down, err := b.nodePods(ctx, "prof", pods, nil, nil, func([]string) error {
 		return errors.Join(b.node.save(ctx, "/debug/pprof/heap", heapPath),
 			b.node.save(ctx, "/debug/pprof/goroutine?debug=1", goroutinesPath))
 	})

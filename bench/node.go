@@ -175,6 +175,24 @@ func (n *node) stop() {
 		_ = n.cmd.Process.Kill()
 		<-n.done
 	}
+	// The collector outlives noderun, as it should on a host (it logs
+	// while noderun restarts); the bench's node ends with it, or it would
+	// keep the bench dir's filesystem busy.
+	if pid, err := n.collectorPID(); err == nil {
+		endProcess(pid, 10*time.Second)
+	}
+}
+
+// endProcess sends pid SIGTERM and waits until it is gone (init reaps it),
+// or kills it after timeout.
+func endProcess(pid int, timeout time.Duration) {
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+	}
+	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // get fetches a status API path and returns the body and when it had all
@@ -392,7 +410,7 @@ func (n *node) liveHeap(ctx context.Context) (float64, error) {
 	return 0, errors.New("heap profile has no HeapAlloc")
 }
 
-// userHZ is the unit of /proc/<pid>/stat times; the kernel fixes it at 100
+// userHZ is the unit of /proc/stat and /proc/<pid>/stat times; the kernel fixes it at 100
 // for user space.
 const userHZ = 100
 

@@ -141,6 +141,10 @@ func (m *measurements) rows(cfg Config) []Row {
 		add(r)
 	}
 	for _, n := range cfg.Bursts {
+		add(Row{Key: fmt.Sprintf("burst_%d_cpu", n), Measure: fmt.Sprintf("%d pods at once: the machine's CPU per pod until all run", n), Unit: "ms",
+			Noderun: statsOf(m.burstCPU[n].noderun), Floor: statsOf(m.burstCPU[n].floor)})
+	}
+	for _, n := range cfg.Bursts {
 		add(Row{Key: fmt.Sprintf("burst_%d_teardown", n), Measure: fmt.Sprintf("%d pods removed → nothing left", n), Unit: "s",
 			Noderun: statsOf(m.teardown[n].noderun), Floor: statsOf(m.teardown[n].floor), target: onlyAt(n, 30, ratioAtMost(1.0))})
 	}
@@ -279,9 +283,13 @@ func (rep *Report) writeTable(w io.Writer) {
 	if rep.Config.RunStateOnDisk {
 		runState = "disk (-run-state-on-disk)"
 	}
+	state := "a journaled ext4 of the bench's own"
+	if rep.Config.StateOnHostFS {
+		state = "/tmp's filesystem (-state-on-host-fs)"
+	}
 	fmt.Fprintf(w, "\n%d CPUs, %d MiB, Linux %s, containerd %s, %s, %s; load average %s at the start; "+
-		"all CPUs %.1f %% busy during the steady-state window; run-time state on %s.\n",
-		m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, m.Go, m.LoadBefore, m.HostBusy, runState)
+		"all CPUs %.1f %% busy during the steady-state window; run-time state on %s, persistent state on %s.\n",
+		m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, m.Go, m.LoadBefore, m.HostBusy, runState, state)
 }
 
 func (rep *Report) writeJSON(path string) error {
@@ -301,6 +309,23 @@ func loadAvg() string {
 		return "?"
 	}
 	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// hostBusy returns the busy time of all CPUs so far (hostCPU's).
+func hostBusy() (time.Duration, error) {
+	busy, _, err := hostCPU()
+	return time.Duration(busy) * time.Second / userHZ, err
+}
+
+// busySince sets *cpu, if cpu is set, to the machine's busy time since
+// hostBusy gave busy0.
+func busySince(busy0 time.Duration, cpu *time.Duration) error {
+	if cpu == nil {
+		return nil
+	}
+	busy1, err := hostBusy()
+	*cpu = busy1 - busy0
+	return err
 }
 
 // hostCPU returns the busy and total time of all CPUs so far, in ticks,

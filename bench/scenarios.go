@@ -27,6 +27,7 @@ type measurements struct {
 	initPod         pair // 3 init + 2 app containers: manifest -> all started
 	initPodTeardown pair
 	burst           map[int]*pair     // by pod count: start of all
+	burstCPU        map[int]*pair     // by pod count: the machine's CPU per pod over that start, ms
 	teardown        map[int]*pair     // by pod count: nothing left
 	rss, anon, heap map[int][]float64 // by pod count, MiB
 	pss             map[int][]nodePSS // whole node, by pod count
@@ -88,10 +89,10 @@ func (b *bench) measureAll(ctx context.Context) error {
 		return err
 	}
 	b.logf("warm-up")
-	if _, _, err := b.floorPods(ctx, "warm", 1); err != nil {
+	if _, _, err := b.floorPods(ctx, "warm", 1, nil); err != nil {
 		return fmt.Errorf("floor warm-up: %w", err)
 	}
-	if _, _, err := b.nodePods(ctx, "warm", 1, nil, nil); err != nil {
+	if _, _, err := b.nodePods(ctx, "warm", 1, nil, nil, nil); err != nil {
 		return fmt.Errorf("noderun warm-up: %w", err)
 	}
 	for r := range b.cfg.Runs {
@@ -107,7 +108,7 @@ func (b *bench) measureAll(ctx context.Context) error {
 		}
 	}
 	for _, n := range b.cfg.Bursts {
-		b.m.burst[n], b.m.teardown[n] = &pair{}, &pair{}
+		b.m.burst[n], b.m.burstCPU[n], b.m.teardown[n] = &pair{}, &pair{}, &pair{}
 		for r := range b.cfg.BurstRuns {
 			b.logf("burst of %d, run %d/%d", n, r+1, b.cfg.BurstRuns)
 			if err := b.burst(ctx, n, r); err != nil {
@@ -138,13 +139,13 @@ func (b *bench) measureAll(ctx context.Context) error {
 
 func (b *bench) onePod(ctx context.Context, rep int) error {
 	return alternate(rep, func() error {
-		start, down, err := b.floorPods(ctx, fmt.Sprintf("f1r%d", rep), 1)
+		start, down, err := b.floorPods(ctx, fmt.Sprintf("f1r%d", rep), 1, nil)
 		b.m.onePod.floor = append(b.m.onePod.floor, start.Seconds())
 		b.m.onePodTeardown.floor = append(b.m.onePodTeardown.floor, down.Seconds())
 		return err
 	}, func() error {
 		var api time.Duration
-		start, down, err := b.nodePods(ctx, fmt.Sprintf("n1r%d", rep), 1, &api, nil)
+		start, down, err := b.nodePods(ctx, fmt.Sprintf("n1r%d", rep), 1, &api, nil, nil)
 		b.m.onePod.noderun = append(b.m.onePod.noderun, start.Seconds())
 		b.m.onePodAPI = append(b.m.onePodAPI, api.Seconds())
 		b.m.onePodTeardown.noderun = append(b.m.onePodTeardown.noderun, down.Seconds())
@@ -154,20 +155,26 @@ func (b *bench) onePod(ctx context.Context, rep int) error {
 
 func (b *bench) burst(ctx context.Context, n, rep int) error {
 	return alternate(rep, func() error {
-		start, down, err := b.floorPods(ctx, fmt.Sprintf("f%dr%d", n, rep), n)
+		var cpu time.Duration
+		start, down, err := b.floorPods(ctx, fmt.Sprintf("f%dr%d", n, rep), n, &cpu)
 		b.m.burst[n].floor = append(b.m.burst[n].floor, start.Seconds())
+		b.m.burstCPU[n].floor = append(b.m.burstCPU[n].floor, msPerPod(cpu, n))
 		b.m.teardown[n].floor = append(b.m.teardown[n].floor, down.Seconds())
 		return err
 	}, func() error {
 		last := rep == b.cfg.BurstRuns-1
-		start, down, err := b.nodePods(ctx, fmt.Sprintf("n%dr%d", n, rep), n, nil, func(names []string) error {
+		var cpu time.Duration
+		start, down, err := b.nodePods(ctx, fmt.Sprintf("n%dr%d", n, rep), n, nil, &cpu, func(names []string) error {
 			return b.whileRunning(ctx, names, last)
 		})
 		b.m.burst[n].noderun = append(b.m.burst[n].noderun, start.Seconds())
+		b.m.burstCPU[n].noderun = append(b.m.burstCPU[n].noderun, msPerPod(cpu, n))
 		b.m.teardown[n].noderun = append(b.m.teardown[n].noderun, down.Seconds())
 		return err
 	})
 }
+
+func msPerPod(d time.Duration, n int) float64 { return float64(d.Milliseconds()) / float64(n) }
 
 // alternate runs the floor first on even repetitions, noderun first on odd.
 func alternate(rep int, floor, node func() error) error {
@@ -218,9 +225,9 @@ func (b *bench) sampleMemory(ctx context.Context, pods int) error {
 }
 
 // floorPods starts n pods directly, in parallel, and tears them down the
-// same way.
-func (b *bench) floorPods(ctx context.Context, prefix string, n int) (start, down time.Duration, err error) {
-	return b.timeFloor(ctx, n, func(ctx context.Context) (func(context.Context) error, error) {
+// same way. With cpu set, it gets the machine's busy time over the start.
+func (b *bench) floorPods(ctx context.Context, prefix string, n int, cpu *time.Duration) (start, down time.Duration, err error) {
+	return b.timeFloor(ctx, n, cpu, func(ctx context.Context) (func(context.Context) error, error) {
 		pods, err := b.floor.startAll(ctx, podNames(prefix, n))
 		return func(ctx context.Context) error {
 			return b.floor.stopAll(ctx, slices.DeleteFunc(pods, func(p *floorPod) bool { return p == nil }))
@@ -231,12 +238,17 @@ func (b *bench) floorPods(ctx context.Context, prefix string, n int) (start, dow
 // timeFloor times one floor run: begin starts it and returns how to undo
 // it. start runs until containerd reported runs processes started, down
 // until the undo left no container or pinned namespace. A failure before
-// the undo succeeded undoes it within cleanupTime.
-func (b *bench) timeFloor(ctx context.Context, runs int, begin func(context.Context) (func(context.Context) error, error)) (start, down time.Duration, retErr error) {
+// the undo succeeded undoes it within cleanupTime. With cpu set, it gets
+// the machine's busy time over the start.
+func (b *bench) timeFloor(ctx context.Context, runs int, cpu *time.Duration, begin func(context.Context) (func(context.Context) error, error)) (start, down time.Duration, retErr error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, 0, err
 	}
 	b.fw.drain()
+	busy0, err := hostBusy()
+	if err != nil {
+		return 0, 0, err
+	}
 	t0 := time.Now()
 	undo, err := begin(ctx)
 	defer func() {
@@ -254,6 +266,9 @@ func (b *bench) timeFloor(ctx context.Context, runs int, begin func(context.Cont
 		return 0, 0, err
 	}
 	start = at.Sub(t0)
+	if err := busySince(busy0, cpu); err != nil {
+		return start, 0, err
+	}
 	if err := sleep(ctx, settle); err != nil {
 		return start, 0, err
 	}
@@ -274,9 +289,9 @@ func (b *bench) timeFloor(ctx context.Context, runs int, begin func(context.Cont
 // until containerd reported every process started, down until no container
 // or pinned namespace is left. With api set, the status API is watched
 // (through the Kubernetes API) meanwhile and api gets the time until it
-// reported all Running. whileUp,
-// if set, runs once all pods are Running and settled.
-func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Duration, whileUp func(names []string) error) (start, down time.Duration, err error) {
+// reported all Running. With cpu set, it gets the machine's busy time over
+// the start. whileUp, if set, runs once all pods are Running and settled.
+func (b *bench) nodePods(ctx context.Context, prefix string, n int, api, cpu *time.Duration, whileUp func(names []string) error) (start, down time.Duration, err error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, 0, err
 	}
@@ -290,6 +305,10 @@ func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Du
 			return 0, 0, err
 		}
 	}
+	busy0, err := hostBusy()
+	if err != nil {
+		return 0, 0, err
+	}
 	t0, err := b.node.writeManifests(names)
 	if err != nil {
 		return 0, 0, err
@@ -299,6 +318,9 @@ func (b *bench) nodePods(ctx context.Context, prefix string, n int, api *time.Du
 		return 0, 0, err
 	}
 	start = at.Sub(t0)
+	if err := busySince(busy0, cpu); err != nil {
+		return start, 0, err
+	}
 	if api != nil {
 		at, err := apiRunning()
 		if err != nil {
