@@ -70,12 +70,20 @@ func allStopped(pid int) bool {
 
 // StartWithPID starts name with args as process pid, a pid that has just
 // been freed, by setting the kernel's last given pid (ns_last_pid, as CRIU
-// restores pids); a fork elsewhere may take the pid first, so it tries
-// again. For tests that a process gone is never confused with the next
-// one given its pid. The process is killed at cleanup.
-func StartWithPID(t testing.TB, pid int, name string, args ...string) *exec.Cmd {
+// restores pids). A fork or a new thread anywhere on the machine may take
+// the pid between the write and the start: when the task that took it is
+// gone again it tries once more, and when it stays (a thread of a running
+// daemon) it reports false, and the caller needs another freed pid. For
+// tests that a process gone is never confused with the next one given its
+// pid. The process is killed at cleanup.
+func StartWithPID(t testing.TB, pid int, name string, args ...string) (*exec.Cmd, bool) {
 	t.Helper()
 	for try := 0; try < 100; try++ {
+		// /proc/<pid> is there for any thread's id too, not only a process's.
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err == nil {
+			t.Logf("pid %d taken by another task", pid)
+			return nil, false
+		}
 		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0); err != nil {
 			t.Fatalf("set the next pid: %v", err)
 		}
@@ -88,13 +96,26 @@ func StartWithPID(t testing.TB, pid int, name string, args ...string) *exec.Cmd 
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
 			})
-			return cmd
+			return cmd, true
 		}
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	}
-	t.Fatalf("pid %d not given to a new process in 100 tries", pid)
-	return nil
+	t.Logf("pid %d not given to a new process in 100 tries", pid)
+	return nil, false
+}
+
+// ReusePID runs scenario until StartWithPID, inside it, gets the pid it
+// asked for; a few rounds, each with a freed pid of its own, so a race
+// lost to another task's fork does not fail the test.
+func ReusePID(t testing.TB, scenario func() bool) {
+	t.Helper()
+	for round := 0; round < 5; round++ {
+		if scenario() {
+			return
+		}
+	}
+	t.Fatal("every freed pid went to another task first")
 }
 
 // WaitGone waits until no process has pid (its parent reaped it).

@@ -42,16 +42,26 @@ func TestEmulated(t *testing.T) {
 // StartWithPID hands out the pid a process just left.
 func TestStartWithPID(t *testing.T) {
 	Require(t, os.Geteuid() == 0, "root (to set the next pid)")
-	first := exec.Command("sleep", "60")
-	if err := first.Start(); err != nil {
-		t.Fatal(err)
+	// A pid a running task holds is refused at once, not raced for.
+	if cmd, ok := StartWithPID(t, os.Getpid(), "sleep", "60"); ok || cmd != nil {
+		t.Fatalf("StartWithPID of the test's own pid: %v, %t", cmd, ok)
 	}
-	pid := first.Process.Pid
-	_ = first.Process.Kill()
-	_ = first.Wait()
-	WaitGone(t, pid)
-	again := StartWithPID(t, pid, "sleep", "60")
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || again.Process.Pid != pid {
-		t.Fatalf("pid %d: %q, %v; started as %d", pid, b, err, again.Process.Pid)
-	}
+	ReusePID(t, func() bool {
+		first := exec.Command("sleep", "60")
+		if err := first.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := first.Process.Pid
+		_ = first.Process.Kill()
+		_ = first.Wait()
+		WaitGone(t, pid)
+		again, ok := StartWithPID(t, pid, "sleep", "60")
+		if !ok {
+			return false
+		}
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err != nil || again.Process.Pid != pid {
+			t.Fatalf("pid %d: %q, %v; started as %d", pid, b, err, again.Process.Pid)
+		}
+		return true
+	})
 }

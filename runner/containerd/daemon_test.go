@@ -387,16 +387,22 @@ func TestSuperviseRestartsManagedDaemon(t *testing.T) {
 // Supervise looks is restarted all the same, and the other process is
 // left alone.
 func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
-	_, conn := connectManaged(t)
-	pid := mustSocketPID(t, conn.Address)
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitGone(t, pid)
-	other := testenv.StartWithPID(t, pid, "sleep", "600")
-	superviseUntilEnd(t, conn)
-	waitRestarted(t, conn, pid)
-	if !testenv.EndedByKill(t, other) {
-		t.Fatal("Supervise signalled the process given the pid of the daemon after it died")
-	}
+	testenv.ReusePID(t, func() bool {
+		_, conn := connectManaged(t)
+		pid := mustSocketPID(t, conn.Address)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitGone(t, pid)
+		other, ok := testenv.StartWithPID(t, pid, "sleep", "600")
+		if !ok {
+			return false
+		}
+		superviseUntilEnd(t, conn)
+		waitRestarted(t, conn, pid)
+		if !testenv.EndedByKill(t, other) {
+			t.Fatal("Supervise signalled the process given the pid of the daemon after it died")
+		}
+		return true
+	})
 }

@@ -110,29 +110,35 @@ func TestStopManagedStopsTheDaemonAndRemovesItsDirs(t *testing.T) {
 // StopManaged after the daemon died and another process got its pid: that
 // process gets no signal.
 func TestStopManagedSparesTheNextOwnerOfThePID(t *testing.T) {
-	cfg := managedOnly(t)
 	ctx := context.Background()
-	first, err := Connect(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	first.Client.Close()
-	conn, err := ConnectForReset(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid := conn.proc.Pid
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	testenv.WaitGone(t, pid)
-	other := testenv.StartWithPID(t, pid, "sleep", "600")
-	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	if err := conn.StopManaged(stopCtx); err != nil {
-		t.Fatal(err)
-	}
-	if !testenv.EndedByKill(t, other) {
-		t.Fatal("StopManaged signalled the process given the pid of the daemon after it died")
-	}
+	testenv.ReusePID(t, func() bool {
+		cfg := managedOnly(t)
+		first, err := Connect(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first.Client.Close()
+		conn, err := ConnectForReset(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid := conn.proc.Pid
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		testenv.WaitGone(t, pid)
+		other, ok := testenv.StartWithPID(t, pid, "sleep", "600")
+		if !ok {
+			return false
+		}
+		stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := conn.StopManaged(stopCtx); err != nil {
+			t.Fatal(err)
+		}
+		if !testenv.EndedByKill(t, other) {
+			t.Fatal("StopManaged signalled the process given the pid of the daemon after it died")
+		}
+		return true
+	})
 }
