@@ -105,6 +105,18 @@ func StartWithPID(t testing.TB, pid int, name string, args ...string) (*exec.Cmd
 	return nil, false
 }
 
+// KillAndTakePID kills process pid, one the test did not start (its own
+// parent reaps it), and starts a long sleep as the next process given that
+// pid, as StartWithPID does; false when another task took the pid first.
+func KillAndTakePID(t testing.TB, pid int) (*exec.Cmd, bool) {
+	t.Helper()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	WaitGone(t, pid)
+	return StartWithPID(t, pid, "sleep", "600")
+}
+
 // ReusePID runs scenario until StartWithPID, inside it, gets the pid it
 // asked for; a few rounds, each with a freed pid of its own, so a race
 // lost to another task's fork does not fail the test.

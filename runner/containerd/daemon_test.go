@@ -390,11 +390,7 @@ func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
 	testenv.ReusePID(t, func() bool {
 		_, conn := connectManaged(t)
 		pid := mustSocketPID(t, conn.Address)
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WaitGone(t, pid)
-		other, ok := testenv.StartWithPID(t, pid, "sleep", "600")
+		other, ok := testenv.KillAndTakePID(t, pid)
 		if !ok {
 			return false
 		}

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
@@ -123,11 +122,7 @@ func TestStopManagedSparesTheNextOwnerOfThePID(t *testing.T) {
 			t.Fatal(err)
 		}
 		pid := conn.proc.Pid
-		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		testenv.WaitGone(t, pid)
-		other, ok := testenv.StartWithPID(t, pid, "sleep", "600")
+		other, ok := testenv.KillAndTakePID(t, pid)
 		if !ok {
 			return false
 		}
