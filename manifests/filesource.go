@@ -128,7 +128,10 @@ func NewFileSource(path, nodeName string, opts ...FileOption) *FileSource {
 // manifests' pods or errors change, until ctx ends. It returns nil when ctx
 // ends and an error only if it cannot watch at all.
 func (s *FileSource) Run(ctx context.Context, out chan<- Snapshot) error {
-	w, err := fsnotify.NewWatcher()
+	// Buffered: fsnotify queues a whole read from the kernel at once, so
+	// drain finds a burst's events waiting instead of taking them one
+	// goroutine handover at a time, which a busy machine stretches out.
+	w, err := fsnotify.NewBufferedWatcher(maxDrain)
 	if err != nil {
 		return fmt.Errorf("watching %s: %w", s.path, err)
 	}
