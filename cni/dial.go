@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"syscall"
 
@@ -55,21 +54,16 @@ func dialIn(ctx context.Context, nsPath, addr string) (net.Conn, error) {
 		conn net.Conn
 		err  error
 	}
-	res := make(chan result, 1)
-	go func() {
-		// The thread leaves the host's network namespace. It is never
-		// unlocked, so the runtime ends it with this goroutine instead of
-		// running other goroutines in the pod's namespace.
-		runtime.LockOSThread()
+	var r result
+	onDiscardedThread(func() {
+		// The thread leaves the host's network namespace.
 		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
-			res <- result{err: fmt.Errorf("setns: %w", err)}
+			r.err = fmt.Errorf("setns: %w", err)
 			return
 		}
 		// An IP literal is dialled on this goroutine: the socket is made
 		// on this thread.
-		conn, err := d.DialContext(ctx, "tcp", addr)
-		res <- result{conn, err}
-	}()
-	r := <-res
+		r.conn, r.err = d.DialContext(ctx, "tcp", addr)
+	})
 	return r.conn, r.err
 }
