@@ -28,8 +28,9 @@ import (
 // Check asks the plugins, so the sandbox is repaired at once.
 type network struct {
 	cni     *cni.Manager
-	podsDir string   // <run-dir>/pods, where sandbox dirs live
-	cfgDirs []string // CNI conf and bin dirs: a change there may make the network ready
+	podsDir string      // <run-dir>/pods, where sandbox dirs live
+	holder  *cni.Holder // pods' ipc and uts namespaces (nil: in their sandbox dirs)
+	cfgDirs []string    // CNI conf and bin dirs: a change there may make the network ready
 	log     *slog.Logger
 	changed func(sandboxID string) // pokes the pod's worker
 
@@ -43,8 +44,8 @@ var _ runner.Network = (*network)(nil)
 
 const ipsFile = "ips.json"
 
-func newNetwork(m *cni.Manager, podsDir string, cfgDirs []string, log *slog.Logger) *network {
-	return &network{cni: m, podsDir: podsDir, cfgDirs: cfgDirs, log: log,
+func newNetwork(m *cni.Manager, podsDir string, holder *cni.Holder, cfgDirs []string, log *slog.Logger) *network {
+	return &network{cni: m, podsDir: podsDir, holder: holder, cfgDirs: cfgDirs, log: log,
 		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}, broken: map[string]bool{}}
 }
 
@@ -112,7 +113,7 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 // network is attached.
 func (n *network) Pin(_ context.Context, sb *runner.Sandbox) error {
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork); err != nil {
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork, n.holder); err != nil {
 		return err
 	}
 	n.log.Debug("pod namespaces pinned", "sandbox", sb.ID, "took", time.Since(t0))
@@ -126,14 +127,14 @@ func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
-			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false)
+			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, n.holder)
 			n.track(sb)
 			return ips, false, err
 		}
 	}
 	if sb.HostNetwork {
 		fresh := !isNamespace(sb.IPCNSPath())
-		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true)
+		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true, n.holder)
 		return nil, fresh, err
 	}
 	att, err := attachment(sb)
@@ -144,7 +145,7 @@ func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 		return nil, false, notReady(err)
 	}
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false); err != nil {
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, n.holder); err != nil {
 		return nil, false, err
 	}
 	t1 := time.Now()
@@ -192,7 +193,7 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(sb.Dir))
+	errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(sb.Dir, n.holder))
 	return errors.Join(errs...)
 }
 
@@ -232,6 +233,7 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
+	removed := map[string]bool{}
 	for _, d := range ents {
 		if d.IsDir() && !keep[d.Name()] {
 			dir := filepath.Join(n.podsDir, d.Name())
@@ -242,7 +244,20 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 				}
 			}
 			sb := &runner.Sandbox{Dir: dir}
-			errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir))
+			errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir, n.holder))
+			removed[d.Name()] = true
+		}
+	}
+	if n.holder == nil {
+		return errors.Join(errs...)
+	}
+	// Namespaces whose sandbox dir is gone (a crash while it was removed).
+	ids, err := n.holder.IDs()
+	errs = append(errs, err)
+	for _, id := range ids {
+		if !keep[id] && !removed[id] {
+			n.log.Info("removing leftover pod namespaces", "sandbox", id)
+			errs = append(errs, cni.RemoveNamespaces(filepath.Join(n.podsDir, id), n.holder))
 		}
 	}
 	return errors.Join(errs...)

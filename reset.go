@@ -127,7 +127,7 @@ func resetPods(ctx context.Context, c *cli.Context, conn *ctrdrt.Conn, netCfg cn
 	engine := runner.New(runner.Config{
 		NodeName: c.String("node-name"), StateDir: stateDir, RunDir: runDir,
 		PodLogDir: c.String("pod-log-dir"), Logger: log, Cgroups: cg,
-	}, rt, newNetwork(cniMgr, filepath.Join(runDir, "pods"), nil, log))
+	}, rt, newNetwork(cniMgr, filepath.Join(runDir, "pods"), nil, nil, log)) // removeDirs unpins the namespace holder
 	if err := engine.RemoveAll(ctx); err != nil {
 		return nil, err
 	}

@@ -185,7 +185,12 @@ func runNode(c *cli.Context) error {
 
 	relax := newRelaxer()
 	go relax.run(ctx)
-	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"),
+	holder, err := cni.OpenHolder(filepath.Join(runDir, "ns"))
+	if err != nil {
+		return err
+	}
+	defer holder.Close()
+	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"), holder,
 		append([]string{c.String("cni-conf-dir")}, filepath.SplitList(c.String("cni-bin-dir"))...), log)
 	hostIP := c.String("node-ip")
 	if hostIP == "" {
@@ -195,7 +200,7 @@ func runNode(c *cli.Context) error {
 	metrics.LogStreams(logs.Streams)
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
-		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir,
+		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir, NSHolder: holder.Root(),
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cg,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),

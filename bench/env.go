@@ -356,7 +356,7 @@ func detachLeftovers(ctx context.Context, conf, cacheDir, podsDir string) error 
 		if err := plugins.DelNetworkList(ctx, list, rt); err != nil {
 			errs = append(errs, fmt.Errorf("CNI DEL %s: %w", sb.Name(), err))
 		}
-		errs = append(errs, cni.RemoveNamespaces(dir))
+		errs = append(errs, cni.RemoveNamespaces(dir, nil))
 		removeCgroup("/noderun/pod" + sb.Name()) // noderun's pod cgroup, if it was noderun's
 	}
 	return errors.Join(errs...)

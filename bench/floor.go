@@ -105,7 +105,7 @@ func (f *floor) rtConf(p *floorPod) *libcni.RuntimeConf {
 func (f *floor) start(ctx context.Context, id string) (*floorPod, error) {
 	ctx = namespaces.WithNamespace(ctx, floorNS)
 	p := &floorPod{id: id, dir: filepath.Join(f.podsDir, id)}
-	if _, err := cni.CreateNamespaces(p.dir, id, false); err != nil {
+	if _, err := cni.CreateNamespaces(p.dir, id, false, nil); err != nil {
 		return p, err
 	}
 	if _, err := f.plugins.AddNetworkList(ctx, f.network, f.rtConf(p)); err != nil {
@@ -183,7 +183,7 @@ func (f *floor) stop(ctx context.Context, p *floorPod) error {
 	if err := f.plugins.DelNetworkList(ctx, f.network, f.rtConf(p)); err != nil {
 		errs = append(errs, fmt.Errorf("CNI DEL %s: %w", p.id, err))
 	}
-	errs = append(errs, cni.RemoveNamespaces(p.dir))
+	errs = append(errs, cni.RemoveNamespaces(p.dir, nil))
 	removeCgroup(f.cgroup + "/" + p.id)
 	errs = append(errs, os.RemoveAll(filepath.Join(f.logDir, p.id)))
 	return errors.Join(errs...)

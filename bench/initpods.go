@@ -59,7 +59,7 @@ type floorMulti struct {
 func (f *floor) startInitPod(ctx context.Context, id string) (*floorMulti, error) {
 	ctx = namespaces.WithNamespace(ctx, floorNS)
 	p := &floorMulti{pod: floorPod{id: id, dir: filepath.Join(f.podsDir, id)}}
-	if _, err := cni.CreateNamespaces(p.pod.dir, id, false); err != nil {
+	if _, err := cni.CreateNamespaces(p.pod.dir, id, false, nil); err != nil {
 		return p, err
 	}
 	if _, err := f.plugins.AddNetworkList(ctx, f.network, f.rtConf(&p.pod)); err != nil {
@@ -134,7 +134,7 @@ func (f *floor) stopInitPod(ctx context.Context, p *floorMulti) error {
 	if err := f.plugins.DelNetworkList(ctx, f.network, f.rtConf(&p.pod)); err != nil {
 		errs = append(errs, fmt.Errorf("CNI DEL %s: %w", p.pod.id, err))
 	}
-	errs = append(errs, cni.RemoveNamespaces(p.pod.dir))
+	errs = append(errs, cni.RemoveNamespaces(p.pod.dir, nil))
 	removeCgroup(f.cgroup + "/" + p.pod.id)
 	errs = append(errs, os.RemoveAll(filepath.Join(f.logDir, p.pod.id)))
 	return errors.Join(errs...)

@@ -31,7 +31,7 @@ import (
 func testPod(t *testing.T, m *Manager, name string) Attachment {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), name)
-	nss, err := CreateNamespaces(dir, name, false)
+	nss, err := CreateNamespaces(dir, name, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func testPod(t *testing.T, m *Manager, name string) Attachment {
 		}
 	})
 	t.Cleanup(func() {
-		if err := RemoveNamespaces(dir); err != nil {
+		if err := RemoveNamespaces(dir, nil); err != nil {
 			t.Error(err)
 		}
 	})
@@ -189,7 +189,7 @@ func TestDelAfterNetnsGone(t *testing.T) {
 				t.Fatal("no masquerade rules after ADD; the test proves nothing")
 			}
 			// As after a reboot or a teardown that removed the sandbox first.
-			if err := RemoveNamespaces(filepath.Dir(a.NetNS)); err != nil {
+			if err := RemoveNamespaces(filepath.Dir(a.NetNS), nil); err != nil {
 				t.Fatal(err)
 			}
 			a.NetNS = tt.netns(a)
@@ -560,7 +560,7 @@ func TestDelRemovesHostVethOfAHeldNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Close()
-	if err := RemoveNamespaces(filepath.Dir(a.NetNS)); err != nil {
+	if err := RemoveNamespaces(filepath.Dir(a.NetNS), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Del(ctx, a); err != nil {

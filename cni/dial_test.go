@@ -16,11 +16,11 @@ import (
 func TestDialLoopback(t *testing.T) {
 	requireRoot(t)
 	dir := filepath.Join(t.TempDir(), "pod")
-	nss, err := CreateNamespaces(dir, "", false)
+	nss, err := CreateNamespaces(dir, "", false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveNamespaces(dir) })
+	t.Cleanup(func() { RemoveNamespaces(dir, nil) })
 	ln := inNamespace(t, nss.Net, unix.CLONE_NEWNET, func() (net.Listener, error) {
 		return net.Listen("tcp", "127.0.0.1:0")
 	})

@@ -106,7 +106,7 @@ func testGC(t *testing.T, setup ...func(*testing.T, Config)) {
 	// Netns gone as after a reboot that kept iptables (or a lost run dir):
 	// the DEL cannot find the masquerade rules, GC removes them.
 	lost := add("lost")
-	if err := RemoveNamespaces(filepath.Dir(lost.NetNS)); err != nil {
+	if err := RemoveNamespaces(filepath.Dir(lost.NetNS), nil); err != nil {
 		t.Fatal(err)
 	}
 	// A crash mid-ADD: plugins ran, libcni never cached the result.
@@ -114,7 +114,7 @@ func testGC(t *testing.T, setup ...func(*testing.T, Config)) {
 	if err := os.Remove(filepath.Join(cfg.CacheDir, "results", m.NetworkName()+"-"+crashed.ID+"-eth0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveNamespaces(filepath.Dir(crashed.NetNS)); err != nil {
+	if err := RemoveNamespaces(filepath.Dir(crashed.NetNS), nil); err != nil {
 		t.Fatal(err)
 	}
 	// Being set up while GC runs, not yet in keep.

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -31,86 +30,126 @@ var cloneFlags = map[string]int{
 	nsUTS: unix.CLONE_NEWUTS,
 }
 
-// CreateNamespaces creates the pod's namespaces and pins each onto a file in
-// dir: net, ipc and uts, or only ipc for a hostNetwork pod, which shares the
-// host's network and hostname as in Kubernetes. A new UTS namespace gets
-// hostname (if not empty) and a new network namespace gets "lo" up.
+// CreateNamespaces creates the pod's namespaces and pins each onto a file:
+// net, ipc and uts, or only ipc for a hostNetwork pod, which shares the
+// host's network and hostname as in Kubernetes. The net pin is in dir; the
+// ipc and uts pins are in h under dir's name, or in dir when h is nil. A new
+// UTS namespace gets hostname (if not empty) and a new network namespace gets
+// "lo" up.
 //
-// Namespaces already pinned in dir are kept, so a repeat after a crash
-// creates only what is missing and never replaces a namespace a CNI
-// attachment or container may already use.
-func CreateNamespaces(dir, hostname string, hostNetwork bool) (Namespaces, error) {
-	kinds := []string{nsIPC}
-	nss := Namespaces{IPC: filepath.Join(dir, nsIPC)}
-	if !hostNetwork {
-		kinds = []string{nsNet, nsIPC, nsUTS}
-		nss.Net = filepath.Join(dir, nsNet)
-		nss.UTS = filepath.Join(dir, nsUTS)
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+// Namespaces already pinned are kept, so a repeat after a crash creates only
+// what is missing and never replaces a namespace a CNI attachment or
+// container may already use. ipc and uts pins an older noderun left in dir
+// move into h.
+func CreateNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namespaces, error) {
+	nss, err := createNamespaces(dir, hostname, hostNetwork, h)
+	if err != nil {
 		return Namespaces{}, fmt.Errorf("cni: create namespaces in %s: %w", dir, err)
 	}
-	var missing []string
-	for _, k := range kinds {
-		pinned, err := isNamespace(filepath.Join(dir, k))
-		if err != nil {
-			return Namespaces{}, fmt.Errorf("cni: create namespaces in %s: %w", dir, err)
+	return nss, nil
+}
+
+func createNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namespaces, error) {
+	id := filepath.Base(dir)
+	path := func(k string) string {
+		if h == nil || k == nsNet {
+			return filepath.Join(dir, k)
 		}
-		if !pinned {
-			missing = append(missing, k)
+		return h.path(id, k)
+	}
+	kinds := []string{nsIPC}
+	nss := Namespaces{IPC: path(nsIPC)}
+	if !hostNetwork {
+		kinds = []string{nsNet, nsIPC, nsUTS}
+		nss.Net, nss.UTS = path(nsNet), path(nsUTS)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return Namespaces{}, err
+	}
+	var missing []string
+	moving := map[string]string{}
+	for _, k := range kinds {
+		pinned, err := isNamespace(path(k))
+		if err != nil {
+			return Namespaces{}, err
+		}
+		if pinned {
+			continue
+		}
+		if old := filepath.Join(dir, k); old != path(k) {
+			if pinned, err := isNamespace(old); err != nil {
+				return Namespaces{}, err
+			} else if pinned {
+				moving[k] = old
+				continue
+			}
+		}
+		missing = append(missing, k)
+	}
+	if len(moving) > 0 {
+		if err := h.moveIn(id, moving); err != nil {
+			return Namespaces{}, err
+		}
+		for _, old := range moving {
+			if err := unpin(old); err != nil {
+				return Namespaces{}, err
+			}
 		}
 	}
 	if len(missing) == 0 {
 		return nss, nil
 	}
 
-	errc := make(chan error, 1)
-	go func() {
-		// The thread leaves the host's namespaces below. It is never
-		// unlocked, so the runtime ends it with this goroutine instead of
-		// running other goroutines inside the pod's namespaces.
-		runtime.LockOSThread()
-		errc <- unshareAndPin(dir, hostname, missing)
-	}()
-	if err := <-errc; err != nil {
-		return Namespaces{}, fmt.Errorf("cni: create namespaces in %s: %w", dir, err)
+	var onHost []string
+	var err error
+	onDiscardedThread(func() { onHost, err = unshareAndPin(dir, hostname, missing, h) })
+	if err != nil {
+		// Undone here: the thread that made them may have left the
+		// host's mount namespace.
+		for _, target := range onHost {
+			err = errors.Join(err, unpin(target))
+		}
+		return Namespaces{}, err
 	}
 	return nss, nil
 }
 
-// unshareAndPin must run on a locked thread that is discarded afterwards.
-func unshareAndPin(dir, hostname string, kinds []string) (retErr error) {
+// unshareAndPin must run on a discarded thread (onDiscardedThread). It
+// returns the pins it made on the host.
+func unshareAndPin(dir, hostname string, kinds []string, h *Holder) (onHost []string, _ error) {
 	flags := 0
 	for _, k := range kinds {
 		flags |= cloneFlags[k]
 	}
 	if err := unix.Unshare(flags); err != nil {
-		return fmt.Errorf("unshare: %w", err)
+		return nil, fmt.Errorf("unshare: %w", err)
 	}
 	if slices.Contains(kinds, nsUTS) && hostname != "" {
 		if err := unix.Sethostname([]byte(hostname)); err != nil {
-			return fmt.Errorf("set hostname %q: %w", hostname, err)
+			return nil, fmt.Errorf("set hostname %q: %w", hostname, err)
 		}
 	}
 	if slices.Contains(kinds, nsNet) {
 		if err := loopbackUp(); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	tid := unix.Gettid()
+	var held []string
 	for _, k := range kinds {
-		target := filepath.Join(dir, k)
-		src := fmt.Sprintf("/proc/%d/task/%d/ns/%s", os.Getpid(), tid, k)
-		if err := pin(src, target); err != nil {
-			return err
+		if h != nil && k != nsNet {
+			held = append(held, k)
+			continue
 		}
-		defer func() {
-			if retErr != nil {
-				retErr = errors.Join(retErr, unpin(target))
-			}
-		}()
+		target := filepath.Join(dir, k)
+		if err := pin("/proc/thread-self/ns/"+k, target); err != nil {
+			return onHost, err
+		}
+		onHost = append(onHost, target)
 	}
-	return nil
+	if len(held) > 0 {
+		return onHost, h.pinHere(filepath.Base(dir), held)
+	}
+	return onHost, nil
 }
 
 // pin bind-mounts the namespace file src onto target, keeping the namespace
@@ -185,11 +224,17 @@ func loopbackUp() error {
 	return nil
 }
 
-// RemoveNamespaces unpins the namespace files in dir and removes them and
-// dir; whatever is already gone counts as removed. dir is kept if something
-// else still lives in it, because that belongs to another owner.
-func RemoveNamespaces(dir string) error {
+// RemoveNamespaces unpins the pod's namespace files, in dir and in h (nil:
+// all in dir), and removes them and dir; whatever is already gone counts as
+// removed. dir is kept if something else still lives in it, because that
+// belongs to another owner.
+func RemoveNamespaces(dir string, h *Holder) error {
 	var errs []error
+	// The holder's first: while the net pin is there, a pod's namespaces
+	// are not all released (the bench waits for it to go).
+	if h != nil {
+		errs = append(errs, h.remove(filepath.Base(dir)))
+	}
 	for _, k := range []string{nsNet, nsIPC, nsUTS} {
 		errs = append(errs, unpin(filepath.Join(dir, k)))
 	}

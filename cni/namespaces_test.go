@@ -13,16 +13,49 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestCreateNamespaces(t *testing.T) {
+// eachLayout runs f with every pin in the sandbox dir and with ipc and uts
+// in a holder.
+func eachLayout(t *testing.T, f func(t *testing.T, h *Holder)) {
 	requireRoot(t)
-	dir := filepath.Join(t.TempDir(), "pod")
-	nss, err := CreateNamespaces(dir, "web-0", false)
+	t.Run("in-dir", func(t *testing.T) { f(t, nil) })
+	t.Run("holder", func(t *testing.T) { f(t, openTestHolder(t, filepath.Join(t.TempDir(), "ns"))) })
+}
+
+// openTestHolder opens a holder in dir that is unpinned at cleanup.
+func openTestHolder(t *testing.T, dir string) *Holder {
+	t.Helper()
+	h, err := OpenHolder(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveNamespaces(dir) })
+	t.Cleanup(func() {
+		h.Close()
+		unix.Unmount(filepath.Join(dir, holderPin), unix.MNT_DETACH)
+		unix.Unmount(dir, unix.MNT_DETACH)
+	})
+	return h
+}
 
-	want := Namespaces{Net: dir + "/net", IPC: dir + "/ipc", UTS: dir + "/uts"}
+// heldDir is where a pod's ipc and uts pins are.
+func heldDir(h *Holder, dir string) string {
+	if h == nil {
+		return dir
+	}
+	return filepath.Join(h.Root(), filepath.Base(dir))
+}
+
+func TestCreateNamespaces(t *testing.T) { eachLayout(t, testCreateNamespaces) }
+
+func testCreateNamespaces(t *testing.T, h *Holder) {
+	dir := filepath.Join(t.TempDir(), "pod")
+	nss, err := CreateNamespaces(dir, "web-0", false, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { RemoveNamespaces(dir, h) })
+
+	held := heldDir(h, dir)
+	want := Namespaces{Net: dir + "/net", IPC: held + "/ipc", UTS: held + "/uts"}
 	if nss != want {
 		t.Fatalf("got %+v, want %+v", nss, want)
 	}
@@ -54,68 +87,86 @@ func TestCreateNamespaces(t *testing.T) {
 
 	// A repeat (e.g. after a crash) keeps the namespaces already pinned.
 	before := inode(t, nss.Net)
-	again, err := CreateNamespaces(dir, "web-0", false)
+	ipc := inode(t, nss.IPC)
+	again, err := CreateNamespaces(dir, "web-0", false, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again != nss || inode(t, again.Net) != before {
+	if again != nss || inode(t, again.Net) != before || inode(t, again.IPC) != ipc {
 		t.Errorf("repeat gave %+v (net inode %d), want %+v (net inode %d)", again, inode(t, again.Net), nss, before)
 	}
-	if n := mountsUnder(t, dir); n != 3 {
-		t.Errorf("%d mounts under %s after repeat, want 3", n, dir)
+	wantMounts := 3
+	if h != nil {
+		wantMounts = 1 // only net: ipc and uts are not in the host's mount table
+	}
+	if n := mountsUnder(t, dir); n != wantMounts {
+		t.Errorf("%d mounts under %s after repeat, want %d", n, dir, wantMounts)
 	}
 
 	// A second pod gets namespaces of its own.
 	dir2 := filepath.Join(t.TempDir(), "pod2")
-	nss2, err := CreateNamespaces(dir2, "web-1", false)
+	nss2, err := CreateNamespaces(dir2, "web-1", false, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveNamespaces(dir2) })
-	if inode(t, nss2.Net) == inode(t, nss.Net) {
-		t.Error("two pods share a netns")
+	t.Cleanup(func() { RemoveNamespaces(dir2, h) })
+	for _, k := range [][2]string{{nss.Net, nss2.Net}, {nss.IPC, nss2.IPC}, {nss.UTS, nss2.UTS}} {
+		if inode(t, k[0]) == inode(t, k[1]) {
+			t.Errorf("two pods share a namespace: %s and %s", k[0], k[1])
+		}
 	}
 }
 
-func TestCreateNamespacesHostNetwork(t *testing.T) {
-	requireRoot(t)
+func TestCreateNamespacesHostNetwork(t *testing.T) { eachLayout(t, testCreateNamespacesHostNetwork) }
+
+func testCreateNamespacesHostNetwork(t *testing.T, h *Holder) {
 	dir := filepath.Join(t.TempDir(), "pod")
-	nss, err := CreateNamespaces(dir, "ignored", true)
+	nss, err := CreateNamespaces(dir, "ignored", true, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveNamespaces(dir) })
-	if want := (Namespaces{IPC: dir + "/ipc"}); nss != want {
+	t.Cleanup(func() { RemoveNamespaces(dir, h) })
+	if want := (Namespaces{IPC: heldDir(h, dir) + "/ipc"}); nss != want {
 		t.Fatalf("got %+v, want %+v", nss, want)
 	}
 	if inode(t, nss.IPC) == inode(t, "/proc/self/ns/ipc") {
 		t.Error("ipc namespace is the host's")
 	}
-	for _, k := range []string{"net", "uts"} {
-		if _, err := os.Stat(filepath.Join(dir, k)); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("%s pinned for a hostNetwork pod (stat: %v)", k, err)
+	for _, p := range []string{filepath.Join(dir, "net"), filepath.Join(heldDir(h, dir), "uts")} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s pinned for a hostNetwork pod (stat: %v)", p, err)
 		}
 	}
 }
 
 func TestCreateNamespacesRepairsPartial(t *testing.T) {
-	requireRoot(t)
+	eachLayout(t, testCreateNamespacesRepairsPartial)
+}
+
+func testCreateNamespacesRepairsPartial(t *testing.T, h *Holder) {
 	dir := filepath.Join(t.TempDir(), "pod")
-	nss, err := CreateNamespaces(dir, "web-0", false)
+	nss, err := CreateNamespaces(dir, "web-0", false, h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { RemoveNamespaces(dir) })
+	t.Cleanup(func() { RemoveNamespaces(dir, h) })
 	ipc := inode(t, nss.IPC)
 	// As after a crash between pins: uts never mounted, a bare file left.
-	if err := unpin(nss.UTS); err != nil {
+	unpinUTS := func() error { return unpin(nss.UTS) }
+	bareFile := func() error { return os.WriteFile(nss.UTS, nil, 0o444) }
+	if h != nil {
+		inHolder := "/" + holderPods + "/pod/uts"
+		unpinUTS = func() error { return h.inside(func() error { return unpin(inHolder) }) }
+		bareFile = func() error { return h.inside(func() error { return os.WriteFile(inHolder, nil, 0o444) }) }
+	}
+	if err := unpinUTS(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(nss.UTS, nil, 0o444); err != nil {
+	if err := bareFile(); err != nil {
 		t.Fatal(err)
 	}
 
-	if _, err := CreateNamespaces(dir, "web-0", false); err != nil {
+	if _, err := CreateNamespaces(dir, "web-0", false, h); err != nil {
 		t.Fatal(err)
 	}
 	if inode(t, nss.IPC) != ipc {
@@ -126,22 +177,25 @@ func TestCreateNamespacesRepairsPartial(t *testing.T) {
 	}
 }
 
-func TestRemoveNamespaces(t *testing.T) {
-	requireRoot(t)
+func TestRemoveNamespaces(t *testing.T) { eachLayout(t, testRemoveNamespaces) }
+
+func testRemoveNamespaces(t *testing.T, h *Holder) {
 	dir := filepath.Join(t.TempDir(), "pod")
-	if _, err := CreateNamespaces(dir, "web-0", false); err != nil {
+	if _, err := CreateNamespaces(dir, "web-0", false, h); err != nil {
 		t.Fatal(err)
 	}
-	if err := RemoveNamespaces(dir); err != nil {
+	if err := RemoveNamespaces(dir, h); err != nil {
 		t.Fatal(err)
 	}
 	if n := mountsUnder(t, dir); n != 0 {
 		t.Errorf("%d mounts left under %s", n, dir)
 	}
-	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("%s still exists (stat: %v)", dir, err)
+	for _, p := range []string{dir, heldDir(h, dir)} {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s still exists (stat: %v)", p, err)
+		}
 	}
-	if err := RemoveNamespaces(dir); err != nil {
+	if err := RemoveNamespaces(dir, h); err != nil {
 		t.Errorf("second remove: %v", err)
 	}
 }

@@ -42,7 +42,7 @@ func (n *node) reboot() {
 	}
 	sandboxes, _ := os.ReadDir(filepath.Join(n.run, "pods"))
 	for _, sb := range sandboxes {
-		if err := cni.RemoveNamespaces(filepath.Join(n.run, "pods", sb.Name())); err != nil {
+		if err := cni.RemoveNamespaces(filepath.Join(n.run, "pods", sb.Name()), nil); err != nil {
 			t.Fatal(err)
 		}
 	}

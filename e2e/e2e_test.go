@@ -426,8 +426,12 @@ spec:
 		t.Errorf("%d tasks left", len(ts))
 	}
 	checkOnlyImageSnapshots(t, n, baseline)
-	if m := mountsUnder(t, n.root); len(m) != 0 {
-		t.Errorf("mounts left under %s: %v", n.root, m)
+	holder := []string{n.holderDir(), filepath.Join(n.holderDir(), "mnt")}
+	if m := mountsUnder(t, n.root); !slices.Equal(m, holder) {
+		t.Errorf("mounts left under %s: %v, want only the namespace holder's %v", n.root, m, holder)
+	}
+	if held := n.heldSandboxes(); len(held) != 0 {
+		t.Errorf("ipc/uts namespaces left in the holder: %v", held)
 	}
 	if ents, err := os.ReadDir(filepath.Join(n.run, "pods")); err == nil && len(ents) != 0 {
 		t.Errorf("sandbox dirs left in %s: %d", filepath.Join(n.run, "pods"), len(ents))

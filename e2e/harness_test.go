@@ -733,6 +733,34 @@ func (n *node) snapshots() []snapshots.Info {
 	return out
 }
 
+// holderDir is where noderun pins the mount namespace holding its pods' ipc
+// and uts namespaces (cni.Holder).
+func (n *node) holderDir() string { return filepath.Join(n.run, "ns") }
+
+// heldSandboxes lists the pods whose ipc/uts namespaces noderun holds, seen
+// through the thread noderun keeps in the holder.
+func (n *node) heldSandboxes() []string {
+	n.t.Helper()
+	pid := n.proc.Process.Pid
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	for _, tk := range tasks {
+		// Only the holder's thread has a /pods at its root.
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/task/%s/root/pods", pid, tk.Name()))
+		if err == nil {
+			names := []string{}
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			return names
+		}
+	}
+	n.t.Fatalf("no thread of noderun (pid %d) is in its namespace holder", pid)
+	return nil
+}
+
 // mountsUnder lists mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
@@ -777,6 +805,14 @@ func (n *node) cleanup() {
 	}
 	if !clean {
 		n.forceClean()
+	}
+	// noderun's namespace holder outlives it, as it must.
+	holder := mountsUnder(t, n.holderDir())
+	slices.Reverse(holder) // the pin inside before the dir
+	for _, m := range holder {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
+			t.Errorf("cleanup: unmount %s: %v", m, err)
+		}
 	}
 	// Like the bridge, the node-wide masquerade outlives noderun (its pods
 	// may run on); only reset removes it.
@@ -838,7 +874,7 @@ func (n *node) forceClean() {
 				t.Errorf("cleanup: %v", err)
 			}
 		}
-		if err := cni.RemoveNamespaces(dir); err != nil {
+		if err := cni.RemoveNamespaces(dir, nil); err != nil {
 			t.Errorf("cleanup: %v", err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -275,4 +276,94 @@ spec:
 	n.waitLogLine(log, "file "+fqdn)
 	n.waitLogLine(log, "env HOSTNAME="+fqdn)
 	n.waitLogLine(log, "hosts 1")
+}
+
+// nsLine waits for the container's line "ns <ipc> <uts> <hostname>".
+func (n *node) nsLine(p *v1.Pod, container string, run int) string {
+	n.t.Helper()
+	path := n.logPath(p, container, run)
+	deadline := time.Now().Add(waitTimeout)
+	for time.Now().Before(deadline) {
+		for _, l := range n.readLog(path) {
+			if strings.HasPrefix(l.content, "ns ") {
+				return l.content
+			}
+		}
+		time.Sleep(pollEvery)
+	}
+	n.t.Fatalf("log %s: no ns line after %s", path, waitTimeout)
+	return ""
+}
+
+// A pod's containers share its ipc and uts namespaces, which are held off
+// the host's mount table (only the net pin is there) and outlive noderun: a
+// container the next noderun restarts joins the same ones, so its SysV IPC
+// objects and hostname are still there, as with CRI's pause container.
+func TestPodIPCAndUTSOutliveNoderun(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	show := `echo "ns $(readlink /proc/self/ns/ipc) $(readlink /proc/self/ns/uts) $(hostname)";`
+	n.writeManifest("shared.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: shared}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: a
+    image: busybox:1.36
+    command: ["sh", "-c", '%[1]s %[2]s']
+  - name: b
+    image: busybox:1.36
+    command: ["sh", "-c", '%[1]s %[2]s']
+`, show, untilTerm))
+	p := n.waitPod("shared", "Running", running)
+	a, b := n.nsLine(p, "a", 0), n.nsLine(p, "b", 0)
+	if a != b {
+		t.Fatalf("the pod's containers are in different namespaces: %q and %q", a, b)
+	}
+	if strings.Contains(a, hostNS(t, "ipc")) || strings.Contains(a, hostNS(t, "uts")) {
+		t.Fatalf("the pod shares the host's ipc or uts namespace: %q", a)
+	}
+	if !strings.HasSuffix(a, " "+p.Name) {
+		t.Errorf("hostname in %q, want %s", a, p.Name)
+	}
+	sandbox := filepath.Join(n.run, "pods", runner.SandboxID(string(p.UID)))
+	want := []string{filepath.Join(sandbox, "net")}
+	if pins := nsfsUnder(t, sandbox); !slices.Equal(pins, want) {
+		t.Errorf("namespace pins on the host for the pod: %v, want %v", pins, want)
+	}
+
+	if held := n.heldSandboxes(); !slices.Contains(held, runner.SandboxID(string(p.UID))) {
+		t.Errorf("the pod's namespaces are not in noderun's holder (it holds %v)", held)
+	}
+
+	n.kill9()
+	n.start()
+	n.waitHealthy()
+	if err := unix.Kill(n.mainPID(p, "b"), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	n.waitPod("shared", "b restarted", func(p *v1.Pod) bool { return running(p) && containerStatus(p, "b").RestartCount == 1 })
+	if again := n.nsLine(p, "b", 1); again != a {
+		t.Errorf("after a noderun restart, the restarted container is in %q, want the pod's %q", again, a)
+	}
+}
+
+// nsfsUnder lists the namespace pins at or below dir in the host's mount
+// table.
+func nsfsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		pre, post, _ := strings.Cut(line, " - ")
+		if f := strings.Fields(pre); len(f) > 4 && strings.HasPrefix(post, "nsfs ") &&
+			(f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
 }

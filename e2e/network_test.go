@@ -314,7 +314,7 @@ func TestRebootKeepsNetworkingAndLeaksNothing(t *testing.T) {
 	}
 	sandboxes, _ := filepath.Glob(filepath.Join(n.run, "pods", "*"))
 	for _, dir := range sandboxes {
-		if err := cni.RemoveNamespaces(dir); err != nil {
+		if err := cni.RemoveNamespaces(dir, nil); err != nil {
 			t.Fatal(err)
 		}
 		// The pod's /dev/shm tmpfs is gone after a reboot too.
@@ -322,6 +322,12 @@ func TestRebootKeepsNetworkingAndLeaksNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// So is the mount namespace that holds the pods' ipc and uts namespaces.
+	for _, m := range []string{filepath.Join(n.run, "ns", "mnt"), filepath.Join(n.run, "ns")} {
+		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,6 +30,7 @@ type Config struct {
 	HostIP     string
 	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
 	RunDir     string // pinned namespaces: <RunDir>/pods/<uid>
+	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
 	PodLogDir  string
 	ResolvConf string         // the host resolv.conf that pods with dnsPolicy Default get
 	Cgroups    cgroups.Layout // where pod cgroups are (zero: cgroupfs, /noderun)

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -172,8 +173,11 @@ type Sandbox struct {
 	HostIPC     bool   // the host's IPC namespace and /dev/shm
 	SharePID    bool   // shareProcessNamespace: one PID namespace for the pod
 	Dir         string // run-dir directory holding the pinned namespace files
-	Epoch       string // names this incarnation of the sandbox; containers carry it
-	Ports       []PortMapping
+	// NSHolder is where the pod's ipc and uts namespace files are, seen
+	// from the host: <NSHolder>/<Dir's name>/ipc; "" puts them in Dir.
+	NSHolder string
+	Epoch    string // names this incarnation of the sandbox; containers carry it
+	Ports    []PortMapping
 	// From the kubernetes.io/ingress-bandwidth and egress-bandwidth annotations.
 	IngressBandwidth, EgressBandwidth string
 	DNS                               DNSConfig // the pod's resolver settings, for CNI's dns capability
@@ -190,10 +194,17 @@ type PortMapping struct {
 	Protocol, HostIP        string
 }
 
-// Namespace file paths inside a sandbox directory.
+// Paths of the pod's namespace files.
 func (s *Sandbox) NetNSPath() string { return s.Dir + "/net" }
-func (s *Sandbox) IPCNSPath() string { return s.Dir + "/ipc" }
-func (s *Sandbox) UTSNSPath() string { return s.Dir + "/uts" }
+func (s *Sandbox) IPCNSPath() string { return s.heldNSDir() + "/ipc" }
+func (s *Sandbox) UTSNSPath() string { return s.heldNSDir() + "/uts" }
+
+func (s *Sandbox) heldNSDir() string {
+	if s.NSHolder == "" {
+		return s.Dir
+	}
+	return filepath.Join(s.NSHolder, filepath.Base(s.Dir))
+}
 
 // PIDNSPath is the pinned PID namespace of a pod that shares one.
 func (s *Sandbox) PIDNSPath() string { return s.Dir + "/pid" }

@@ -522,6 +522,7 @@ func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
 		HostIPC:          pod.Spec.HostIPC,
 		SharePID:         pod.Spec.ShareProcessNamespace != nil && *pod.Spec.ShareProcessNamespace,
 		Dir:              w.podRunDir(),
+		NSHolder:         w.env.cfg.NSHolder,
 		Epoch:            w.st.epoch,
 		Ports:            hostPorts(pod),
 		IngressBandwidth: pod.Annotations[bandwidth.IngressAnnotation],
