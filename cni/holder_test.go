@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -14,17 +13,7 @@ import (
 // nsfsMounts counts the namespace pins in the host's mount table.
 func nsfsMounts(t *testing.T) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for line := range strings.Lines(string(data)) {
-		if _, post, ok := strings.Cut(line, " - "); ok && strings.HasPrefix(post, "nsfs ") {
-			n++
-		}
-	}
-	return n
+	return countMounts(t, func(_, fstype string) bool { return fstype == "nsfs" })
 }
 
 func hostnameIn(t *testing.T, uts string) string {

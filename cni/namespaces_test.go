@@ -203,14 +203,22 @@ func testRemoveNamespaces(t *testing.T, h *Holder) {
 // mountsUnder counts mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) int {
 	t.Helper()
+	return countMounts(t, func(point, _ string) bool { return point == dir || strings.HasPrefix(point, dir+"/") })
+}
+
+// countMounts counts the host's mounts (mount point, filesystem type) that
+// match.
+func countMounts(t *testing.T, match func(point, fstype string) bool) int {
+	t.Helper()
 	data, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := 0
 	for line := range strings.Lines(string(data)) {
-		// Field 5 is the mount point (no spaces in our temp paths).
-		if f := strings.Fields(line); len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+		// No spaces in the test's paths.
+		pre, post, _ := strings.Cut(line, " - ")
+		if f, fs := strings.Fields(pre), strings.Fields(post); len(f) > 4 && len(fs) > 0 && match(f[4], fs[0]) {
 			n++
 		}
 	}

@@ -720,19 +720,7 @@ func exists(path string) bool {
 // cgroupRoots lists the mount points of the cgroup hierarchies.
 func cgroupRoots(t *testing.T) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, ok := strings.Cut(line, " - ")
-		fields, fs := strings.Fields(pre), strings.Fields(post)
-		if ok && len(fields) > 4 && len(fs) > 0 && (fs[0] == "cgroup" || fs[0] == "cgroup2") {
-			out = append(out, fields[4])
-		}
-	}
-	return out
+	return hostMounts(t, func(m hostMount) bool { return m.fstype == "cgroup" || m.fstype == "cgroup2" })
 }
 
 // Container logs keep being written while noderun is down: the log

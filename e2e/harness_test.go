@@ -761,8 +761,12 @@ func (n *node) heldSandboxes() []string {
 	return nil
 }
 
-// mountsUnder lists mount points at or below dir.
-func mountsUnder(t *testing.T, dir string) []string {
+// hostMount is a line of the host's mount table: mount point and filesystem
+// type.
+type hostMount struct{ point, fstype string }
+
+// hostMounts lists the mounts that match keep, in mount order.
+func hostMounts(t *testing.T, keep func(hostMount) bool) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -770,12 +774,23 @@ func mountsUnder(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			out = append(out, fields[4])
+		pre, post, _ := strings.Cut(line, " - ")
+		if f, fs := strings.Fields(pre), strings.Fields(post); len(f) > 4 && len(fs) > 0 && keep(hostMount{f[4], fs[0]}) {
+			out = append(out, f[4])
 		}
 	}
 	return out
+}
+
+// under reports whether m is at or below dir.
+func (m hostMount) under(dir string) bool {
+	return m.point == dir || strings.HasPrefix(m.point, dir+"/")
+}
+
+// mountsUnder lists mount points at or below dir.
+func mountsUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	return hostMounts(t, func(m hostMount) bool { return m.under(dir) })
 }
 
 // cleanup removes every manifest and lets noderun tear the pods down; what

@@ -353,17 +353,5 @@ spec:
 // table.
 func nsfsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, _ := strings.Cut(line, " - ")
-		if f := strings.Fields(pre); len(f) > 4 && strings.HasPrefix(post, "nsfs ") &&
-			(f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
-			out = append(out, f[4])
-		}
-	}
-	return out
+	return hostMounts(t, func(m hostMount) bool { return m.fstype == "nsfs" && m.under(dir) })
 }
