@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -51,9 +52,7 @@ func TestNetworkGCRemovesLeftoverSandboxDirs(t *testing.T) {
 // Network GC also removes the held ipc/uts namespaces of sandboxes it no
 // longer knows, with or without their sandbox dir.
 func TestNetworkGCRemovesLeftoverHeldNamespaces(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root") // a normal user cannot make namespaces
-	}
+	testenv.Require(t, os.Geteuid() == 0, "root (to make namespaces)")
 	root := t.TempDir()
 	m, err := cni.New(cni.Config{ConfDir: filepath.Join(root, "conf"), CacheDir: filepath.Join(root, "cache"), BinDirs: []string{filepath.Join(root, "bin")}, NoDefault: true})
 	if err != nil {
