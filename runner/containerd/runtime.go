@@ -20,7 +20,6 @@ import (
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/api/types/runc/options"
 	tasktypes "github.com/containerd/containerd/api/types/task"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/mount"
@@ -305,13 +304,14 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
 		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
 	}
-	specOpts := append(r.specOpts(cfg), secOpts...)
+	var fs rootfs
+	specOpts := append(append(r.specOpts(cfg), secOpts...), fs.specOpt())
 	runtimeOpts := r.runtimeOptions()
 	newContainer := func() (c ctrd.Container, err error) {
 		err = withLease(ctx, r.client, leaseCreate, func(ctx context.Context) error {
 			c, err = r.client.NewContainer(ctx, cfg.ID,
 				ctrd.WithImageName(cfg.Image.Ref),
-				withSnapshot(r.snapshotter, cfg.ID, facts.chainID),
+				fs.prepare(r.snapshotter, cfg.ID, facts.chainID),
 				ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 				ctrd.WithContainerLabels(labelsFor(cfg)),
 				ctrd.WithNewSpec(specOpts...),
@@ -343,7 +343,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	if err != nil {
 		return nil, fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}
-	task, err := c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(runtimeOpts))
+	task, err := fs.newTask(ctx, r.client, c, logURI, runtimeOpts)
 	if err != nil {
 		return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
@@ -383,19 +383,6 @@ func (r *Runtime) removeOnError(id string, err *error) {
 	defer cancel()
 	if rerr := r.RemoveContainer(cctx, id); rerr != nil {
 		r.log.Warn("cleanup after failed start", "container", id, "err", rerr)
-	}
-}
-
-// withSnapshot prepares the container's writable snapshot on the image's
-// unpacked rootfs (what containerd's WithNewSnapshot does, without reading
-// the image's manifest and config again).
-func withSnapshot(snapshotter, id, parent string) ctrd.NewContainerOpts {
-	return func(ctx context.Context, client *ctrd.Client, c *containers.Container) error {
-		if _, err := client.SnapshotService(snapshotter).Prepare(ctx, id, parent); err != nil {
-			return fmt.Errorf("prepare snapshot %s: %w", id, err)
-		}
-		c.Snapshotter, c.SnapshotKey = snapshotter, id
-		return nil
 	}
 }
 

@@ -1,0 +1,173 @@
+package containerd
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/oci"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	v1 "k8s.io/api/core/v1"
+)
+
+func TestInsideMount(t *testing.T) {
+	overlay := mount.Mount{Type: "overlay", Source: "overlay", Options: []string{"index=off", "workdir=/s/2/work", "upperdir=/s/2/fs", "lowerdir=/s/1/fs"}}
+	long := overlay
+	long.Options = append([]string{strings.Repeat("x", maxInsideMountData)}, overlay.Options...)
+	for _, tc := range []struct {
+		name   string
+		mounts []mount.Mount
+		spec   oci.Spec
+		want   bool
+	}{
+		{"an overlay", []mount.Mount{overlay}, oci.Spec{}, true},
+		{"options longer than a mount takes", []mount.Mount{long}, oci.Spec{}, false},
+		{"a bind (another snapshotter)", []mount.Mount{{Type: "bind", Source: "/s/2/fs", Options: []string{"rbind", "rw"}}}, oci.Spec{}, false},
+		{"two mounts", []mount.Mount{overlay, overlay}, oci.Spec{}, false},
+		{"no mount", nil, oci.Spec{}, false},
+		{"an SELinux mount label", []mount.Mount{overlay}, oci.Spec{Linux: &specs.Linux{MountLabel: "system_u:object_r:container_file_t:s0"}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, ok := insideMount(tc.mounts, &tc.spec)
+			if ok != tc.want {
+				t.Fatalf("inside %t, want %t", ok, tc.want)
+			}
+			if ok && (m.Destination != "/" || m.Type != "overlay" || strings.Join(m.Options, ",") != strings.Join(overlay.Options, ",")) {
+				t.Errorf("mount %+v, want the overlay at /", m)
+			}
+		})
+	}
+}
+
+// TestRootfsMountedInsideTheContainer starts containers on a real
+// containerd and runc: the rootfs is the container's snapshot, mounted in
+// its own mount namespace and nowhere on the host, writable or read-only as
+// asked; with options too long for runc it is mounted on the host as
+// before. Removal takes the snapshot.
+func TestRootfsMountedInsideTheContainer(t *testing.T) {
+	rt := testRuntime(t)
+	ctx := rt.ctx(context.Background())
+	yes := true
+	for _, tc := range []struct {
+		name         string
+		readOnly     bool
+		maxData      int
+		wantOnHost   bool
+		wantRootOpts string
+	}{
+		{"writable", false, maxInsideMountData, false, "rw"},
+		{"readOnlyRootFilesystem", true, maxInsideMountData, false, "ro"},
+		{"options too long: on the host", false, 0, true, "rw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func(n int) { maxInsideMountData = n }(maxInsideMountData)
+			maxInsideMountData = tc.maxData
+			name := strings.NewReplacer(" ", "-", ":", "").Replace(strings.ToLower(tc.name))
+			cfg := testConfig(t, rt, name, "sh", "-c", "echo hi > /written 2>/dev/null; exec sleep 3600")
+			if tc.readOnly {
+				cfg.Container.SecurityContext = &v1.SecurityContext{ReadOnlyRootFilesystem: &yes}
+			}
+			startContainer(t, rt, cfg)
+			c, err := rt.client.LoadContainer(ctx, cfg.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			task, err := c.Task(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			root := waitRootMount(t, int(task.Pid()))
+			if root.fsType != "overlay" || root.options != tc.wantRootOpts {
+				t.Errorf("the container's / is %s %s, want overlay %s", root.fsType, root.options, tc.wantRootOpts)
+			}
+			onHost := false
+			for _, m := range readMountInfo(t, "/proc/self/mountinfo") {
+				onHost = onHost || strings.Contains(m.point, "/"+cfg.ID+"/rootfs")
+			}
+			if onHost != tc.wantOnHost {
+				t.Errorf("rootfs on the host's mount table: %t, want %t", onHost, tc.wantOnHost)
+			}
+
+			// What the container wrote is in its snapshot's upper dir.
+			ms, err := rt.client.SnapshotService(testSnapshotter).Mounts(ctx, cfg.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			upper := ""
+			for _, o := range ms[0].Options {
+				if v, ok := strings.CutPrefix(o, "upperdir="); ok {
+					upper = v
+				}
+			}
+			written, err := os.ReadFile(filepath.Join(upper, "written"))
+			switch {
+			case tc.readOnly && !os.IsNotExist(err):
+				t.Errorf("read-only rootfs written: %q, %v", written, err)
+			case !tc.readOnly && string(written) != "hi\n":
+				t.Errorf("upper dir %s/written: %q, %v; want the container's write", upper, written, err)
+			}
+
+			if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := rt.client.SnapshotService(testSnapshotter).Stat(ctx, cfg.ID); !errdefs.IsNotFound(err) {
+				t.Errorf("snapshot after removal: %v, want not found", err)
+			}
+		})
+	}
+}
+
+type mountLine struct{ point, fsType, options string }
+
+// readMountInfo parses a mountinfo file: mount point, type and the
+// per-mount options of each line.
+func readMountInfo(t *testing.T, path string) []mountLine {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var out []mountLine
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		fields, after := strings.Fields(pre), strings.Fields(post)
+		if !ok || len(fields) < 6 || len(after) < 1 {
+			t.Fatalf("%s: unexpected line %q", path, sc.Text())
+		}
+		opts, _, _ := strings.Cut(fields[5], ",")
+		out = append(out, mountLine{point: fields[4], fsType: after[0], options: opts})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// waitRootMount is the "/" mount of pid's mount namespace once its shell
+// has exec'd sleep, so what it was to write is written.
+func waitRootMount(t *testing.T, pid int) mountLine {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !strings.HasPrefix(string(cmd), "sleep\x00") {
+			continue
+		}
+		var root mountLine
+		for _, m := range readMountInfo(t, fmt.Sprintf("/proc/%d/mountinfo", pid)) {
+			if m.point == "/" {
+				root = m // the last mount on / is what the process sees
+			}
+		}
+		return root
+	}
+	t.Fatalf("process %d never exec'd sleep", pid)
+	return mountLine{}
+}
