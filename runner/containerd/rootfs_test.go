@@ -14,7 +14,10 @@ import (
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/oci"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
 )
 
 func TestInsideMount(t *testing.T) {
@@ -170,4 +173,43 @@ func waitRootMount(t *testing.T, pid int) mountLine {
 	}
 	t.Fatalf("process %d never exec'd sleep", pid)
 	return mountLine{}
+}
+
+// TestRootfsInsideKeepsBidirectionalPropagation: with the rootfs mounted in
+// the container's namespace (root propagation rshared), a mount the
+// container makes below a Bidirectional volume still reaches the host, and
+// its rootfs still does not.
+func TestRootfsInsideKeepsBidirectionalPropagation(t *testing.T) {
+	rt := testRuntime(t)
+	dir := t.TempDir()
+	// Bidirectional needs the source on a shared mount, as / is under systemd.
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(sub, unix.MNT_DETACH) })
+	yes := true
+	cfg := testConfig(t, rt, "bidirectional", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /host/sub && touch /host/sub/from-container; exec sleep 3600")
+	cfg.Container.SecurityContext = &v1.SecurityContext{Privileged: &yes}
+	cfg.Mounts = []runner.Mount{{Source: dir, Destination: "/host", Propagation: v1.MountPropagationBidirectional}}
+	startContainer(t, rt, cfg)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(sub, "from-container")); err == nil {
+			break
+		} else if time.Now().After(deadline) {
+			t.Fatalf("the container's mount below the Bidirectional volume never reached the host: %v", err)
+		}
+	}
+	for _, m := range readMountInfo(t, "/proc/self/mountinfo") {
+		if strings.Contains(m.point, "/"+cfg.ID+"/rootfs") {
+			t.Errorf("rootfs on the host's mount table: %s", m.point)
+		}
+	}
 }
