@@ -121,3 +121,31 @@ func TestLeaseOwnerAlive(t *testing.T) {
 		}
 	}
 }
+
+// A container's creation lease goes once the container holds its snapshot,
+// in the background; when the creation fails it is gone on return.
+func TestCreateLeaseReleased(t *testing.T) {
+	rt := testRuntime(t)
+	ctx := rt.ctx(context.Background())
+	createLeases := func() int {
+		all, err := rt.client.LeasesService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelLease, leaseCreate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(all)
+	}
+	if err := withCreateLease(ctx, rt.client, func(context.Context) error { return errdefs.ErrInvalidArgument }); err == nil || createLeases() != 0 {
+		t.Fatalf("failed creation: err %v, %d create leases left", err, createLeases())
+	}
+
+	cfg := testConfig(t, rt, "create-lease", "sleep", "600")
+	startContainer(t, rt, cfg)
+	for deadline := time.Now().Add(5 * time.Second); createLeases() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the creation's lease outlived the container's creation")
+		}
+	}
+	if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); err != nil {
+		t.Fatalf("the container's snapshot without the lease: %v", err)
+	}
+}

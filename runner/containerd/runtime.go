@@ -308,7 +308,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	specOpts := append(append(r.specOpts(cfg), secOpts...), fs.specOpt())
 	runtimeOpts := r.runtimeOptions()
 	newContainer := func() (c ctrd.Container, err error) {
-		err = withLease(ctx, r.client, leaseCreate, func(ctx context.Context) error {
+		err = withCreateLease(ctx, r.client, func(ctx context.Context) error {
 			c, err = r.client.NewContainer(ctx, cfg.ID,
 				ctrd.WithImageName(cfg.Image.Ref),
 				fs.prepare(r.snapshotter, cfg.ID, facts.chainID),
