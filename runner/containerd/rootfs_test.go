@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/oci"
+	"github.com/moby/sys/mountinfo"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -87,12 +87,12 @@ func TestRootfsMountedInsideTheContainer(t *testing.T) {
 				t.Fatal(err)
 			}
 			root := waitRootMount(t, int(task.Pid()))
-			if root.fsType != "overlay" || root.options != tc.wantRootOpts {
-				t.Errorf("the container's / is %s %s, want overlay %s", root.fsType, root.options, tc.wantRootOpts)
+			if mode, _, _ := strings.Cut(root.Options, ","); root.FSType != "overlay" || mode != tc.wantRootOpts {
+				t.Errorf("the container's / is %s %s, want overlay %s", root.FSType, root.Options, tc.wantRootOpts)
 			}
 			onHost := false
 			for _, m := range readMountInfo(t, "/proc/self/mountinfo") {
-				onHost = onHost || strings.Contains(m.point, "/"+cfg.ID+"/rootfs")
+				onHost = onHost || strings.Contains(m.Mountpoint, "/"+cfg.ID+"/rootfs")
 			}
 			if onHost != tc.wantOnHost {
 				t.Errorf("rootfs on the host's mount table: %t, want %t", onHost, tc.wantOnHost)
@@ -127,52 +127,39 @@ func TestRootfsMountedInsideTheContainer(t *testing.T) {
 	}
 }
 
-type mountLine struct{ point, fsType, options string }
-
-// readMountInfo parses a mountinfo file: mount point, type and the
-// per-mount options of each line.
-func readMountInfo(t *testing.T, path string) []mountLine {
+// readMountInfo parses a mountinfo file (/proc/<pid>/mountinfo).
+func readMountInfo(t *testing.T, path string) []*mountinfo.Info {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	var out []mountLine
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, after := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 6 || len(after) < 1 {
-			t.Fatalf("%s: unexpected line %q", path, sc.Text())
-		}
-		opts, _, _ := strings.Cut(fields[5], ",")
-		out = append(out, mountLine{point: fields[4], fsType: after[0], options: opts})
-	}
-	if err := sc.Err(); err != nil {
+	ms, err := mountinfo.GetMountsFromReader(f, nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return out
+	return ms
 }
 
 // waitRootMount is the "/" mount of pid's mount namespace once its shell
 // has exec'd sleep, so what it was to write is written.
-func waitRootMount(t *testing.T, pid int) mountLine {
+func waitRootMount(t *testing.T, pid int) *mountinfo.Info {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); !strings.HasPrefix(string(cmd), "sleep\x00") {
 			continue
 		}
-		var root mountLine
+		var root *mountinfo.Info
 		for _, m := range readMountInfo(t, fmt.Sprintf("/proc/%d/mountinfo", pid)) {
-			if m.point == "/" {
+			if m.Mountpoint == "/" {
 				root = m // the last mount on / is what the process sees
 			}
 		}
 		return root
 	}
 	t.Fatalf("process %d never exec'd sleep", pid)
-	return mountLine{}
+	return nil
 }
 
 // TestRootfsInsideKeepsBidirectionalPropagation: with the rootfs mounted in
@@ -208,8 +195,8 @@ func TestRootfsInsideKeepsBidirectionalPropagation(t *testing.T) {
 		}
 	}
 	for _, m := range readMountInfo(t, "/proc/self/mountinfo") {
-		if strings.Contains(m.point, "/"+cfg.ID+"/rootfs") {
-			t.Errorf("rootfs on the host's mount table: %s", m.point)
+		if strings.Contains(m.Mountpoint, "/"+cfg.ID+"/rootfs") {
+			t.Errorf("rootfs on the host's mount table: %s", m.Mountpoint)
 		}
 	}
 }
