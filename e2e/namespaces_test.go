@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -154,15 +155,7 @@ func TestMountPropagationHostToContainer(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// CRI requires the source to sit on a shared (or slave) mount; make
-	// one, as a host with systemd has for /.
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
+	testenv.SharedMount(t, dir) // CRI requires the source on a shared (or slave) mount
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -169,14 +170,7 @@ func waitRootMount(t *testing.T, pid int) *mountinfo.Info {
 func TestRootfsInsideKeepsBidirectionalPropagation(t *testing.T) {
 	rt := testRuntime(t)
 	dir := t.TempDir()
-	// Bidirectional needs the source on a shared mount, as / is under systemd.
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
-	if err := unix.Mount("", dir, "", unix.MS_SHARED, ""); err != nil {
-		t.Fatal(err)
-	}
+	testenv.SharedMount(t, dir) // CRI requires the source on a shared (or slave) mount
 	sub := filepath.Join(dir, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
