@@ -182,6 +182,7 @@ func runNode(c *cli.Context) error {
 		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
 		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
 		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock), ctrdrt.WithCgroups(cg))
+	rt.StockCreateLeases()
 
 	relax := newRelaxer()
 	go relax.run(ctx)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"github.com/noderun/noderun/crilog"
 	"maps"
 	"net"
 	"os"
@@ -22,8 +21,12 @@ import (
 	eventstypes "github.com/containerd/containerd/api/events"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/events"
+	"github.com/containerd/containerd/leases"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/typeurl/v2"
+
+	"github.com/noderun/noderun/crilog"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
 // hostState is everything a node's pods can leave on the host, by kind, as
@@ -119,6 +122,10 @@ func (w *leakWatch) state() hostState {
 	leases, err := w.c.LeasesService().List(ctx)
 	must("leases", err)
 	for _, l := range leases {
+		if w.stocked(ctx, l) {
+			add("leases", "the running noderun's stock of create leases")
+			continue
+		}
 		// The expiry says whether containerd would collect it, and when.
 		add("leases", fmt.Sprintf("%s (created %s, expires %q)", l.ID, l.CreatedAt.Format(time.TimeOnly), l.Labels["containerd.io/gc.expire"]))
 	}
@@ -217,6 +224,21 @@ func (w *leakWatch) cgroups() []string {
 		}
 	}
 	return out
+}
+
+// stocked reports whether l is one of the create leases the running
+// noderun takes ahead of need: it holds nothing, and its owner lives.
+// Its ID changes with each creation; one that holds a snapshot, or whose
+// noderun is gone, is a leak.
+func (w *leakWatch) stocked(ctx context.Context, l leases.Lease) bool {
+	if l.Labels[ctrdrt.LabelLease] != "create" || !w.n.running() {
+		return false
+	}
+	if f := strings.Fields(l.Labels[ctrdrt.LabelLeaseOwner]); len(f) != 3 || f[1] != strconv.Itoa(w.n.proc.Process.Pid) {
+		return false
+	}
+	rs, err := w.c.LeasesService().ListResources(ctx, l)
+	return err == nil && len(rs) == 0
 }
 
 // leaked lists what after holds that before did not.

@@ -134,7 +134,7 @@ func TestCreateLeaseReleased(t *testing.T) {
 		}
 		return len(all)
 	}
-	if err := withCreateLease(ctx, rt.client, func(context.Context) error { return errdefs.ErrInvalidArgument }); err == nil || createLeases() != 0 {
+	if err := rt.withCreateLease(ctx, func(context.Context) error { return errdefs.ErrInvalidArgument }); err == nil || createLeases() != 0 {
 		t.Fatalf("failed creation: err %v, %d create leases left", err, createLeases())
 	}
 
@@ -148,4 +148,104 @@ func TestCreateLeaseReleased(t *testing.T) {
 	if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); err != nil {
 		t.Fatalf("the container's snapshot without the lease: %v", err)
 	}
+}
+
+// With the stock on, a creation takes a lease taken ahead (the newest) and
+// the stock is topped up after it; stale stocked leases are not used but
+// deleted, and a failed creation's lease is gone on return.
+func TestCreateLeaseStock(t *testing.T) {
+	rt := testRuntime(t)
+	ctx := rt.ctx(context.Background())
+	createLeases := func() map[string]bool {
+		all, err := rt.client.LeasesService().List(ctx, fmt.Sprintf("labels.%q==%s", LabelLease, leaseCreate))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := map[string]bool{}
+		for _, l := range all {
+			if l.Labels[LabelLeaseOwner] != self {
+				t.Errorf("lease %s owned by %q", l.ID, l.Labels[LabelLeaseOwner])
+			}
+			ids[l.ID] = true
+		}
+		return ids
+	}
+	// settled waits for the stock to be full and no other create lease
+	// left, and returns the stock.
+	settled := func(what string) map[string]bool {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			ids := createLeases()
+			rt.leaseStock.mu.Lock()
+			stock := len(rt.leaseStock.ready)
+			rt.leaseStock.mu.Unlock()
+			if len(ids) == leaseStockSize && stock == leaseStockSize {
+				return ids
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d create leases in containerd, %d stocked; want %d", what, len(ids), stock, leaseStockSize)
+			}
+		}
+	}
+	rt.StockCreateLeases()
+	first := settled("stocked at start")
+
+	var used string
+	if err := rt.withCreateLease(ctx, func(ctx context.Context) error {
+		used, _ = leases.FromContext(ctx)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !first[used] {
+		t.Fatalf("the creation took lease %s, not one of the stock %v", used, first)
+	}
+	before := settled("after a creation")
+	if before[used] {
+		t.Fatalf("lease %s outlived its creation", used)
+	}
+	cfg := testConfig(t, rt, "stocked-lease", "sleep", "600")
+	startContainer(t, rt, cfg)
+	second := settled("after a container's creation")
+	if countIn(before, second) != leaseStockSize-1 {
+		t.Fatalf("stock before %v, after %v: want the container's creation to have used one of it", before, second)
+	}
+	if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); err != nil {
+		t.Fatalf("the container's snapshot without the lease: %v", err)
+	}
+
+	// Stocked leases as old as containerd's clock would make them after
+	// a jump forward are not used.
+	rt.leaseStock.mu.Lock()
+	for i := range rt.leaseStock.ready {
+		rt.leaseStock.ready[i].CreatedAt = time.Now().Add(-leaseStockFresh)
+	}
+	rt.leaseStock.mu.Unlock()
+	if err := rt.withCreateLease(ctx, func(ctx context.Context) error {
+		used, _ = leases.FromContext(ctx)
+		return errdefs.ErrInvalidArgument
+	}); err == nil || second[used] {
+		t.Fatalf("err %v; the creation used lease %s of the stale stock %v", err, used, second)
+	}
+	if createLeases()[used] {
+		t.Fatalf("the failed creation's lease %s outlived it", used)
+	}
+	// The stale stock is deleted, and the next creation fills it anew.
+	if err := rt.withCreateLease(ctx, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if third := settled("after the stale stock"); countIn(second, third) != 0 {
+		t.Fatalf("stale stock %v still in containerd: %v", second, third)
+	}
+}
+
+// countIn is how many of a are in b.
+func countIn(a, b map[string]bool) int {
+	n := 0
+	for id := range a {
+		if b[id] {
+			n++
+		}
+	}
+	return n
 }

@@ -71,6 +71,8 @@ type Runtime struct {
 	// rootfs of each (twice: passwd, then group) before the first result
 	// is cached.
 	userFlight singleflight.Group
+
+	leaseStock leaseStock
 }
 
 // imageFacts is what containers need from an image that never changes for
@@ -308,7 +310,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	specOpts := append(append(r.specOpts(cfg), secOpts...), fs.specOpt())
 	runtimeOpts := r.runtimeOptions()
 	newContainer := func() (c ctrd.Container, err error) {
-		err = withCreateLease(ctx, r.client, func(ctx context.Context) error {
+		err = r.withCreateLease(ctx, func(ctx context.Context) error {
 			c, err = r.client.NewContainer(ctx, cfg.ID,
 				ctrd.WithImageName(cfg.Image.Ref),
 				fs.prepare(r.snapshotter, cfg.ID, facts.chainID),
