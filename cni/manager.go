@@ -141,7 +141,7 @@ func New(cfg Config) (*Manager, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	m := &Manager{
-		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, newTimedExec(log)),
+		cni:     libcni.NewCNIConfigWithCacheDir(cfg.BinDirs, cfg.CacheDir, newPluginExec(log)),
 		confDir: cfg.ConfDir,
 		binDirs: cfg.BinDirs,
 		log:     log,
