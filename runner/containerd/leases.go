@@ -47,7 +47,7 @@ func withLease(ctx context.Context, c *ctrd.Client, purpose string, fn func(cont
 	if err != nil {
 		return err
 	}
-	defer deleteLease(ctx, ls, l)
+	defer func() { _ = deleteLease(ctx, ls, l) }()
 	return fn(leases.WithLease(ctx, l.ID))
 }
 
@@ -66,13 +66,15 @@ func (r *Runtime) withCreateLease(ctx context.Context, fn func(context.Context) 
 			return err
 		}
 	}
-	if err := fn(leases.WithLease(ctx, l.ID)); err != nil {
-		deleteLease(ctx, ls, l)
+	err := fn(leases.WithLease(ctx, l.ID))
+	if r.leaseStock.spend(l) {
 		return err
 	}
-	if !r.leaseStock.spend(l) {
-		go deleteLease(ctx, ls, l)
+	if err != nil {
+		_ = deleteLease(ctx, ls, l)
+		return err
 	}
+	go deleteLease(ctx, ls, l)
 	return nil
 }
 
@@ -145,8 +147,8 @@ func stale(l leases.Lease) bool {
 	return time.Now().Round(0).Sub(l.CreatedAt) >= leaseStockFresh
 }
 
-// spend keeps l, whose creation is done, for deletion once creations pause.
-// It reports false when there is no stock.
+// spend keeps l, whose creation is done or failed, for deletion once
+// creations pause. It reports false when there is no stock.
 func (s *leaseStock) spend(l leases.Lease) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -159,17 +161,27 @@ func (s *leaseStock) spend(l leases.Lease) bool {
 }
 
 // tidyUp deletes the spent leases and takes leases until the stock is full
-// (unless another tidyUp is filling it). A failure leaves the stock short:
-// creations then take their own lease, and the next tidyUp fills it.
+// (unless another tidyUp is filling it). A lease it could not delete
+// (containerd down, as it may be when a creation with a stocked lease
+// failed) is tried again later. A failure to take one
+// leaves the stock short: creations then take their own lease, and the next
+// tidyUp fills it.
 func (s *leaseStock) tidyUp() {
 	s.mu.Lock()
 	spent := s.spent
 	s.spent = nil
 	s.mu.Unlock()
+	var left []leases.Lease
 	for _, l := range spent {
-		deleteLease(s.ctx, s.ls, l)
+		if err := deleteLease(s.ctx, s.ls, l); err != nil && !errdefs.IsNotFound(err) {
+			left = append(left, l)
+		}
 	}
 	s.mu.Lock()
+	if len(left) > 0 {
+		s.spent = append(s.spent, left...)
+		s.tidy.Reset(leaseTidyAfter)
+	}
 	if s.filling {
 		s.mu.Unlock()
 		return
@@ -198,10 +210,10 @@ func newLease(ctx context.Context, ls leases.Manager, purpose string) (leases.Le
 }
 
 // deleteLease deletes l whatever became of ctx.
-func deleteLease(ctx context.Context, ls leases.Manager, l leases.Lease) {
+func deleteLease(ctx context.Context, ls leases.Manager, l leases.Lease) error {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_ = ls.Delete(dctx, l)
+	return ls.Delete(dctx, l)
 }
 
 // ReleaseLeftoverLeases deletes the leases of noderun processes that are
