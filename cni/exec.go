@@ -60,12 +60,9 @@ const (
 
 func (e *pluginExec) ExecPlugin(ctx context.Context, pluginPath string, stdin []byte, environ []string) ([]byte, error) {
 	t0 := time.Now()
-	var out []byte
-	var err error = syscall.ETXTBSY
-	for i := 0; i <= textBusyRetries && errors.Is(err, syscall.ETXTBSY); i++ {
-		if i > 0 {
-			time.Sleep(textBusyWait)
-		}
+	out, err := runPlugin(ctx, pluginPath, stdin, environ)
+	for i := 0; i < textBusyRetries && errors.Is(err, syscall.ETXTBSY); i++ {
+		time.Sleep(textBusyWait)
 		out, err = runPlugin(ctx, pluginPath, stdin, environ)
 	}
 	if e.log.Enabled(ctx, slog.LevelDebug) {

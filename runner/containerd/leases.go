@@ -163,9 +163,9 @@ func (s *leaseStock) spend(l leases.Lease) bool {
 // tidyUp deletes the spent leases and takes leases until the stock is full
 // (unless another tidyUp is filling it). A lease it could not delete
 // (containerd down, as it may be when a creation with a stocked lease
-// failed) is tried again later. A failure to take one
-// leaves the stock short: creations then take their own lease, and the next
-// tidyUp fills it.
+// failed) is tried again a second later. A failure to take one leaves the
+// stock short: creations then take their own lease, and the next tidyUp
+// fills it.
 func (s *leaseStock) tidyUp() {
 	s.mu.Lock()
 	spent := s.spent
