@@ -90,26 +90,28 @@ func TestSuperviseBoundsManagedLog(t *testing.T) {
 		t.Fatalf("containerd's start should log more than %d bytes: %v %v", daemonLogMax, st, err)
 	}
 	superviseUntilEnd(t, conn)
-	// rotatedAgain waits for a rotation after the one that made previous
-	// (a renamed copy is a new inode) and for the log to be small again.
-	rotatedAgain := func(what string, previous uint64) uint64 {
+	// rotatedSince waits for a rotation written after since and for the
+	// log to be small again. The copy's modification time tells the
+	// rotation: ext4 may give a later copy an earlier copy's inode number.
+	rotatedSince := func(what string, since time.Time) {
 		t.Helper()
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			var prev syscall.Stat_t
 			st, err := os.Stat(logPath)
-			if err == nil && st.Size() < daemonLogMax && syscall.Stat(logPath+".1", &prev) == nil && prev.Ino != previous {
-				return prev.Ino
+			prev, perr := os.Stat(logPath + ".1")
+			if err == nil && st.Size() < daemonLogMax && perr == nil && prev.ModTime().After(since) {
+				return
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: log not rotated within 20s (%v, %v)", what, st, err)
+				t.Fatalf("%s: log not rotated within 20s (%v, %v; previous %v, %v)", what, st, err, prev, perr)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	first := rotatedAgain("first start", 0)
+	rotatedSince("first start", time.Time{})
+	killed := time.Now()
 	if err := syscall.Kill(mustSocketPID(t, conn.Address), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	rotatedAgain("after a restart", first)
+	rotatedSince("after a restart", killed)
 }
