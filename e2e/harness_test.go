@@ -901,3 +901,46 @@ func (n *node) forceClean() {
 		}
 	}
 }
+
+// runBounded runs c, with its output combined, and expects it to end
+// within d. One still running then is a hang to explain: the test logs the
+// goroutines of noderun and of c (a Go program sent SIGQUIT prints its own
+// and exits) that serve streams, and returns the output from before.
+func (n *node) runBounded(c *exec.Cmd, d time.Duration) (string, error) {
+	out := &syncBuffer{}
+	c.Stdout, c.Stderr = out, out
+	if err := c.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(d):
+	}
+	var daemon string
+	if err := n.get("/debug/pprof/goroutine?debug=2", &daemon); err != nil {
+		daemon = err.Error()
+	}
+	before := out.String()
+	c.Process.Signal(syscall.SIGQUIT)
+	err := <-done
+	n.t.Logf("%q still runs after %v; noderun's goroutines that serve it:\n%s\n\nits own:\n%s",
+		c.Args, d, goroutinesWith(daemon, "StreamServer)", "remoteStreams)", "Runtime).Exec", "spdystream", "containerd/cio", "containerd/fifo"),
+		goroutinesWith(strings.TrimPrefix(out.String(), before), "noderun/noderun/", "spdystream"))
+	return before, err
+}
+
+// goroutinesWith are the goroutines of a dump that mention one of marks,
+// without the idle workers of SPDY connections.
+func goroutinesWith(dump string, marks ...string) string {
+	var keep []string
+	for _, g := range strings.Split(dump, "\n\n") {
+		idle := strings.Contains(g, "FrameQueue).Pop") || strings.Contains(g, "Serve.func1") || strings.Contains(g, "pprof")
+		if !idle && slices.ContainsFunc(marks, func(m string) bool { return strings.Contains(g, m) }) {
+			keep = append(keep, g)
+		}
+	}
+	return strings.Join(keep, "\n\n")
+}

@@ -210,8 +210,8 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	noderun := func(stdin string, args ...string) (string, int) {
 		c := exec.CommandContext(ctx, noderunBin, append([]string{"--state-dir", n.state, "--run-dir", n.run}, args...)...)
 		c.Stdin = strings.NewReader(stdin)
-		o, err := c.CombinedOutput()
-		return string(o), exitCode(err)
+		o, err := n.runBounded(c, waitTimeout/2)
+		return o, exitCode(err)
 	}
 	if o, code := noderun("", "logs", "-p", pod); code != 0 || !strings.Contains(o, "run 1 end") {
 		t.Errorf("noderun logs -p: exit %d, %q", code, o)
