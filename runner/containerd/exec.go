@@ -55,7 +55,7 @@ func (r *Runtime) ExecSync(ctx context.Context, id string, cmd []string, timeout
 		return runner.ExecResult{}, fmt.Errorf("exec in %s: %w", id, err)
 	}
 	res, err := r.runExec(ctx, proc, timeout)
-	if ioDone(ctx, proc.IO(), execDrainTimeout) {
+	if ioDone(ctx, proc.IO().Wait, execDrainTimeout) {
 		r.deleteExec(proc, id)
 	} else {
 		go r.deleteExec(proc, id)
@@ -151,10 +151,10 @@ func killExec(ctx context.Context, proc ctrd.Process, exited <-chan ctrd.ExitSta
 
 // ioDone waits, at most d, for the exec's output to end: its process and
 // every child holding its stdout and stderr have gone.
-func ioDone(ctx context.Context, pio cio.IO, d time.Duration) bool {
+func ioDone(ctx context.Context, wait func(), d time.Duration) bool {
 	done := make(chan struct{})
 	go func() {
-		pio.Wait() // returns at the latest when deleteExec closes the io
+		wait() // returns at the latest when deleteExec closes the io
 		close(done)
 	}()
 	t := time.NewTimer(d)

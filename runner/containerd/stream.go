@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	ctrd "github.com/containerd/containerd"
@@ -46,31 +47,40 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.Ex
 			return 0, ctx.Err()
 		}
 	}
-	// The command's stdin ends when the client's does: copied through a
-	// pipe so that its end can be told to the shim (CloseIO), which
-	// otherwise keeps the command's stdin open.
-	var stdin io.Reader
-	var stdinW *io.PipeWriter
-	if s.Stdin != nil {
-		var stdinR *io.PipeReader
-		stdinR, stdinW = io.Pipe()
-		// Ends the copy from the client, whose stream may outlive the
-		// command, once the command is gone.
-		defer stdinR.Close()
-		stdin = stdinR
-	}
-	stdout, stderr := orDiscard(s.Stdout), orDiscard(s.Stderr)
-	opts := []cio.Opt{cio.WithStreams(stdin, stdout, stderr), cio.WithFIFODir(r.fifoDir)}
-	if s.TTY {
-		opts = append(opts, cio.WithTerminal)
-	}
 	execID := "exec-" + rand.Text()
-	proc, err := task.Exec(ctx, execID, spec, cio.NewCreator(opts...))
+	fifos, err := cio.NewFIFOSetInDir(r.fifoDir, execID, s.TTY)
 	if err != nil {
-		if stdinW != nil {
-			stdinW.Close()
-		}
 		return 0, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	if s.Stdin == nil {
+		fifos.Stdin = ""
+	}
+	// The FIFOs are copied here rather than by cio's own copies, whose
+	// stdin copy takes the client's bytes before its FIFO has a reader and
+	// says nothing once they are in it: telling the shim that stdin ended
+	// could then overtake them, and the command lost its input or never
+	// saw its end. Closed when the exec is deleted, not with ctx.
+	dio, err := cio.NewDirectIO(context.Background(), fifos)
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	var copies sync.WaitGroup
+	for _, c := range []struct {
+		w io.Writer
+		r io.Reader
+	}{{s.Stdout, dio.Stdout}, {s.Stderr, dio.Stderr}} {
+		if c.r == nil {
+			continue // stderr with a terminal
+		}
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			io.Copy(orDiscard(c.w), c.r)
+		}()
+	}
+	proc, err := task.Exec(ctx, execID, spec, func(string) (cio.IO, error) { return dio, nil })
+	if err != nil {
+		return 0, fmt.Errorf("exec in %s: %w", id, err) // task.Exec closed dio
 	}
 	defer r.deleteExec(proc, id) // kills it if it still runs
 	waitCtx, cancel := context.WithCancel(ctx)
@@ -83,10 +93,16 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.Ex
 	if err := proc.Start(ctx); err != nil {
 		return 0, fmt.Errorf("exec in %s: start: %w", id, err)
 	}
-	if stdinW != nil {
+	if dio.Stdin != nil {
 		go func() {
-			io.Copy(stdinW, s.Stdin)
-			stdinW.Close()
+			// A write returns once the shim reads the FIFO; the empty
+			// one waits for that when the client sent nothing. Only then
+			// may the shim drop its own end (CloseIO), which otherwise
+			// keeps the command's stdin open.
+			if _, err := io.Copy(dio.Stdin, s.Stdin); err == nil {
+				dio.Stdin.Write(nil)
+			}
+			dio.Stdin.Close()
 			if err := proc.CloseIO(ctx, ctrd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && ctx.Err() == nil {
 				r.log.Warn("close exec stdin", "container", id, "exec", execID, "err", err)
 			}
@@ -103,7 +119,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.Ex
 		}
 		// Output still in the pipes goes out before the status; a child
 		// left holding them is not waited for past execDrainTimeout.
-		ioDone(ctx, proc.IO(), execDrainTimeout)
+		ioDone(ctx, copies.Wait, execDrainTimeout)
 		return int(code), nil
 	case <-ctx.Done():
 		return 0, ctx.Err()

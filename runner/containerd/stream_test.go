@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,30 @@ func TestExec(t *testing.T) {
 		if want := "65534\n/tmp\nfrom stdin\n"; out.String() != want || errOut.String() != "err\n" || code != 7 {
 			t.Errorf("stdout %q, stderr %q, exit %d; want %q, \"err\\n\", 7", out.String(), errOut.String(), code, want)
 		}
+	})
+	t.Run("stdin arrives whole and ends, execs side by side", func(t *testing.T) {
+		// Telling the shim that stdin ended could overtake the bytes
+		// (input lost, or a command that never saw its end), rarely:
+		// many execs here, short input, some none.
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 20 {
+					in := strings.Repeat("x", (w+i)%3)
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					var out bytes.Buffer
+					code, err := rt.Exec(ctx, cfg.ID, []string{"sh", "-c", "cat; exit 3"}, runner.ExecIO{Stdin: strings.NewReader(in), Stdout: &out})
+					cancel()
+					if err != nil || code != 3 || out.String() != in {
+						t.Errorf("exec %d.%d: %v, exit %d, output %q; want 3 and %q", w, i, err, code, out.String(), in)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
 	})
 	t.Run("terminal", func(t *testing.T) {
 		var out bytes.Buffer
