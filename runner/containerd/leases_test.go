@@ -150,7 +150,7 @@ func TestCreateLeaseReleased(t *testing.T) {
 	}
 }
 
-// With the stock on, a creation takes a lease taken ahead (the newest) and
+// With the stock on, a creation takes a lease taken ahead and
 // the stock is topped up after it; stale stocked leases are not used but
 // deleted, as is a failed creation's lease.
 func TestCreateLeaseStock(t *testing.T) {
