@@ -111,6 +111,7 @@ type fakeRuntime struct {
 	containers  map[string]*ContainerStatus
 	started     []*ContainerConfig
 	created     []string // IDs CreateContainer made
+	records     []string // IDs CreateContainer recorded, before their task waited for ready
 	stopped     []string
 	exits       chan ExitEvent
 	startErr    error
@@ -126,6 +127,8 @@ type fakeRuntime struct {
 	imagePulls  bool           // EnsureImage pulls (tells the PullTrace)
 	imageErr    error          // what EnsureImage fails with
 	ensures     int            // EnsureImage calls
+	neverChecks int            // EnsureImage calls with PullNever
+	listGate    chan struct{}  // when set, a pod's listing waits for it to close
 	lists       int            // ListContainers calls for one pod
 	listsOf     map[string]int // ... by pod UID
 	// ListContainers and EnsureImage calls made before each start.
@@ -155,6 +158,8 @@ func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.Pul
 	}
 	if policy != v1.PullNever {
 		r.ensures++
+	} else {
+		r.neverChecks++
 	}
 	r.mu.Unlock()
 	if pull {
@@ -168,6 +173,11 @@ func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.Pul
 
 func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]ContainerStatus, error) {
 	r.mu.Lock()
+	if gate := r.listGate; gate != nil && podUID != "" {
+		r.mu.Unlock()
+		<-gate
+		r.mu.Lock()
+	}
 	defer r.mu.Unlock()
 	if podUID != "" {
 		r.lists++
@@ -205,16 +215,27 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 }
 
 // CreateContainer makes a container whose task waits: it lists as
-// created, and counts as started (in r.started) only once started.
-func (r *fakeRuntime) CreateContainer(_ context.Context, cfg *ContainerConfig) (CreatedContainer, error) {
+// created, and counts as started (in r.started) only once started. The
+// record (in r.records) comes before ready; a failed ready leaves nothing.
+func (r *fakeRuntime) CreateContainer(_ context.Context, cfg *ContainerConfig, ready func() error) (CreatedContainer, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	if r.startErr != nil {
+		r.mu.Unlock()
 		return nil, r.startErr
 	}
 	if _, dup := r.containers[cfg.ID]; dup {
+		r.mu.Unlock()
 		return nil, fmt.Errorf("container %s exists", cfg.ID)
 	}
+	r.records = append(r.records, cfg.ID)
+	r.mu.Unlock()
+	if ready != nil {
+		if err := ready(); err != nil {
+			return nil, err
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.created = append(r.created, cfg.ID)
 	r.containers[cfg.ID] = &ContainerStatus{
 		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
@@ -337,6 +358,8 @@ type fakeNetwork struct {
 	teardowns  []string
 	tearErr    error // what Teardown fails with
 	pins       int
+	pinGate    chan struct{} // when set, Pin waits for it to close
+	pinErr     error         // what Pin fails with
 	setupGate  chan struct{} // when set, Setup waits for it to close
 }
 
@@ -366,9 +389,15 @@ func (n *fakeNetwork) Setup(_ context.Context, sb *Sandbox) ([]string, bool, err
 
 func (n *fakeNetwork) Pin(context.Context, *Sandbox) error {
 	n.mu.Lock()
+	gate := n.pinGate
+	n.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.pins++
-	return nil
+	return n.pinErr
 }
 
 func (n *fakeNetwork) Check(_ context.Context, sb *Sandbox, deep bool) error {

@@ -52,7 +52,8 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 		ips, fresh, err := w.env.net.Setup(ctx, sb)
 		return setupResult{ips: ips, fresh: fresh, err: err}, "", false
 	}
-	// The listing (a containerd round trip) needs no namespace.
+	// The listing (a containerd round trip) needs no namespace, and the
+	// containers' records need none either: only their tasks do.
 	type listing struct {
 		cs  []ContainerStatus
 		err error
@@ -62,14 +63,21 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 		cs, err := w.env.rt.ListContainers(ctx, string(pod.UID))
 		listed <- listing{cs, err}
 	}()
-	if err := w.env.net.Pin(ctx, sb); err != nil {
-		<-listed
-		ips, fresh, err := w.env.net.Setup(ctx, sb)
-		return setupResult{ips: ips, fresh: fresh, err: err}, "", false
-	}
+	images := w.imagesAtHand(ctx, pod)
+	pinned := make(chan struct{})
+	var pinErr error
+	go func() {
+		pinErr = w.env.net.Pin(ctx, sb)
+		close(pinned)
+	}()
 	epoch := rand.Text()[:12] // as sandboxEpoch names a fresh sandbox
 	done := make(chan setupResult, 1)
 	go func() {
+		<-pinned
+		if pinErr != nil {
+			done <- setupResult{}
+			return
+		}
 		r := setupResult{}
 		r.ips, r.fresh, r.err = w.env.net.Setup(ctx, sb)
 		if r.err == nil && r.fresh {
@@ -81,9 +89,20 @@ func (w *podWorker) setupOverlapped(ctx context.Context, pod *v1.Pod, sb *Sandbo
 	}()
 	t0 := w.env.clock.Now()
 	l := <-listed
-	none := l.err == nil && len(l.cs) == 0 && w.precreate(ctx, pod, dns, epoch)
+	imgs := images()
+	none := l.err == nil && len(l.cs) == 0 && w.precreate(ctx, pod, dns, epoch, imgs, func() error {
+		<-pinned
+		return pinErr
+	})
 	made := w.env.clock.Since(t0)
 	r := <-done
+	if pinErr != nil {
+		// Every task waited for the namespaces and its container was
+		// removed; Setup makes them again and says what failed.
+		w.st.listedEmpty = false
+		ips, fresh, err := w.env.net.Setup(ctx, sb)
+		return setupResult{ips: ips, fresh: fresh, err: err}, "", false
+	}
 	w.env.log.Debug("pod sandbox and first containers", "pod", podRef(pod), "precreated", len(w.st.precreated),
 		"create", made, "network waited", w.env.clock.Since(t0)-made)
 	return r, epoch, none
@@ -109,33 +128,40 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 // precreate creates, in parallel, every container of a pod with no runs
 // (init containers too: each then waits only for its start, not for its
 // creation, once the one before it exited), in a sandbox of the given
-// epoch. Whatever fails here is left for the normal start to do and report.
-// It reports true: the pod has no containers but these, which the sync's
-// listing then need not ask the runtime.
-func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string) bool {
+// epoch, from the images imagesAtHand found; each task once pinned (the
+// namespaces) returned nil. Whatever fails here is left for the normal start
+// to do and report. It reports true: the pod has no containers but these,
+// which the sync's listing then need not ask the runtime.
+func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, epoch string, imgs []*ImageConfig, pinned func() error) bool {
 	w.st.listedEmpty = true
-	// The bind sources must exist when the task is created; the hosts
-	// file gets the pod's IP in place once it is known.
-	if w.writePodFileData(pod, dns) != nil || w.setupVolumes(pod) != nil {
-		return true
+	// The bind sources must exist when the tasks are created, not before
+	// the records; the hosts file gets the pod's IP in place once it is
+	// known.
+	files := make(chan error, 1)
+	go func() {
+		err := w.writePodFileData(pod, dns)
+		if err == nil {
+			err = w.setupVolumes(pod)
+		}
+		files <- err
+	}()
+	filesOnce := sync.OnceValue(func() error { return <-files })
+	ready := func() error {
+		if err := filesOnce(); err != nil {
+			return err
+		}
+		return pinned()
 	}
+	defer filesOnce() // no goroutine outlives the sync
 	prev := w.st.epoch
 	w.st.epoch = epoch
 	defer func() { w.st.epoch = prev }()
 	var cfgs []*ContainerConfig
 	for i, c := range allContainers(pod) {
-		if c.ImagePullPolicy == v1.PullAlways || usesSubPath(c) {
-			// A pull now and another at the start; a subPath bound now,
-			// before an init container made what it names.
+		if imgs[i] == nil {
 			continue
 		}
-		// Only an image at hand: a pull, its events and failures are the
-		// start's.
-		img, err := w.env.rt.EnsureImage(ctx, c.Image, v1.PullNever)
-		if err != nil {
-			continue
-		}
-		if cfg, err := w.containerConfig(pod, c, i < len(pod.Spec.InitContainers), img, 0, nil); err == nil {
+		if cfg, err := w.containerConfig(pod, c, i < len(pod.Spec.InitContainers), *imgs[i], 0, nil); err == nil {
 			cfgs = append(cfgs, cfg)
 		}
 	}
@@ -145,7 +171,7 @@ func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, e
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			made[i], _ = w.env.rt.CreateContainer(ctx, cfg)
+			made[i], _ = w.env.rt.CreateContainer(ctx, cfg, ready)
 		}()
 	}
 	wg.Wait()
@@ -158,6 +184,34 @@ func (w *podWorker) precreate(ctx context.Context, pod *v1.Pod, dns DNSConfig, e
 		}
 	}
 	return true
+}
+
+// imagesAtHand looks up, in the background, the image of each container
+// precreate may create, by index in allContainers; the result waits for
+// the lookups. Only images at hand (PullNever): a pull, its events and
+// failures are the start's. Nothing here needs the pod's listing.
+func (w *podWorker) imagesAtHand(ctx context.Context, pod *v1.Pod) func() []*ImageConfig {
+	cs := allContainers(pod)
+	imgs := make([]*ImageConfig, len(cs))
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		if c.ImagePullPolicy == v1.PullAlways || usesSubPath(c) {
+			// A pull now and another at the start; a subPath bound now,
+			// before an init container made what it names.
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if img, err := w.env.rt.EnsureImage(ctx, c.Image, v1.PullNever); err == nil {
+				imgs[i] = &img
+			}
+		}()
+	}
+	return func() []*ImageConfig {
+		wg.Wait()
+		return imgs
+	}
 }
 
 // takePrecreated returns the container precreated for cfg, if its config

@@ -1,8 +1,12 @@
 package runner
 
 import (
+	"errors"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -30,6 +34,93 @@ func TestPrecreateWhileNetworkSetsUp(t *testing.T) {
 	}
 	if n := f.rt.startedCount(); n != 2 {
 		t.Errorf("%d starts, want 2", n)
+	}
+}
+
+// TestPrecreateRecordsBeforeThePin: a new pod's container records are made
+// while its namespaces are pinned, and its tasks only once they are.
+func TestPrecreateRecordsBeforeThePin(t *testing.T) {
+	f := startEngine(t)
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release) // before the engine stops, on a failure too
+	f.net.mu.Lock()
+	f.net.pinGate = gate
+	f.net.mu.Unlock()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	records := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return len(f.rt.records) }
+	waitFor(t, "recorded during the pin", func() bool { return records() == 1 })
+	// Given time, a task not waiting for the pin would be made now.
+	time.Sleep(50 * time.Millisecond)
+	f.rt.mu.Lock()
+	created := len(f.rt.created)
+	f.rt.mu.Unlock()
+	if created != 0 {
+		t.Fatalf("%d tasks created before the namespaces were pinned", created)
+	}
+	release()
+	waitFor(t, "started", func() bool { return f.rt.startedCount() == 1 })
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if len(f.rt.created) != 1 || len(f.rt.records) != 1 {
+		t.Errorf("records %v, created %v: want the one container once", f.rt.records, f.rt.created)
+	}
+}
+
+// TestPrecreateChecksImagesDuringTheListing: a new pod's images are looked
+// up while it is listed, and nothing is created before the listing says
+// the pod has no containers.
+func TestPrecreateChecksImagesDuringTheListing(t *testing.T) {
+	f := startEngine(t)
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	f.rt.mu.Lock()
+	f.rt.listGate = gate
+	f.rt.mu.Unlock()
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	pod.Spec.Containers = append(pod.Spec.Containers, v1.Container{Name: "side", Image: "busybox:1.36"})
+	f.send(pod)
+	checks := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.neverChecks }
+	waitFor(t, "both images checked during the listing", func() bool { return checks() == 2 })
+	f.rt.mu.Lock()
+	records := len(f.rt.records)
+	f.rt.mu.Unlock()
+	if records != 0 {
+		t.Fatalf("%d containers recorded before the listing returned", records)
+	}
+	release()
+	waitFor(t, "both started", func() bool { return f.rt.startedCount() == 2 })
+}
+
+// TestPrecreateWhenThePinFails: a pin that fails leaves no container made
+// for it; Setup is asked, as without precreation, and reports the failure.
+func TestPrecreateWhenThePinFails(t *testing.T) {
+	f := startEngine(t)
+	f.net.mu.Lock()
+	f.net.pinErr = errors.New("no netns")
+	f.net.setupErr = errors.New("setup: no netns")
+	f.net.mu.Unlock()
+	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
+	waitFor(t, "the setup's failure reported", func() bool {
+		p := f.status("u1")
+		if p == nil {
+			return false
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1.PodReadyToStartContainers && c.Status == v1.ConditionFalse && strings.Contains(c.Message, "setup: no netns") {
+				return true
+			}
+		}
+		return false
+	})
+	f.rt.mu.Lock()
+	defer f.rt.mu.Unlock()
+	if len(f.rt.records) == 0 {
+		t.Fatal("no container recorded while the namespaces were pinned")
+	}
+	if len(f.rt.created) != 0 || len(f.rt.containers) != 0 {
+		t.Errorf("created %v, containers %v: want nothing left of a failed pin", f.rt.created, f.rt.containers)
 	}
 }
 

@@ -23,9 +23,12 @@ type Runtime interface {
 	// task. It returns the user the process runs as, names resolved.
 	StartContainer(ctx context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error)
 	// CreateContainer creates the container and its task but does not
-	// start it, so that the pod's network can be set up meanwhile. Until
-	// it is started, RemoveContainer discards it.
-	CreateContainer(ctx context.Context, cfg *ContainerConfig) (CreatedContainer, error)
+	// start it, so that the pod's network can be set up meanwhile. The
+	// task is created once ready (when not nil) returned nil: the
+	// container's record needs no namespace, its task does; an error
+	// from ready removes the container. Until it is started,
+	// RemoveContainer discards it.
+	CreateContainer(ctx context.Context, cfg *ContainerConfig, ready func() error) (CreatedContainer, error)
 	// StopContainer signals the task, waits up to grace, then kills it. A
 	// missing container or task is not an error.
 	StopContainer(ctx context.Context, id string, grace time.Duration) error

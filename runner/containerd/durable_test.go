@@ -2,6 +2,9 @@ package containerd
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -102,6 +105,68 @@ func TestStartReplacesASnapshotLeftByAnInterruptedCreate(t *testing.T) {
 	}
 	if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("snapshot after removal: %v, want not found", err)
+	}
+}
+
+// A container's record is made before ready is asked, its task only once
+// ready returned nil; an error from ready leaves neither record nor
+// snapshot.
+func TestCreateContainerWaitsForReady(t *testing.T) {
+	testenv.SkipIfEmulated(t, shimRunsTestBinary)
+	rt := testRuntime(t)
+	ctx := rt.ctx(context.Background())
+	for _, fail := range []bool{false, true} {
+		cfg := testConfig(t, rt, fmt.Sprintf("ready-%v", fail), "sleep", "3600")
+		asked, answer := make(chan struct{}), make(chan error)
+		type result struct {
+			c   runner.CreatedContainer
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			c, err := rt.CreateContainer(context.Background(), cfg, func() error {
+				close(asked)
+				return <-answer
+			})
+			done <- result{c, err}
+		}()
+		<-asked
+		c, err := rt.client.LoadContainer(ctx, cfg.ID)
+		if err != nil {
+			t.Fatalf("no record while ready is asked: %v", err)
+		}
+		if _, err := c.Task(ctx, nil); !errdefs.IsNotFound(err) {
+			t.Fatalf("task before ready returned: %v, want not found", err)
+		}
+		if fail {
+			answer <- errors.New("namespaces not pinned")
+			if r := <-done; r.err == nil || !strings.Contains(r.err.Error(), "namespaces not pinned") {
+				t.Fatalf("created %v, err %v; want ready's error", r.c, r.err)
+			}
+			if _, err := rt.client.LoadContainer(ctx, cfg.ID); !errdefs.IsNotFound(err) {
+				t.Errorf("record after a failed ready: %v, want not found", err)
+			}
+			if _, err := rt.client.SnapshotService(rt.snapshotter).Stat(ctx, cfg.ID); !errdefs.IsNotFound(err) {
+				t.Errorf("snapshot after a failed ready: %v, want not found", err)
+			}
+			continue
+		}
+		answer <- nil
+		r := <-done
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		t.Cleanup(func() {
+			if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
+				t.Error(err)
+			}
+		})
+		if _, err := r.c.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st := containerStatus(t, rt, cfg); st.State != runner.StateRunning {
+			t.Fatalf("state %v, want running", st.State)
+		}
 	}
 }
 

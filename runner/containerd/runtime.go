@@ -254,7 +254,7 @@ func repoDigest(name, digest string) string {
 // StartContainer creates the container and starts its task, and says which
 // user it runs as.
 func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (*v1.LinuxContainerUser, error) {
-	created, err := r.CreateContainer(ctx, cfg)
+	created, err := r.CreateContainer(ctx, cfg, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -264,12 +264,12 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 // CreateContainer creates the container and its task (the shim, runc
 // create: the process waits in runc init) without starting it. A leftover
 // container with the same id (a crash between create and start) is
-// replaced. Until Start, RemoveContainer discards it; a crash meanwhile
-// leaves a run that never started, as a crash between create and start
-// always did.
-func (r *Runtime) CreateContainer(ctx context.Context, cfg *runner.ContainerConfig) (runner.CreatedContainer, error) {
+// replaced. The task is created once ready (if not nil) returned nil.
+// Until Start, RemoveContainer discards it; a crash meanwhile leaves a run
+// that never started, as a crash between create and start always did.
+func (r *Runtime) CreateContainer(ctx context.Context, cfg *runner.ContainerConfig, ready func() error) (runner.CreatedContainer, error) {
 	t0 := time.Now()
-	task, err := r.createContainer(r.ctx(ctx), cfg)
+	task, err := r.createContainer(r.ctx(ctx), cfg, ready)
 	if err != nil {
 		return nil, err
 	}
@@ -291,9 +291,9 @@ func (c *created) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
 	return userFromLabel(c.r.userLabel(c.cfg)), nil
 }
 
-// createContainer creates the container and its task; on error it removes
-// what it made.
-func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConfig) (_ ctrd.Task, retErr error) {
+// createContainer creates the container and, once ready returned nil, its
+// task; on error it removes what it made.
+func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConfig, ready func() error) (_ ctrd.Task, retErr error) {
 	t0 := time.Now()
 	facts, ok := r.imageFacts(digestOf(cfg.Image.ID))
 	if !ok {
@@ -341,6 +341,12 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	}
 	defer r.removeOnError(cfg.ID, &retErr)
 	t1 := time.Now()
+	if ready != nil {
+		if err := ready(); err != nil {
+			return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
+		}
+	}
+	t2 := time.Now()
 	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
 	if err != nil {
 		return nil, fmt.Errorf("log uri for %s: %w", cfg.ID, err)
@@ -349,7 +355,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	if err != nil {
 		return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
-	r.log.Debug("created container", "container", cfg.ID, "create", t1.Sub(t0), "task", time.Since(t1))
+	r.log.Debug("created container", "container", cfg.ID, "create", t1.Sub(t0), "waited", t2.Sub(t1), "task", time.Since(t2))
 	return task, nil
 }
 

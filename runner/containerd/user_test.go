@@ -189,7 +189,7 @@ func TestUserLookedUpOnceForABurst(t *testing.T) {
 	errs := make(chan error, n)
 	for _, cfg := range cfgs {
 		go func() {
-			_, err := rt.CreateContainer(context.Background(), cfg)
+			_, err := rt.CreateContainer(context.Background(), cfg, nil)
 			errs <- err
 		}()
 	}
