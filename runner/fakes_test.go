@@ -338,6 +338,13 @@ func (r *fakeRuntime) callLog() []string {
 	return slices.Clone(r.calls)
 }
 
+// count is the length of one of r's ID lists, read under its lock.
+func (r *fakeRuntime) count(ids *[]string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(*ids)
+}
+
 func (r *fakeRuntime) startedCount() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -37,25 +37,28 @@ func TestPrecreateWhileNetworkSetsUp(t *testing.T) {
 	}
 }
 
+// holdGate returns a gate that stays shut until release, or the test's end
+// (before the engine stops, so a failed test does not hang).
+func holdGate(t *testing.T) (chan struct{}, func()) {
+	gate := make(chan struct{})
+	release := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(release)
+	return gate, release
+}
+
 // TestPrecreateRecordsBeforeThePin: a new pod's container records are made
 // while its namespaces are pinned, and its tasks only once they are.
 func TestPrecreateRecordsBeforeThePin(t *testing.T) {
 	f := startEngine(t)
-	gate := make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(release) // before the engine stops, on a failure too
+	gate, release := holdGate(t)
 	f.net.mu.Lock()
 	f.net.pinGate = gate
 	f.net.mu.Unlock()
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
-	records := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return len(f.rt.records) }
-	waitFor(t, "recorded during the pin", func() bool { return records() == 1 })
+	waitFor(t, "recorded during the pin", func() bool { return f.rt.count(&f.rt.records) == 1 })
 	// Given time, a task not waiting for the pin would be made now.
 	time.Sleep(50 * time.Millisecond)
-	f.rt.mu.Lock()
-	created := len(f.rt.created)
-	f.rt.mu.Unlock()
-	if created != 0 {
+	if created := f.rt.count(&f.rt.created); created != 0 {
 		t.Fatalf("%d tasks created before the namespaces were pinned", created)
 	}
 	release()
@@ -72,9 +75,7 @@ func TestPrecreateRecordsBeforeThePin(t *testing.T) {
 // the pod has no containers.
 func TestPrecreateChecksImagesDuringTheListing(t *testing.T) {
 	f := startEngine(t)
-	gate := make(chan struct{})
-	release := sync.OnceFunc(func() { close(gate) })
-	t.Cleanup(release)
+	gate, release := holdGate(t)
 	f.rt.mu.Lock()
 	f.rt.listGate = gate
 	f.rt.mu.Unlock()
@@ -83,10 +84,7 @@ func TestPrecreateChecksImagesDuringTheListing(t *testing.T) {
 	f.send(pod)
 	checks := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.neverChecks }
 	waitFor(t, "both images checked during the listing", func() bool { return checks() == 2 })
-	f.rt.mu.Lock()
-	records := len(f.rt.records)
-	f.rt.mu.Unlock()
-	if records != 0 {
+	if records := f.rt.count(&f.rt.records); records != 0 {
 		t.Fatalf("%d containers recorded before the listing returned", records)
 	}
 	release()
