@@ -474,8 +474,13 @@ func TestSetPod(t *testing.T) {
 		changed := pod.DeepCopy()
 		changed.Spec.Containers[0].ReadinessProbe.PeriodSeconds = 5
 		changed.Spec.InitContainers = nil
+		// Held so that the new worker's first probe cannot land before the
+		// check below (the bubble's goroutines run for real).
+		h.script.mu.Lock()
 		h.m.SetPod(changed, "10.0.0.2")
-		if h.m.Ready("u1", "app", "c1") {
+		kept := h.m.Ready("u1", "app", "c1")
+		h.script.mu.Unlock()
+		if kept {
 			t.Fatal("a changed probe kept its result")
 		}
 		synctest.Wait()
