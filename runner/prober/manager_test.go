@@ -224,9 +224,14 @@ func TestNewRunStartsOver(t *testing.T) {
 			t.Fatalf("probes %v, want %v: liveness holds once it reported the failure", h.took(), want)
 		}
 		h.set("live", 0)
+		// Held so that the new run's first probes cannot land before the
+		// checks of its initial results.
+		h.script.mu.Lock()
 		h.run("c2")
-		if h.result(Liveness, "c2") != Success || h.result(Readiness, "c2") != Failure || h.m.Ready("u1", "app", "c2") {
-			t.Errorf("new run: liveness %v readiness %v, want the initial Success and Failure", h.result(Liveness, "c2"), h.result(Readiness, "c2"))
+		live, ready, isReady := h.result(Liveness, "c2"), h.result(Readiness, "c2"), h.m.Ready("u1", "app", "c2")
+		h.script.mu.Unlock()
+		if live != Success || ready != Failure || isReady {
+			t.Errorf("new run: liveness %v readiness %v ready %t, want the initial Success and Failure, not ready", live, ready, isReady)
 		}
 		if _, ok := h.m.Result("u1", "app", Liveness, "c1"); ok {
 			t.Error("a result is still given for the old run")
@@ -414,8 +419,11 @@ func TestSuccessRunCarriesOver(t *testing.T) {
 		if !h.m.Ready("u1", "app", "c1") {
 			t.Fatal("not ready after two successes")
 		}
+		h.script.mu.Lock() // the new run's first probe waits for the check
 		h.run("c2")
-		if h.m.Ready("u1", "app", "c2") {
+		early := h.m.Ready("u1", "app", "c2")
+		h.script.mu.Unlock()
+		if early {
 			t.Fatal("a new run is ready before its first probe")
 		}
 		synctest.Wait()
