@@ -200,7 +200,7 @@ func (c *Collector) serveConn(conn *net.UnixConn) {
 
 // register takes a new container's pipes from its driver: the log is
 // created, the holder given its duplicates, and only then the driver told
-// to signal ready.
+// it may let go of them (until then it serves them itself if need be).
 func (c *Collector) register(conn *net.UnixConn, m message, fds []int) {
 	if len(fds) != 2 || m.Key == "" || m.Path == "" {
 		closeFDs(fds)

@@ -367,6 +367,70 @@ func TestServeFDsHandsOffWithoutServing(t *testing.T) {
 	errW.Close()
 }
 
+// The driver signals ready before it hands its pipes over, since the shim
+// waits for it before runc create; a collector that then refuses them
+// loses nothing: the driver writes the log itself.
+func TestServeFDsReadyBeforeHandoff(t *testing.T) {
+	testenv.SkipIfEmulated(t, runsItself)
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "c.sock")
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	refuse := make(chan struct{})
+	go func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, fds, _ := recvMsg(c, make([]byte, smallMessage))
+		closeFDs(fds)
+		<-refuse
+		_ = sendMsg(c, message{Op: opFail, Error: "refused by the test"})
+	}()
+
+	path := filepath.Join(dir, "pod", "0.log")
+	serving := filepath.Join(dir, "serving")
+	outR, outW := mustPipe(t)
+	errR, errW := mustPipe(t)
+	readyR, readyW := mustPipe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
+	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+Target{Path: path, Collector: sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	readyR.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+		close(refuse)
+		t.Fatalf("ready read = %v while the collector holds the hand-over, want EOF", err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Errorf("log file not created before ready: %v", err)
+	}
+	io.WriteString(outW, "before the refusal\n")
+	close(refuse)
+	io.WriteString(errW, "after it\n")
+	outW.Close()
+	errW.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("driver: %v", err)
+	}
+	b, _ := os.ReadFile(path)
+	if got := string(b); !strings.Contains(got, " stdout F before the refusal\n") || !strings.Contains(got, " stderr F after it\n") {
+		t.Errorf("log = %q, want both lines", got)
+	}
+	if _, err := os.Stat(serving); err != nil {
+		t.Errorf("a driver left with its pipes did not call serving: %v", err)
+	}
+}
+
 func mustPipe(t *testing.T) (*os.File, *os.File) {
 	t.Helper()
 	r, w, err := os.Pipe()
