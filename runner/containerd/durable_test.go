@@ -218,3 +218,28 @@ func TestStartRecordedWhenMissing(t *testing.T) {
 		t.Fatalf("state %v exit %d; want a lost run (exited 255), not one never started", st.State, st.ExitCode)
 	}
 }
+
+// The start's record names the container's process (the pid the task
+// service's start answered), which a lost task's cleanup kills.
+func TestStartRecordsTheProcess(t *testing.T) {
+	rt := testRuntime(t)
+	cfg := testConfig(t, rt, "recorded", "sleep", "3600")
+	startContainer(t, rt, cfg)
+	ctx := rt.ctx(context.Background())
+	c, err := rt.client.LoadContainer(ctx, cfg.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := parseProcID(labels[LabelStarted])
+	if !ok || p.pid != task.Pid() || !p.alive() {
+		t.Fatalf("start recorded as %q; want the running task's pid %d", labels[LabelStarted], task.Pid())
+	}
+}

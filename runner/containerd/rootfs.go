@@ -91,21 +91,20 @@ func insideMount(ms []mount.Mount, s *oci.Spec) (specs.Mount, bool) {
 // host unless the spec mounts it: containerd's client always hands the
 // shim the container's snapshot, so that task is created through the task
 // service itself.
-func (fs *rootfs) newTask(ctx context.Context, client *ctrd.Client, c ctrd.Container, logURI *url.URL, o *options.Options) (ctrd.Task, error) {
+func (fs *rootfs) newTask(ctx context.Context, client *ctrd.Client, c ctrd.Container, logURI *url.URL, o *options.Options) error {
 	if !fs.inside {
-		return c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(o))
+		_, err := c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(o))
+		return err
 	}
 	opts, err := typeurl.MarshalAny(o)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	if _, err := client.TaskService().Create(ctx, &tasksapi.CreateTaskRequest{
+	_, err = client.TaskService().Create(ctx, &tasksapi.CreateTaskRequest{
 		ContainerID: c.ID(),
 		Stdout:      logURI.String(),
 		Stderr:      logURI.String(),
 		Options:     protobuf.FromAny(opts),
-	}); err != nil {
-		return nil, errdefs.FromGRPC(err)
-	}
-	return c.Task(ctx, nil)
+	})
+	return errdefs.FromGRPC(err)
 }

@@ -269,23 +269,21 @@ func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfi
 // that never started, as a crash between create and start always did.
 func (r *Runtime) CreateContainer(ctx context.Context, cfg *runner.ContainerConfig, ready func() error) (runner.CreatedContainer, error) {
 	t0 := time.Now()
-	task, err := r.createContainer(r.ctx(ctx), cfg, ready)
-	if err != nil {
+	if err := r.createContainer(r.ctx(ctx), cfg, ready); err != nil {
 		return nil, err
 	}
-	return &created{r: r, cfg: cfg, task: task, began: t0}, nil
+	return &created{r: r, cfg: cfg, began: t0}, nil
 }
 
 // created is a container whose task waits to be started.
 type created struct {
 	r     *Runtime
 	cfg   *runner.ContainerConfig
-	task  ctrd.Task
 	began time.Time
 }
 
 func (c *created) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
-	if err := c.r.startTask(c.r.ctx(ctx), c.cfg, c.task, c.began); err != nil {
+	if err := c.r.startTask(c.r.ctx(ctx), c.cfg, c.began); err != nil {
 		return nil, err
 	}
 	return userFromLabel(c.r.userLabel(c.cfg)), nil
@@ -293,15 +291,15 @@ func (c *created) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
 
 // createContainer creates the container and, once ready returned nil, its
 // task; on error it removes what it made.
-func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConfig, ready func() error) (_ ctrd.Task, retErr error) {
+func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConfig, ready func() error) (retErr error) {
 	t0 := time.Now()
 	facts, ok := r.imageFacts(digestOf(cfg.Image.ID))
 	if !ok {
-		return nil, fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
+		return fmt.Errorf("image %s: not ensured before starting %s", cfg.Image.Ref, cfg.ID)
 	}
 	secOpts, err := r.security.securityOpts(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
 		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
@@ -325,7 +323,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	c, err := newContainer()
 	if errdefs.IsAlreadyExists(err) {
 		if err := r.RemoveContainer(ctx, cfg.ID); err != nil {
-			return nil, err
+			return err
 		}
 		c, err = newContainer()
 	}
@@ -337,31 +335,32 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 		r.mu.Unlock()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create container %s: %w", cfg.ID, err)
+		return fmt.Errorf("create container %s: %w", cfg.ID, err)
 	}
 	defer r.removeOnError(cfg.ID, &retErr)
 	t1 := time.Now()
 	if ready != nil {
 		if err := ready(); err != nil {
-			return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
+			return fmt.Errorf("create task %s: %w", cfg.ID, err)
 		}
 	}
 	t2 := time.Now()
 	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
 	if err != nil {
-		return nil, fmt.Errorf("log uri for %s: %w", cfg.ID, err)
+		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}
-	task, err := fs.newTask(ctx, r.client, c, logURI, runtimeOpts)
-	if err != nil {
-		return nil, fmt.Errorf("create task %s: %w", cfg.ID, err)
+	if err := fs.newTask(ctx, r.client, c, logURI, runtimeOpts); err != nil {
+		return fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
 	r.log.Debug("created container", "container", cfg.ID, "create", t1.Sub(t0), "waited", t2.Sub(t1), "task", time.Since(t2))
-	return task, nil
+	return nil
 }
 
 // startTask starts a created task and records the start; on error it
-// removes the container.
-func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, task ctrd.Task, began time.Time) (retErr error) {
+// removes the container. It asks containerd's task service itself: a ctrd.Task for the created
+// task would cost a round trip to containerd and the shim (the client
+// loads it with the task's state), on the path to the container's start.
+func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, began time.Time) (retErr error) {
 	defer r.removeOnError(cfg.ID, &retErr)
 	// The shim takes the log driver's exit for readiness and would start
 	// the container with no reader, to die of SIGPIPE at its first output.
@@ -371,11 +370,12 @@ func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, ta
 		return fmt.Errorf("log driver for %s: %w (journalctl -t %s tells why)", cfg.ID, err, crilog.SyslogTag)
 	}
 	t0 := time.Now()
-	if err := task.Start(ctx); err != nil {
-		return fmt.Errorf("start task %s: %w", cfg.ID, err)
+	resp, err := r.client.TaskService().Start(ctx, &tasksapi.StartRequest{ContainerID: cfg.ID})
+	if err != nil {
+		return fmt.Errorf("start task %s: %w", cfg.ID, errdefs.FromGRPC(err))
 	}
 	r.log.Debug("started task", "container", cfg.ID, "start", time.Since(t0), "since create", time.Since(began))
-	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(task.Pid(), time.Now())); err != nil {
+	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(resp.Pid, time.Now())); err != nil {
 		// The run goes on; only a lost task would be taken for never started.
 		r.log.Warn("start not recorded", "container", cfg.ID, "err", err)
 	}
