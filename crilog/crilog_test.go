@@ -272,8 +272,9 @@ func TestParseLine(t *testing.T) {
 	}
 }
 
-// TestServeFDs runs the test binary as the driver the way the shim does:
-// ExtraFiles become fds 3 (stdout), 4 (stderr) and 5 (ready).
+// TestServeFDs runs the test binary as the driver the way the shim does
+// (startDriver): ExtraFiles become fds 3 (stdout), 4 (stderr) and 5
+// (ready).
 func TestServeFDs(t *testing.T) {
 	if path := os.Getenv("CRILOG_HELPER_PATH"); path != "" {
 		serving := func() {
@@ -288,31 +289,20 @@ func TestServeFDs(t *testing.T) {
 	}
 	testenv.SkipIfEmulated(t, runsItself)
 	path := filepath.Join(t.TempDir(), "0.log")
-	outR, outW := mustPipe(t)
-	errR, errW := mustPipe(t)
-	readyR, readyW := mustPipe(t)
 	serving := filepath.Join(t.TempDir(), "serving")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
-	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SERVING="+serving)
-	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	outR.Close()
-	errR.Close()
-	readyW.Close()
+	d := startDriver(t, "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SERVING="+serving)
 	// Like the shim: block until the driver closes its end of the ready pipe.
-	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("ready read = %v, want EOF", err)
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Fatalf("log file not created before ready: %v", err)
 	}
-	io.WriteString(outW, "to stdout\n")
-	io.WriteString(errW, "to stderr\n")
-	outW.Close()
-	errW.Close()
-	if err := cmd.Wait(); err != nil {
+	io.WriteString(d.stdout, "to stdout\n")
+	io.WriteString(d.stderr, "to stderr\n")
+	d.stdout.Close()
+	d.stderr.Close()
+	if err := d.cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	data, err := os.ReadFile(path)
@@ -341,30 +331,22 @@ func TestServeFDsHandsOffWithoutServing(t *testing.T) {
 
 	path := filepath.Join(dir, "pod", "0.log")
 	serving := filepath.Join(dir, "serving")
-	outR, outW := mustPipe(t)
-	errR, errW := mustPipe(t)
-	readyR, readyW := mustPipe(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
-	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+Target{Path: path, Collector: procs.sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
-	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
-	if err := cmd.Run(); err != nil {
+	d := startDriver(t, "CRILOG_HELPER_PATH="+Target{Path: path, Collector: procs.sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
+	if err := d.cmd.Wait(); err != nil {
 		t.Fatalf("driver: %v", err)
 	}
-	outR.Close()
-	errR.Close()
-	readyW.Close()
-	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		t.Fatalf("ready read = %v, want EOF", err)
 	}
 	if _, err := os.Stat(serving); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a driver that handed its pipes over called serving (%v)", err)
 	}
-	io.WriteString(outW, "handed over\n")
+	io.WriteString(d.stdout, "handed over\n")
 	waitFor(t, "the collector to write the log", func() bool {
 		b, _ := os.ReadFile(path)
 		return strings.Contains(string(b), " stdout F handed over\n")
 	})
-	errW.Close()
+	d.stderr.Close()
 }
 
 // The driver signals ready before it hands its pipes over, since the shim
@@ -394,32 +376,21 @@ func TestServeFDsReadyBeforeHandoff(t *testing.T) {
 
 	path := filepath.Join(dir, "pod", "0.log")
 	serving := filepath.Join(dir, "serving")
-	outR, outW := mustPipe(t)
-	errR, errW := mustPipe(t)
-	readyR, readyW := mustPipe(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
-	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+Target{Path: path, Collector: sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
-	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	outR.Close()
-	errR.Close()
-	readyW.Close()
-	readyR.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+	d := startDriver(t, "CRILOG_HELPER_PATH="+Target{Path: path, Collector: sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
+	d.ready.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		close(refuse)
 		t.Fatalf("ready read = %v while the collector holds the hand-over, want EOF", err)
 	}
 	if _, err := os.Stat(path); err != nil {
 		t.Errorf("log file not created before ready: %v", err)
 	}
-	io.WriteString(outW, "before the refusal\n")
+	io.WriteString(d.stdout, "before the refusal\n")
 	close(refuse)
-	io.WriteString(errW, "after it\n")
-	outW.Close()
-	errW.Close()
-	if err := cmd.Wait(); err != nil {
+	io.WriteString(d.stderr, "after it\n")
+	d.stdout.Close()
+	d.stderr.Close()
+	if err := d.cmd.Wait(); err != nil {
 		t.Fatalf("driver: %v", err)
 	}
 	b, _ := os.ReadFile(path)
@@ -429,6 +400,31 @@ func TestServeFDsReadyBeforeHandoff(t *testing.T) {
 	if _, err := os.Stat(serving); err != nil {
 		t.Errorf("a driver left with its pipes did not call serving: %v", err)
 	}
+}
+
+// driver is the test binary run as the log driver, the way the shim runs
+// one (see TestServeFDs), with the parent's ends of its pipes.
+type driver struct {
+	cmd            *exec.Cmd
+	stdout, stderr *os.File // the container's side
+	ready          *os.File // the shim's side
+}
+
+func startDriver(t *testing.T, env ...string) *driver {
+	t.Helper()
+	outR, outW := mustPipe(t)
+	errR, errW := mustPipe(t)
+	readyR, readyW := mustPipe(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
+	cmd.Env = append(os.Environ(), env...)
+	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	outR.Close()
+	errR.Close()
+	readyW.Close()
+	return &driver{cmd: cmd, stdout: outW, stderr: errW, ready: readyR}
 }
 
 func mustPipe(t *testing.T) (*os.File, *os.File) {
@@ -453,19 +449,13 @@ func TestServeFDsReportsFailure(t *testing.T) {
 	}
 	defer l.Close()
 	path := filepath.Join(dir, strings.Repeat("x", 300), "0.log")
-	outR, outW := mustPipe(t)
-	errR, errW := mustPipe(t)
-	readyR, readyW := mustPipe(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeFDs$")
-	cmd.Env = append(os.Environ(), "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SYSLOG="+sock)
-	cmd.ExtraFiles = []*os.File{outR, errR, readyW}
-	if err := cmd.Run(); err == nil {
+	d := startDriver(t, "CRILOG_HELPER_PATH="+path, "CRILOG_HELPER_SYSLOG="+sock)
+	if err := d.cmd.Wait(); err == nil {
 		t.Error("the driver succeeded")
 	}
-	readyW.Close()
-	outW.Close()
-	errW.Close()
-	if _, err := readyR.Read(make([]byte, 1)); err != io.EOF {
+	d.stdout.Close()
+	d.stderr.Close()
+	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("ready read = %v, want EOF", err)
 	}
 	l.SetReadDeadline(time.Now().Add(5 * time.Second))
