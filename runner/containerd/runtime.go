@@ -357,9 +357,10 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 }
 
 // startTask starts a created task and records the start; on error it
-// removes the container. It asks containerd's task service itself: a ctrd.Task for the created
-// task would cost a round trip to containerd and the shim (the client
-// loads it with the task's state), on the path to the container's start.
+// removes the container. It asks containerd's task service itself: a
+// ctrd.Task for the created task would cost a round trip to containerd and
+// the shim (the client loads it with the task's state), on the path to the
+// container's start.
 func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, began time.Time) (retErr error) {
 	defer r.removeOnError(cfg.ID, &retErr)
 	// The shim takes the log driver's exit for readiness and would start
