@@ -1,7 +1,7 @@
 package kubeapi
 
 import (
-	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"strconv"
 	"sync"
@@ -12,8 +12,12 @@ import (
 
 const (
 	// historyLen is how many changes a store keeps for watches that resume
-	// from a resourceVersion (kubectl get -w watches from its list's).
-	historyLen = 1000
+	// from a resourceVersion (kubectl get -w watches from its list's), as
+	// many as the API server's default watch cache holds: each kept change
+	// holds its object, so at 1000 the history of a node's churn was the
+	// largest part of noderun's heap. A watch resuming from before it gets
+	// 410 Expired and lists again, as with the API server.
+	historyLen = 100
 	// watcherBuffer is how many changes a watch may fall behind before it
 	// is ended (the client then watches again), as the API server does with
 	// a slow watcher rather than letting it hold memory.
@@ -33,13 +37,13 @@ type store[T any] struct {
 
 	mu       sync.Mutex
 	synced   bool
-	rv       uint64 // the resourceVersion of the last sync
-	items    []T    // current objects, in the backend's order
-	raw      map[string][]byte
-	stamps   map[string]string // the backend's resourceVersion of each item, as last synced
-	byKey    map[string]int    // index into items
-	history  []change[T]       // oldest first
-	dropped  uint64            // history is complete for changes after this rv
+	rv       uint64                       // the resourceVersion of the last sync
+	items    []T                          // current objects, in the backend's order
+	sums     map[string][sha256.Size]byte // each item's JSON digest, to tell a real change from a new stamp
+	stamps   map[string]string            // the backend's resourceVersion of each item, as last synced
+	byKey    map[string]int               // index into items
+	history  []change[T]                  // oldest first
+	dropped  uint64                       // history is complete for changes after this rv
 	watchers map[*watcher[T]]struct{}
 }
 
@@ -70,7 +74,7 @@ func (s *store[T]) sync(version uint64) {
 		return
 	}
 	items := s.list()
-	raw := make(map[string][]byte, len(items))
+	sums := make(map[string][sha256.Size]byte, len(items))
 	byKey := make(map[string]int, len(items))
 	var changes []change[T]
 	stamps := make(map[string]string, len(items))
@@ -84,7 +88,7 @@ func (s *store[T]) sync(version uint64) {
 		stamp := m.ResourceVersion
 		if had && stamp != "" && s.stamps[k] == stamp {
 			m.ResourceVersion = s.meta(&s.items[old]).ResourceVersion
-			raw[k], byKey[k], stamps[k] = s.raw[k], i, stamp
+			sums[k], byKey[k], stamps[k] = s.sums[k], i, stamp
 			continue
 		}
 		m.ResourceVersion = ""
@@ -92,9 +96,10 @@ func (s *store[T]) sync(version uint64) {
 		if err != nil {
 			continue // not for types that always marshal
 		}
-		raw[k], byKey[k], stamps[k] = b, i, stamp
+		sum := sha256.Sum256(b)
+		sums[k], byKey[k], stamps[k] = sum, i, stamp
 		switch {
-		case had && bytes.Equal(s.raw[k], b):
+		case had && s.sums[k] == sum:
 			m.ResourceVersion = s.meta(&s.items[old]).ResourceVersion
 		case had:
 			m.ResourceVersion = strconv.FormatUint(rv, 10)
@@ -112,7 +117,7 @@ func (s *store[T]) sync(version uint64) {
 			changes = append(changes, change[T]{typ: watch.Deleted, obj: gone, rv: rv})
 		}
 	}
-	s.items, s.raw, s.byKey, s.stamps, s.rv = items, raw, byKey, stamps, rv
+	s.items, s.sums, s.byKey, s.stamps, s.rv = items, sums, byKey, stamps, rv
 	if !s.synced {
 		// What was there at the start is no change.
 		s.synced, s.dropped = true, rv
