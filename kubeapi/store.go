@@ -19,8 +19,9 @@ const (
 	// 410 Expired and lists again, as with the API server.
 	historyLen = 100
 	// watcherBuffer is how many changes a watch may fall behind before it
-	// is ended (the client then watches again), as the API server does with
-	// a slow watcher rather than letting it hold memory.
+	// is ended (the client then watches again, or, past the history, lists
+	// again), as the API server does with a slow watcher rather than letting
+	// it hold memory.
 	watcherBuffer = 256
 )
 
