@@ -3,11 +3,13 @@ package runner
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,13 +123,27 @@ func bindSubPath(h *os.File, target string) error {
 	if err := os.MkdirAll(filepath.Dir(target), 0o750); err != nil {
 		return err
 	}
-	if isMounted(target) {
+	// The pin of an earlier start (of this container or a crashed noderun),
+	// perhaps more than one stacked.
+	for {
+		mounted, err := mountinfo.Mounted(target)
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			break
+		}
 		if err := unix.Unmount(target, unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("unmount %s: %w", target, err)
 		}
 	}
 	// The target's type must match the source's: a directory or a file.
-	_ = os.Remove(target)
+	if err := os.Remove(target); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		if err := os.Mkdir(target, 0o750); err != nil {
 			return err
@@ -146,65 +162,56 @@ func bindSubPath(h *os.File, target string) error {
 	return nil
 }
 
-// isMounted reports whether path is a mount point, from mountinfo: a bind
-// of a directory of the same file system shares the parent's device.
-func isMounted(path string) bool {
-	for _, m := range mountsUnder(filepath.Dir(path)) {
-		if m == path {
-			return true
-		}
-	}
-	return false
-}
-
 // mountsUnder lists the mount points at or below dir, deepest first, so
-// they can be unmounted in order.
-func mountsUnder(dir string) []string {
-	b, err := os.ReadFile("/proc/self/mountinfo")
+// they can be unmounted in order. mountinfo names mount points by their
+// resolved absolute path, so dir is resolved first: a state dir reached
+// through a link, or given relative, is found all the same.
+func mountsUnder(dir string) ([]string, error) {
+	real, err := ResolvePath(dir)
 	if err != nil {
-		return nil
+		return nil, err
 	}
-	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := unescapeMountinfo(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			out = append(out, mp)
-		}
+	ms, err := mountinfo.GetMounts(mountinfo.PrefixFilter(real))
+	if err != nil {
+		return nil, err
 	}
-	// Longer paths are deeper; reverse mount order also unstacks repeats.
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
+	// Reverse mount order unstacks repeats, and a mount below another was
+	// made after it.
+	out := make([]string, 0, len(ms))
+	for i := len(ms) - 1; i >= 0; i-- {
+		out = append(out, ms[i].Mountpoint)
 	}
-	return out
+	return out, nil
 }
 
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
+// ResolvePath makes p absolute and resolves every link in it; the part
+// that does not exist (yet) is kept as it is.
+func ResolvePath(p string) (string, error) {
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
 	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
+	var rest []string
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		real, err := filepath.EvalSymlinks(dir)
+		if err == nil {
+			return filepath.Join(append([]string{real}, rest...)...), nil
 		}
-		b.WriteByte(s[i])
+		if !errors.Is(err, fs.ErrNotExist) || dir == "/" {
+			return "", err
+		}
+		rest = append([]string{filepath.Base(dir)}, rest...)
 	}
-	return b.String()
 }
 
 // unmountAll detaches every mount at or below dir, so that removing dir can
 // never descend into a volume or host path bound there.
 func unmountAll(dir string) error {
-	for _, mp := range mountsUnder(dir) {
+	mps, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, mp := range mps {
 		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
 			return fmt.Errorf("unmount %s: %w", mp, err)
 		}
@@ -212,15 +219,28 @@ func unmountAll(dir string) error {
 	return nil
 }
 
-// RemoveTree unmounts everything at or below dir, then removes dir, so that
-// removing noderun's directories never descends into a host path bound
-// beneath them (a volume, a pinned namespace, a rootfs).
+// RemoveTree unmounts everything at or below dir, then removes dir without
+// ever leaving the mount dir is on, so that removing noderun's directories
+// never descends into a host path bound beneath them (a volume, a pinned
+// namespace, a rootfs), even one the unmount missed. Links in dir's parents
+// are followed; dir itself, if a link, is removed, not followed.
 func RemoveTree(dir string) error {
-	if err := unmountAll(dir); err != nil {
+	parent, err := ResolvePath(filepath.Dir(dir))
+	if err != nil {
 		return err
 	}
-	if left := mountsUnder(dir); len(left) > 0 {
-		return fmt.Errorf("remove %s: %s is still mounted", dir, left[0])
+	real := filepath.Join(parent, filepath.Base(dir))
+	st, err := os.Lstat(real)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
 	}
-	return os.RemoveAll(dir)
+	if err != nil {
+		return err
+	}
+	if st.IsDir() {
+		if err := unmountAll(real); err != nil {
+			return err
+		}
+	}
+	return removeOnMount(real)
 }

@@ -128,8 +128,8 @@ func TestBindSubPathPinsTarget(t *testing.T) {
 	if err := unmountAll(filepath.Dir(target)); err != nil {
 		t.Fatal(err)
 	}
-	if len(mountsUnder(filepath.Dir(target))) != 0 {
-		t.Errorf("mounts left: %v", mountsUnder(filepath.Dir(target)))
+	if left, err := mountsUnder(filepath.Dir(target)); err != nil || len(left) != 0 {
+		t.Errorf("mounts left: %v %v", left, err)
 	}
 }
 

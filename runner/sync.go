@@ -467,11 +467,13 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	if err := e.cfg.Cgroups.RemovePod(ctx, w.cgroupParent()); err != nil {
 		e.log.Warn("pod cgroup not removed", "pod", podRef(pod), "err", err)
 	}
+	// Nothing is mounted below them now; should a mount remain, its
+	// removal stops there rather than delete what it shows.
 	errs = append(errs,
-		os.RemoveAll(w.podStateDir()),
-		os.RemoveAll(w.podRunDir()))
+		removeOnMount(w.podStateDir()),
+		removeOnMount(w.podRunDir()))
 	for _, dir := range w.podLogDirs() {
-		errs = append(errs, os.RemoveAll(dir))
+		errs = append(errs, removeOnMount(dir))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -1,0 +1,96 @@
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrMountPoint marks a removal that stopped at a mount point: below it lies
+// another file system, or another part of this one bound there (a host
+// path), which is not noderun's to delete.
+var ErrMountPoint = errors.New("is a mount point; not removing what is mounted there")
+
+// removeOnMount removes path and everything below it, as os.RemoveAll does,
+// but never descends into a directory on another mount than its parent's:
+// it fails with ErrMountPoint instead. The mount is compared on the handle
+// it then reads, so nothing can be swapped in between; links are removed,
+// never followed. A mount on a file is safe: unlink fails with EBUSY.
+func removeOnMount(path string) error {
+	path = filepath.Clean(path)
+	pfd, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(pfd)
+	return removeOnMountAt(pfd, filepath.Base(path), path)
+}
+
+// removeOnMountAt removes name in the directory pfd; path names it for errors.
+func removeOnMountAt(pfd int, name, path string) error {
+	err := unix.Unlinkat(pfd, name, 0)
+	if err == nil || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if !errors.Is(err, unix.EISDIR) {
+		return &os.PathError{Op: "unlink", Path: path, Err: err}
+	}
+	fd, err := unix.Openat(pfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	dir := os.NewFile(uintptr(fd), path)
+	defer dir.Close()
+	same, err := sameMount(pfd, fd)
+	if err != nil {
+		return &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	if !same {
+		return fmt.Errorf("%s %w", path, ErrMountPoint)
+	}
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		errs = append(errs, removeOnMountAt(fd, n, filepath.Join(path, n)))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if err := unix.Unlinkat(pfd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "rmdir", Path: path, Err: err}
+	}
+	return nil
+}
+
+// sameMount reports whether the two open files are on one mount, by the
+// kernel's mount IDs (statx, Linux 5.8), which tell a bind mount of a
+// directory of the same file system apart; without them, by device.
+func sameMount(a, b int) (bool, error) {
+	var sa, sb unix.Statx_t
+	const mask = unix.STATX_MNT_ID | unix.STATX_INO
+	if err := unix.Statx(a, "", unix.AT_EMPTY_PATH, mask, &sa); err != nil {
+		return false, err
+	}
+	if err := unix.Statx(b, "", unix.AT_EMPTY_PATH, mask, &sb); err != nil {
+		return false, err
+	}
+	if sa.Dev_major != sb.Dev_major || sa.Dev_minor != sb.Dev_minor {
+		return false, nil
+	}
+	if sa.Mask&sb.Mask&unix.STATX_MNT_ID != 0 {
+		return sa.Mnt_id == sb.Mnt_id, nil
+	}
+	return true, nil
+}

@@ -1,0 +1,225 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/manifests"
+)
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+}
+
+// bind binds src on target (made first) and unmounts it at cleanup.
+func bind(t *testing.T, src, target string) {
+	t.Helper()
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+}
+
+// A bind of a directory of the same file system shares its device: only
+// the mount ID tells removal that it would leave the tree.
+func TestRemoveOnMountStopsAtMounts(t *testing.T) {
+	requireRoot(t)
+	for _, kind := range []string{"bind", "tmpfs"} {
+		t.Run(kind, func(t *testing.T) {
+			dir := t.TempDir()
+			host := filepath.Join(dir, "host")
+			mkfileT(t, filepath.Join(host, "precious"))
+			tree := filepath.Join(dir, "pod")
+			mkfileT(t, filepath.Join(tree, "a", "b", "own"))
+			mnt := filepath.Join(tree, "a", "vol")
+			if kind == "bind" {
+				bind(t, host, mnt)
+			} else {
+				if err := os.MkdirAll(mnt, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Mount("tmpfs", mnt, "tmpfs", 0, ""); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+				mkfileT(t, filepath.Join(mnt, "precious"))
+			}
+			err := removeOnMount(tree)
+			if !errors.Is(err, ErrMountPoint) {
+				t.Fatalf("removing across a %s: %v, want %v", kind, err, ErrMountPoint)
+			}
+			if _, err := os.Stat(filepath.Join(mnt, "precious")); err != nil {
+				t.Errorf("what the %s shows was reached: %v", kind, err)
+			}
+			if _, err := os.Stat(filepath.Join(tree, "a", "b")); !os.IsNotExist(err) {
+				t.Errorf("the rest of the tree: %v, want removed", err)
+			}
+		})
+	}
+}
+
+// Links are removed, never followed, and a missing tree is no error.
+func TestRemoveOnMountRemovesLinks(t *testing.T) {
+	dir := t.TempDir()
+	host := filepath.Join(dir, "host")
+	mkfileT(t, filepath.Join(host, "precious"))
+	tree := filepath.Join(dir, "pod")
+	mkfileT(t, filepath.Join(tree, "own"))
+	if err := os.Symlink(host, filepath.Join(tree, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeOnMount(tree); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(tree); !os.IsNotExist(err) {
+		t.Errorf("tree: %v, want removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
+		t.Errorf("the link's target was reached: %v", err)
+	}
+	if err := removeOnMount(tree); err != nil {
+		t.Errorf("again: %v", err)
+	}
+}
+
+// RemoveTree given a path through a link finds the mounts below it (the
+// mount table names them by their resolved path), unmounts them, and
+// removes the tree; a tree that is itself a link goes, not its target.
+func TestRemoveTreeThroughLink(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	host := filepath.Join(dir, "host")
+	mkfileT(t, filepath.Join(host, "precious"))
+	real := filepath.Join(dir, "disk", "run")
+	bind(t, host, filepath.Join(real, "pods", "sb", "vol"))
+	link := filepath.Join(dir, "run")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveTree(filepath.Join(link, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(real, "pods")); !os.IsNotExist(err) {
+		t.Errorf("tree: %v, want removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
+		t.Errorf("the host path bound below was reached: %v", err)
+	}
+	if err := os.Symlink(host, filepath.Join(real, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	if err := RemoveTree(filepath.Join(real, "pods")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(real, "pods")); !os.IsNotExist(err) {
+		t.Errorf("link: %v, want removed", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
+		t.Errorf("the link's target was reached: %v", err)
+	}
+}
+
+func mkfileT(t *testing.T, path string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A state dir reached through a link: a container with a hostPath subPath
+// restarts (its old pin is found and replaced), and removing the pod
+// unmounts the pin and the Memory emptyDir instead of deleting through
+// them into the host path.
+func TestStateDirThroughLinkKeepsHostPathData(t *testing.T) {
+	skipWithoutOpenat2(t)
+	requireRoot(t)
+	dir := t.TempDir()
+	real := filepath.Join(dir, "data-disk", "noderun")
+	if err := os.MkdirAll(real, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "var-lib-noderun")
+	if err := os.Symlink(real, state); err != nil {
+		t.Fatal(err)
+	}
+	subPathPodLifecycle(t, dir, state, real)
+}
+
+// A relative state dir is the same case: the mount table has absolute
+// paths.
+func TestRelativeStateDirKeepsHostPathData(t *testing.T) {
+	skipWithoutOpenat2(t)
+	requireRoot(t)
+	dir := t.TempDir()
+	t.Chdir(dir)
+	subPathPodLifecycle(t, dir, "state", filepath.Join(dir, "state"))
+}
+
+// subPathPodLifecycle runs a pod with a hostPath subPath and a Memory
+// emptyDir on an engine whose StateDir is state (real once resolved),
+// crashes its container, removes its manifest, and checks the host data,
+// the restart and that nothing stays mounted.
+func subPathPodLifecycle(t *testing.T, dir, state, real string) {
+	host := filepath.Join(dir, "host-srv")
+	precious := filepath.Join(host, "db", "precious.sqlite")
+	mkfileT(t, precious)
+	t.Cleanup(func() { _ = unmountAll(real) })
+	clock := newFakeClock()
+	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
+	f.e = New(Config{
+		NodeName: "n1", HostIP: "192.0.2.1", StateDir: state, RunDir: filepath.Join(dir, "run"),
+		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
+		NetworkCheck: 5 * time.Minute,
+	}, f.rt, f.net)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.e.Run(ctx, f.snaps, 1) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	pod := testPod("u1", "db", v1.RestartPolicyAlways)
+	pod.Spec.Volumes = []v1.Volume{
+		{Name: "srv", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: host}}},
+		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}},
+	}
+	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{
+		{Name: "srv", MountPath: "/var/lib/db", SubPath: "db"},
+		{Name: "scratch", MountPath: "/scratch"},
+	}
+	f.send(pod)
+	waitFor(t, "first start", func() bool { return f.rt.startedCount() == 1 })
+	if m, err := mountsUnder(real); err != nil || len(m) != 2 {
+		t.Fatalf("mounts under the state dir while the pod runs: %v %v, want the pin and the tmpfs", m, err)
+	}
+
+	f.rt.exit(f.rt.started[0].ID, 1)
+	waitFor(t, "the restart after the crash", func() bool { return f.rt.startedCount() == 2 })
+
+	f.send()
+	podDir := filepath.Join(real, "pods", "u1")
+	waitFor(t, "the pod's removal", func() bool {
+		_, err := os.Stat(podDir)
+		return os.IsNotExist(err) && f.status("u1") == nil
+	})
+	if _, err := os.Stat(precious); err != nil {
+		t.Errorf("removing the pod reached into the host path: %v", err)
+	}
+	if m, err := mountsUnder(real); err != nil || len(m) != 0 {
+		t.Errorf("mounts left under the state dir: %v %v", m, err)
+	}
+}
