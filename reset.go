@@ -49,6 +49,9 @@ func resetCommand() *cli.Command {
 // CNI's cache), then containerd's namespace, the default network, the
 // managed daemon, and the directories last.
 func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
+	if err := resolveDirs(c, false); err != nil {
+		return err
+	}
 	stateDir, runDir, logDir := c.String("state-dir"), c.String("run-dir"), c.String("pod-log-dir")
 	cg, err := cgroupLayout(c)
 	if err != nil {

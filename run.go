@@ -44,6 +44,9 @@ func runNode(c *cli.Context) error {
 	}
 	ctx := c.Context
 	paths := uniq(c.StringSlice("manifests"))
+	if err := resolveDirs(c, true); err != nil {
+		return err
+	}
 	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
 	nodeName := c.String("node-name")
 	// Built first, so a bad flag fails before anything starts.
@@ -54,11 +57,6 @@ func runNode(c *cli.Context) error {
 	nSources := len(paths) + len(urlSources)
 	if nSources == 0 {
 		return errors.New("no manifests: give --manifests DIR|FILE or --manifest-url URL (or NODERUN_MANIFESTS)")
-	}
-	for _, d := range []string{stateDir, runDir, c.String("pod-log-dir")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return err
-		}
 	}
 	// Before anything that touches the status socket, containerd or pods.
 	release, err := lockDirs(stateDir, runDir)
