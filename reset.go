@@ -10,9 +10,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/internal/cgroups"
@@ -22,15 +24,24 @@ import (
 
 // stateInputs are what an admin puts in the state dir for noderun to read
 // (image tarballs, Localhost seccomp profiles, registry credentials): reset
-// keeps them, as it keeps the manifests.
+// keeps them, as it keeps the manifests, and removes them only when empty.
 var stateInputs = []string{"images", "seccomp", "config.json"}
+
+// stateOwned and runOwned are the names noderun (and a containerd it
+// manages) makes in --state-dir and --run-dir: reset removes these and
+// nothing else.
+var (
+	stateOwned = []string{"pods", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
+	runOwned   = []string{"pods", "ns", "runc", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
+		"log-collector.sock", "log-collector.sock.lock", "log-collector.stderr"}
+)
 
 func resetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reset",
 		Usage: "stop every pod and remove what noderun set up on this host: containers, networks, its CNI config and bridge, cgroups, state, run and log dirs, a managed containerd",
 		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "force", Usage: "reset even while a noderun daemon holds the directories (it may start pods again)"},
+			&cli.BoolFlag{Name: "force", Usage: "reset even while a noderun daemon holds the directories (it may start pods again), or when they hold files noderun did not make (those are kept)"},
 			&cli.BoolFlag{Name: "images", Usage: "also remove the images in noderun's containerd namespace, and the namespace"},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Minute, Usage: "give up on pods not gone by then (grace periods are honoured meanwhile)"},
 		},
@@ -53,6 +64,10 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 		return err
 	}
 	stateDir, runDir, logDir := c.String("state-dir"), c.String("run-dir"), c.String("pod-log-dir")
+	// Before anything is stopped: a misconfigured dir is found out first.
+	if err := checkOwned(stateDir, runDir, c.Bool("force")); err != nil {
+		return err
+	}
 	cg, err := cgroupLayout(c)
 	if err != nil {
 		return err
@@ -156,29 +171,38 @@ func lockExisting(dirs ...string) (release func(), err error) {
 	return lockDirs(have...)
 }
 
-// removeDirs removes the run dir, the state dir but for the admin's inputs
-// in it, the pod log dir if nothing else logs there, and a status socket
-// kept elsewhere; mounts beneath are detached first.
+// checkOwned refuses, unless force, a state or run dir that holds what
+// noderun does not make there: a flag naming another program's directory.
+func checkOwned(stateDir, runDir string, force bool) error {
+	for _, d := range []struct {
+		flag, dir string
+		names     []string
+	}{{"state-dir", stateDir, slices.Concat(stateOwned, stateInputs)}, {"run-dir", runDir, runOwned}} {
+		other, err := foreign(d.dir, d.names)
+		if err != nil {
+			return err
+		}
+		if len(other) > 0 && !force {
+			return fmt.Errorf("--%s %s holds what noderun did not make: %s; reset removes only what noderun makes there, so check the flag, or pass --force to reset and keep those",
+				d.flag, d.dir, strings.Join(other, ", "))
+		}
+	}
+	return nil
+}
+
+// removeDirs removes what noderun made in the run dir and the state dir
+// but for the admin's inputs, then each dir if nothing else is left in it;
+// the pod log dir if nothing else logs there, and a status socket kept
+// elsewhere. Mounts below what it removes (noderun's) are detached first;
+// it never unmounts anything else.
 func removeDirs(stateDir, runDir, logDir, socket string, out io.Writer) (kept []string, err error) {
 	var errs []error
-	if err := runner.RemoveTree(runDir); err != nil {
-		errs = append(errs, err)
-	}
-	ents, err := os.ReadDir(stateDir)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return nil, err
-	}
-	for _, e := range ents {
-		p := filepath.Join(stateDir, e.Name())
-		if slices.Contains(stateInputs, e.Name()) && !isEmpty(p) {
-			kept = append(kept, p+": put there for noderun to read")
-			continue
-		}
-		errs = append(errs, runner.RemoveTree(p))
-	}
-	if len(kept) == 0 {
-		errs = append(errs, ignoreMissing(os.Remove(stateDir)))
-	}
+	k, err := removeOwned(runDir, runOwned, nil)
+	errs = append(errs, err)
+	kept = append(kept, k...)
+	k, err = removeOwned(stateDir, stateOwned, stateInputs)
+	errs = append(errs, err)
+	kept = append(kept, k...)
 	// Other runtimes may log there (the kubelet's /var/log/pods): only
 	// noderun's pods' dirs went, with the pods.
 	if err := os.Remove(logDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -192,6 +216,76 @@ func removeDirs(stateDir, runDir, logDir, socket string, out io.Writer) (kept []
 	}
 	fmt.Fprintln(out, "removed", runDir, "and", stateDir)
 	return kept, nil
+}
+
+// removeOwned removes the entries of dir that are among owned, and those
+// among inputs when empty, then dir itself when nothing is left.
+func removeOwned(dir string, owned, inputs []string) (kept []string, err error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var errs []error
+	var other []string
+	for _, e := range ents {
+		p := filepath.Join(dir, e.Name())
+		switch {
+		case ownedName(e.Name(), owned):
+			errs = append(errs, runner.RemoveTree(p))
+		case slices.Contains(inputs, e.Name()) && !isEmpty(p):
+			kept = append(kept, p+": put there for noderun to read")
+		case slices.Contains(inputs, e.Name()):
+			errs = append(errs, runner.RemoveTree(p))
+		default:
+			other = append(other, e.Name())
+		}
+	}
+	if len(other) > 0 {
+		kept = append(kept, dir+": not noderun's: "+strings.Join(other, ", "))
+	}
+	if len(kept) == 0 {
+		// A mount point is the admin's (a tmpfs of its own): kept.
+		if err := os.Remove(dir); errors.Is(err, unix.EBUSY) {
+			kept = append(kept, dir+": a mount point")
+		} else {
+			errs = append(errs, ignoreMissing(err))
+		}
+	}
+	return kept, errors.Join(errs...)
+}
+
+// foreign lists the entries of dir that are not among names: what noderun
+// did not make there.
+func foreign(dir string, names []string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range ents {
+		if !ownedName(e.Name(), names) {
+			out = append(out, e.Name())
+		}
+	}
+	return out, nil
+}
+
+// ownedName reports whether name is one of names, or the temporary file of
+// one that a crash left while replacing it (atomicfile's .<name>.tmp*, the
+// ledger's and the status socket's <name>.tmp).
+func ownedName(name string, names []string) bool {
+	for _, n := range names {
+		if name == n || name == n+".tmp" || strings.HasPrefix(name, "."+n+".tmp") {
+			return true
+		}
+	}
+	return false
 }
 
 // isEmpty is true for an empty directory and for a missing or empty file.

@@ -5,8 +5,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/moby/sys/mountinfo"
+	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/internal/testenv"
@@ -71,5 +74,108 @@ func TestRemoveDirsKeepsInputsAndHostPaths(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(state, "images", "app.tar")); err != nil {
 		t.Errorf("the admin's image tarball: %v", err)
+	}
+}
+
+// A state or run dir holding what noderun does not make there is a flag
+// naming another program's directory: reset refuses before it stops or
+// removes anything, and names what it found.
+func TestResetRefusesForeignContent(t *testing.T) {
+	for _, tt := range []struct {
+		name, flag, dir string
+		foreign         []string
+	}{
+		{"state", "state-dir", "s", []string{"backups", "customer.db"}},
+		{"run", "run-dir", "r", []string{"other.sock"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			root := t.TempDir()
+			state, run := filepath.Join(root, "s"), filepath.Join(root, "r")
+			mkfile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
+			mkfile(t, filepath.Join(run, "lock"), "1")
+			for _, f := range tt.foreign {
+				mkfile(t, filepath.Join(root, tt.dir, f), "theirs")
+			}
+			app := &cli.App{Flags: flags(), Commands: []*cli.Command{resetCommand()}}
+			err := app.Run([]string{"noderun", "--state-dir", state, "--run-dir", run, "--pod-log-dir", filepath.Join(root, "l"),
+				"--containerd-address", filepath.Join(root, "none.sock"), "--cni-conf-dir", filepath.Join(root, "cni"), "reset"})
+			want := "--" + tt.flag + " " + filepath.Join(root, tt.dir) + " holds what noderun did not make: " + strings.Join(tt.foreign, ", ")
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "--force") {
+				t.Fatalf("reset: %v, want an error with %q and --force", err, want)
+			}
+			for _, p := range append([]string{filepath.Join(state, "pods", "uid", "pod.json"), filepath.Join(run, "lock")}, tt.foreign...) {
+				if !filepath.IsAbs(p) {
+					p = filepath.Join(root, tt.dir, p)
+				}
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("%s: %v, want it left", p, err)
+				}
+			}
+		})
+	}
+}
+
+// With --force, reset removes what noderun makes and keeps the rest: a
+// link among noderun's names goes, not its target; a foreign link stays;
+// a mount noderun did not make stays mounted.
+func TestRemoveDirsKeepsForeign(t *testing.T) {
+	if testing.Short() {
+		t.Skip("mounts; skipped with -short")
+	}
+	testenv.Require(t, os.Geteuid() == 0, "root")
+	root := t.TempDir()
+	state, run, logs := filepath.Join(root, "s"), filepath.Join(root, "r"), filepath.Join(root, "l")
+	host, theirs := filepath.Join(root, "host"), filepath.Join(root, "theirs")
+	mkfile(t, filepath.Join(host, "precious"), "keep me")
+	mkfile(t, filepath.Join(theirs, "precious"), "keep me")
+	mkfile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
+	mkfile(t, filepath.Join(state, "lock"), "1")
+	mkfile(t, filepath.Join(state, ".containerd.json.tmp123"), "{")
+	mkfile(t, filepath.Join(state, "customer.db"), "theirs")
+	for link, target := range map[string]string{filepath.Join(state, "sources"): host, filepath.Join(state, "archive"): host} {
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mkfile(t, filepath.Join(run, "noderun.sock.tmp", "s"), "")
+	for target, src := range map[string]string{filepath.Join(run, "pods", "sb", "vol"): host, filepath.Join(run, "user", "mnt"): theirs} {
+		if err := os.MkdirAll(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
+	}
+
+	kept, err := removeDirs(state, run, logs, filepath.Join(run, "noderun.sock"), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{run + ": not noderun's: user", state + ": not noderun's: archive, customer.db"}
+	if !slices.Equal(kept, want) {
+		t.Errorf("kept %q,\nwant %q", kept, want)
+	}
+	for _, p := range []string{filepath.Join(host, "precious"), filepath.Join(theirs, "precious"), filepath.Join(run, "user", "mnt", "precious"),
+		filepath.Join(state, "archive", "precious"), filepath.Join(state, "customer.db")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v, want it left", p, err)
+		}
+	}
+	if m, err := mountinfo.Mounted(filepath.Join(run, "user", "mnt")); err != nil || !m {
+		t.Errorf("a mount noderun did not make: mounted %t %v, want it left", m, err)
+	}
+	ents, _ := os.ReadDir(state)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if !slices.Equal(names, []string{"archive", "customer.db"}) {
+		t.Errorf("the state dir holds %q, want only what is not noderun's", names)
+	}
+	for _, gone := range []string{filepath.Join(run, "pods"), filepath.Join(run, "noderun.sock.tmp")} {
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("%s: %v, want removed", gone, err)
+		}
 	}
 }
