@@ -13,8 +13,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/fsnotify/fsnotify"
 )
 
 // ReadOptions are what `kubectl logs` asks of a container's log.
@@ -38,7 +36,15 @@ type ReadOptions struct {
 	// Stderr, when set, gets the lines the container wrote to its stderr
 	// (kubectl attach keeps the two apart); otherwise they go to w.
 	Stderr io.Writer
+	// Polling, when set, is told why a follow cannot watch the log's
+	// directory (no inotify instance or watch left on the host); the
+	// follow then looks for new output every pollEvery. Nil: the follow
+	// fails instead.
+	Polling func(error)
 }
+
+// pollEvery is how often a follow that cannot watch looks for output.
+const pollEvery = time.Second
 
 // endSettle is how long a follow goes on reading after the container
 // ended: the log driver may still be writing the container's last output
@@ -70,15 +76,19 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 	if opts.TailLines >= 0 {
 		lr.tail = &ring{max: opts.TailLines}
 	}
-	var watch *fsnotify.Watcher
+	var sub *dirSub
 	if opts.Follow {
 		// Watch before reading, so a write between the last read and the
 		// wait is not missed.
 		var err error
-		if watch, err = watchDir(filepath.Dir(path)); err != nil {
-			return err
+		if sub, err = follows.subscribe(path); err != nil {
+			if opts.Polling == nil {
+				return err
+			}
+			opts.Polling(err)
+		} else {
+			defer follows.unsubscribe(sub)
 		}
-		defer watch.Close()
 	}
 	var err error
 	if opts.TailLines != 0 {
@@ -88,7 +98,7 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 		var live *os.File
 		live, err = lr.readLive(path)
 		if err == nil && opts.Follow {
-			err = lr.follow(ctx, path, live, watch)
+			err = lr.follow(ctx, path, live, sub)
 		}
 		if live != nil {
 			live.Close()
@@ -98,18 +108,6 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 		return nil
 	}
 	return err
-}
-
-func watchDir(dir string) (*fsnotify.Watcher, error) {
-	watch, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, fmt.Errorf("crilog: follow: %w", err)
-	}
-	if err := watch.Add(dir); err != nil {
-		watch.Close()
-		return nil, fmt.Errorf("crilog: follow %s: %w", dir, err)
-	}
-	return watch, nil
 }
 
 // rotatedFiles lists path's rotated files, oldest first.
@@ -212,49 +210,35 @@ func (lr *logReader) readLive(path string) (*os.File, error) {
 
 // follow writes what is appended to the log, moving to the new file when
 // the log is rotated, until the container has ended and all is read.
-func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch *fsnotify.Watcher) error {
+func (lr *logReader) follow(ctx context.Context, path string, f *os.File, sub *dirSub) error {
 	defer func() { // f changes when the log rotates
 		if f != nil {
 			f.Close()
 		}
 	}()
+	var wake <-chan struct{}
+	var poll <-chan time.Time
+	if sub != nil {
+		wake = sub.wake
+	} else {
+		t := time.NewTicker(pollEvery)
+		defer t.Stop()
+		poll = t.C
+	}
 	ended := lr.opts.Ended
 	var settled <-chan time.Time
 	for {
+		created := true // a poll cannot tell: look whether it rotated
 		select {
 		case <-ctx.Done():
 			return nil
-		case err := <-watch.Errors:
-			return fmt.Errorf("crilog: follow %s: %w", path, err)
-		case ev := <-watch.Events:
-			if ev.Name != path {
-				continue
-			}
-			if ev.Has(fsnotify.Create) && !isOpen(f, path) {
-				// Rotated: what the old file still held, then the new one.
-				// (A Create of the file already open is its creation,
-				// seen after it was opened: not a rotation.)
-				if err := lr.drain(f); err != nil {
-					return err
-				}
-				lr.frag = lr.frag[:0]
-				nf, err := os.Open(path)
-				if errors.Is(err, fs.ErrNotExist) {
-					continue // renamed again already; its Create follows
-				} else if err != nil {
-					return fmt.Errorf("crilog: follow %s: %w", path, err)
-				}
-				if f != nil {
-					f.Close()
-				}
-				f, lr.br = nf, bufio.NewReader(nf)
-			}
-			if err := lr.drain(f); err != nil {
-				return err
-			}
+		case <-wake:
+			created = follows.takeCreated(sub)
+		case <-poll:
 		case <-ended:
 			ended = nil
 			settled = time.After(endSettle)
+			continue
 		case <-settled:
 			// Read once more: the last writes may have come after the
 			// last event was handled.
@@ -262,6 +246,28 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, watch 
 				return err
 			}
 			return lr.flush()
+		}
+		if created && !isOpen(f, path) {
+			// Rotated: what the old file still held, then the new one.
+			// (A Create of the file already open is its creation, seen
+			// after it was opened: not a rotation.)
+			if err := lr.drain(f); err != nil {
+				return err
+			}
+			lr.frag = lr.frag[:0]
+			nf, err := os.Open(path)
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // renamed again already; its Create follows
+			} else if err != nil {
+				return fmt.Errorf("crilog: follow %s: %w", path, err)
+			}
+			if f != nil {
+				f.Close()
+			}
+			f, lr.br = nf, bufio.NewReader(nf)
+		}
+		if err := lr.drain(f); err != nil {
+			return err
 		}
 	}
 }

@@ -240,11 +240,11 @@ func TestReadLogFromEndApart(t *testing.T) {
 // that is the file's creation, not a rotation, and nothing is read twice.
 func TestReadLogFollowCreatedBeforeTheFirstRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
-	watch, err := watchDir(filepath.Dir(path))
+	sub, err := follows.subscribe(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close()
+	defer follows.unsubscribe(sub)
 	appendFile(t, path, rec(0, Stdout, "F", "first"))
 	out := &syncBuffer{}
 	lr := &logReader{opts: ReadOptions{Follow: true, TailLines: -1}, out: out, errOut: out, pending: map[string]*joined{}}
@@ -254,7 +254,7 @@ func TestReadLogFollowCreatedBeforeTheFirstRead(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- lr.follow(ctx, path, live, watch) }()
+	go func() { done <- lr.follow(ctx, path, live, sub) }()
 	appendFile(t, path, rec(1, Stdout, "F", "second"))
 	waitFor(t, "the second line", func() bool { return strings.Contains(out.String(), "second") })
 	cancel()
