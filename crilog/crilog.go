@@ -209,22 +209,23 @@ func copyAll(w *recordWriter, stdout, stderr io.Reader, report func(error)) erro
 func newRecordWriter(path string, rot Rotation, report func(error)) *recordWriter {
 	w := &recordWriter{path: path, now: time.Now, report: report}
 	if rot.MaxSize > 0 {
-		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
+		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report, create: createLog}
 	}
 	return w
 }
 
-// open opens the log file for appending; mkdir creates its directory
-// first, which only a new container's log may need: the collector opens an
-// adopted stream's log at its first record and must not recreate the
-// directory of a pod removed meanwhile.
+// open opens the log file for appending, creating it; mkdir creates its
+// directory first, which only a new container's log may need: the
+// collector opens an adopted stream's log at its first record and must not
+// recreate the directory of a pod removed meanwhile. Its log may be gone
+// even so (a collector killed between a rotation's rename and create).
 func (rw *recordWriter) open(mkdir bool) error {
 	var f *os.File
 	var err error
 	if mkdir {
 		f, err = openLog(rw.path)
 	} else {
-		f, err = os.OpenFile(rw.path, os.O_WRONLY|os.O_APPEND, 0o640)
+		f, err = createLog(rw.path)
 	}
 	if err != nil {
 		return err
@@ -353,7 +354,7 @@ func (rw *recordWriter) writeRecords(p []byte) {
 		}
 		rw.writeChunk(p[:n])
 		p = p[n:]
-		if rt := rw.rot; rt != nil && rt.size >= rt.r.MaxSize {
+		if rt := rw.rot; rt != nil && rt.due() {
 			rw.w = rt.rotate(rw.w.(*os.File))
 		}
 	}

@@ -2,6 +2,7 @@ package crilog
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -12,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Rotation is the kubelet's containerLogMaxSize and containerLogMaxFiles:
@@ -93,25 +96,66 @@ type rotator struct {
 	now    func() time.Time
 	report func(error)
 	gz     sync.Mutex // one compression at a time, off the copy path
+	// create makes the new log; tests make it fail.
+	create func(path string) (*os.File, error)
+	// failing is set while rotations fail, so that only the first failure
+	// and the recovery are reported; retryAt is when to try again.
+	failing bool
+	retryAt time.Time
 }
 
-// rotate moves the full log aside and returns the new one to write to; on
-// a failure it reports it and goes on writing to f.
+// rotateRetry is how long a failed rotation waits before the next try:
+// the log grows past MaxSize meanwhile, so it is tried again soon, but
+// not at every record of a busy container.
+const rotateRetry = time.Second
+
+// due reports whether the log is to be rotated now.
+func (rt *rotator) due() bool {
+	return rt.size >= rt.r.MaxSize && !rt.now().Before(rt.retryAt)
+}
+
+// rotate moves the full log aside and returns the new one to write to. On
+// a failure it reports it, leaves the log under its name, and goes on
+// writing to f until the next try: a log moved aside with no new one made
+// (no free inode, a quota) would be written to for good, under a name no
+// reader follows and that no later rotation renames.
 func (rt *rotator) rotate(f *os.File) *os.File {
 	aside := rt.asideName(rt.now().Format(rotatedTime))
 	if err := os.Rename(rt.path, aside); err != nil {
-		rt.report(fmt.Errorf("crilog: rotate: %w", err))
+		rt.failed(err)
 		return f
 	}
-	nf, err := os.OpenFile(rt.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	nf, err := rt.create(rt.path)
 	if err != nil {
-		rt.report(fmt.Errorf("crilog: rotate: %w", err))
-		return f // goes on into the file moved aside
+		// Put it back; nothing can have taken the name (the log's
+		// writer is this one), but never replace what did.
+		if rerr := unix.Renameat2(unix.AT_FDCWD, aside, unix.AT_FDCWD, rt.path, unix.RENAME_NOREPLACE); rerr != nil {
+			err = fmt.Errorf("%w; and moving %s back: %w", err, aside, rerr)
+		}
+		rt.failed(err)
+		return f
 	}
 	f.Close()
 	rt.size = 0
+	if rt.failing {
+		rt.failing = false
+		rt.report(errors.New("crilog: rotating again"))
+	}
 	go rt.tidy()
 	return nf
+}
+
+// failed reports the first of a run of failed rotations.
+func (rt *rotator) failed(err error) {
+	rt.retryAt = rt.now().Add(rotateRetry)
+	if !rt.failing {
+		rt.failing = true
+		rt.report(fmt.Errorf("crilog: rotate: %w; the log grows past its maximum size until a rotation works", err))
+	}
+}
+
+func createLog(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 }
 
 // asideName is the name for the full log: the kubelet's, with a counter
