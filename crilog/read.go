@@ -73,9 +73,6 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 	if lr.errOut == nil {
 		lr.errOut = lr.out
 	}
-	if opts.TailLines >= 0 {
-		lr.tail = &ring{max: opts.TailLines}
-	}
 	var sub *dirSub
 	if opts.Follow {
 		// Watch before reading, so a write between the last read and the
@@ -90,19 +87,11 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 			defer follows.unsubscribe(sub)
 		}
 	}
-	var err error
-	if opts.TailLines != 0 {
-		err = lr.readRotated(path)
-	}
-	if err == nil {
-		var live *os.File
-		live, err = lr.readLive(path)
-		if err == nil && opts.Follow {
-			err = lr.follow(ctx, path, live, sub)
-		}
-		if live != nil {
-			live.Close()
-		}
+	live, err := lr.read(path)
+	if err == nil && opts.Follow {
+		err = lr.follow(ctx, path, live, sub)
+	} else if live != nil {
+		live.Close()
 	}
 	if errors.Is(err, errLimit) {
 		return nil
@@ -137,25 +126,164 @@ func globEscape(s string) string {
 	return b.String()
 }
 
-func (lr *logReader) readRotated(path string) error {
-	for _, p := range rotatedFiles(path) {
-		f, err := os.Open(p)
-		if errors.Is(err, fs.ErrNotExist) && !strings.HasSuffix(p, ".gz") {
-			p += ".gz" // compressed since it was listed
-			f, err = os.Open(p)
-		}
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // removed as too old since it was listed
-		} else if err != nil {
-			return fmt.Errorf("crilog: read %s: %w", p, err)
-		}
-		err = lr.readFile(p, f)
-		f.Close()
-		if err != nil {
-			return err
+// read writes what the log holds as asked and returns the live file open
+// for follow (nil when it does not exist yet).
+func (lr *logReader) read(path string) (*os.File, error) {
+	if lr.opts.TailLines > 0 {
+		return lr.readTail(path)
+	}
+	if lr.opts.TailLines < 0 {
+		for _, p := range rotatedFiles(path) {
+			f, p, err := openRotated(p)
+			if err != nil {
+				return nil, err
+			} else if f == nil {
+				continue
+			}
+			err = lr.readFile(p, f)
+			f.Close()
+			if err != nil {
+				return nil, err
+			}
 		}
 	}
-	return nil
+	live, err := openLive(path)
+	if err != nil || live == nil {
+		return nil, err
+	}
+	if lr.opts.TailLines == 0 {
+		// Nothing of what is there goes out: start at its end. A record
+		// cut there is not one and is skipped.
+		if _, err := live.Seek(0, io.SeekEnd); err != nil {
+			live.Close()
+			return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+		}
+	}
+	if err := lr.readLive(live, -1); err != nil {
+		live.Close()
+		return nil, err
+	}
+	return live, nil
+}
+
+// readTail writes the last TailLines lines. It counts the lines of the
+// live file, then of the rotated files from the newest back until there
+// are enough, and reads those files again, skipping the lines before the
+// tail: memory stays bounded however many lines are asked for (a ring of
+// lines would hold the whole log), and files older than the tail are not
+// read at all. The files stay open between the two passes, so a rotation
+// meanwhile changes nothing; the live file is taken as it was at the
+// count, and what it gets later goes out only when following.
+func (lr *logReader) readTail(path string) (*os.File, error) {
+	live, err := openLive(path)
+	if err != nil {
+		return nil, err
+	}
+	var end int64
+	if live != nil {
+		fi, err := live.Stat()
+		if err != nil {
+			live.Close()
+			return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+		}
+		end = fi.Size()
+	}
+	type rotated struct {
+		f *os.File
+		p string
+	}
+	var older []rotated // newest first
+	defer func() {
+		for _, r := range older {
+			r.f.Close()
+		}
+	}()
+	need := lr.opts.TailLines
+	skip := 0 // lines before the tail in the oldest file read
+	n, err := lr.count(func() error { return lr.readLive(live, end) })
+	if n >= need {
+		skip = n - need
+	} else if err == nil {
+		need -= n
+		names := rotatedFiles(path)
+		for i := len(names) - 1; i >= 0 && err == nil; i-- {
+			var f *os.File
+			p := names[i]
+			if f, p, err = openRotated(p); err != nil || f == nil {
+				continue
+			}
+			older = append(older, rotated{f, p})
+			if n, err = lr.count(func() error { return lr.readFile(p, f) }); n >= need {
+				skip = n - need
+				break
+			}
+			need -= n
+		}
+	}
+	if err != nil {
+		if live != nil {
+			live.Close()
+		}
+		return nil, err
+	}
+	lr.skip = skip
+	for i := len(older) - 1; i >= 0 && err == nil; i-- {
+		if _, err = older[i].f.Seek(0, io.SeekStart); err == nil {
+			err = lr.readFile(older[i].p, older[i].f)
+		}
+	}
+	if err == nil && live != nil {
+		if _, err = live.Seek(0, io.SeekStart); err == nil {
+			limit := end
+			if lr.opts.Follow {
+				limit = -1 // the rest goes out as written later
+			}
+			err = lr.readLive(live, limit)
+		}
+	}
+	if err != nil && live != nil {
+		live.Close()
+		return nil, err
+	}
+	return live, err
+}
+
+// count runs read counting the lines it would write, and forgets what it
+// left partial.
+func (lr *logReader) count(read func() error) (int, error) {
+	lr.counting, lr.counted = true, 0
+	err := read()
+	lr.counting = false
+	lr.frag = lr.frag[:0]
+	clear(lr.pending)
+	return lr.counted, err
+}
+
+// openRotated opens a rotated file listed as p; nil when it is gone since
+// (removed as too old). p changes when it was compressed since.
+func openRotated(p string) (*os.File, string, error) {
+	f, err := os.Open(p)
+	if errors.Is(err, fs.ErrNotExist) && !strings.HasSuffix(p, ".gz") {
+		p += ".gz" // compressed since it was listed
+		f, err = os.Open(p)
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, p, nil
+	} else if err != nil {
+		return nil, p, fmt.Errorf("crilog: read %s: %w", p, err)
+	}
+	return f, p, nil
+}
+
+// openLive opens the current log; nil when it does not exist yet.
+func openLive(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	} else if err != nil {
+		return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+	}
+	return f, nil
 }
 
 func (lr *logReader) readFile(p string, f *os.File) error {
@@ -177,35 +305,22 @@ func (lr *logReader) readFile(p string, f *os.File) error {
 	return lr.flush()
 }
 
-// readLive reads the current log to its end and writes out the tail; the
-// file is returned open for follow (nil when it does not exist yet).
-func (lr *logReader) readLive(path string) (*os.File, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, lr.endTail()
-	} else if err != nil {
-		return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+// readLive reads the current log from where f is, up to its end or to
+// offset limit (negative: no limit); follow goes on from there.
+func (lr *logReader) readLive(f *os.File, limit int64) error {
+	if f == nil {
+		return nil
 	}
-	if lr.opts.TailLines == 0 {
-		// Nothing of what is there goes out: start at its end. A record
-		// cut there is not one and is skipped.
-		_, err = f.Seek(0, io.SeekEnd)
+	if limit >= 0 {
+		lr.br = bufio.NewReader(io.NewSectionReader(f, 0, limit))
+	} else {
+		lr.br = bufio.NewReader(f)
 	}
-	lr.br = bufio.NewReader(f)
-	if err == nil {
-		err = lr.readAll(lr.br)
-	}
+	err := lr.readAll(lr.br)
 	if err == nil && !lr.opts.Follow {
 		err = lr.flush() // an unterminated last line, as the container left it
 	}
-	if err == nil {
-		err = lr.endTail()
-	}
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return f, nil
+	return err
 }
 
 // follow writes what is appended to the log, moving to the new file when
@@ -300,7 +415,11 @@ type logReader struct {
 	br      *bufio.Reader      // the live file's reader
 	frag    []byte             // a record the live file holds only part of yet
 	pending map[string]*joined // per stream: partial records not yet ended
-	tail    *ring              // lines held back for TailLines; nil once live
+	// counting counts the lines in counted instead of writing them; skip
+	// is how many lines are left to drop before the tail.
+	counting bool
+	counted  int
+	skip     int
 }
 
 // joined is a line built from partial records; it takes the time of its
@@ -377,71 +496,26 @@ func (lr *logReader) line(stream string, t time.Time, content string) error {
 	if !lr.opts.Since.IsZero() && t.Before(lr.opts.Since) {
 		return nil
 	}
+	if lr.counting {
+		lr.counted++
+		return nil
+	}
+	if lr.skip > 0 {
+		lr.skip--
+		return nil
+	}
 	var b []byte
 	if lr.opts.Timestamps {
 		b = t.AppendFormat(b, time.RFC3339Nano)
 		b = append(b, ' ')
 	}
 	b = append(append(b, content...), '\n')
-	if lr.tail != nil {
-		lr.tail.add(outLine{stream, b})
-		return nil
-	}
-	return lr.write(outLine{stream, b})
-}
-
-// outLine is a line ready to go out, and the stream it came from.
-type outLine struct {
-	stream string
-	b      []byte
-}
-
-func (lr *logReader) write(l outLine) error {
 	w := lr.out
-	if l.stream == Stderr {
+	if stream == Stderr {
 		w = lr.errOut
 	}
-	_, err := w.Write(l.b)
+	_, err := w.Write(b)
 	return err
-}
-
-// endTail writes the held-back last lines; from now on lines go out as
-// they come.
-func (lr *logReader) endTail() error {
-	t := lr.tail
-	if t == nil {
-		return nil
-	}
-	lr.tail = nil
-	for _, l := range t.lines() {
-		if err := lr.write(l); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ring keeps the last max lines added.
-type ring struct {
-	max   int
-	buf   []outLine
-	start int
-}
-
-func (r *ring) add(b outLine) {
-	if r.max == 0 {
-		return
-	}
-	if len(r.buf) < r.max {
-		r.buf = append(r.buf, b)
-		return
-	}
-	r.buf[r.start] = b
-	r.start = (r.start + 1) % r.max
-}
-
-func (r *ring) lines() []outLine {
-	return append(r.buf[r.start:], r.buf[:r.start]...)
 }
 
 // limitWriter writes up to left bytes, cutting the write that reaches it,
