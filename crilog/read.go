@@ -10,9 +10,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ReadOptions are what `kubectl logs` asks of a container's log.
@@ -41,6 +42,9 @@ type ReadOptions struct {
 	// follow then looks for new output every pollEvery. Nil: the follow
 	// fails instead.
 	Polling func(error)
+	// Root is the pod log dir: no link below it is followed, since pods
+	// with a hostPath there can plant them. "": the log's own directory.
+	Root string
 }
 
 // pollEvery is how often a follow that cannot watch looks for output.
@@ -64,9 +68,10 @@ var errLimit = errors.New("crilog: byte limit reached")
 // (<path>.<time>, gzipped or not) that are still kept. Lines that are not
 // CRI records are skipped, as the kubelet skips them. A log that does not
 // exist yet reads as empty (the container has not written), unless
-// following, which waits for it.
+// following, which waits for it. Links below opts.Root are not followed.
 func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) error {
-	lr := &logReader{opts: opts, out: w, errOut: opts.Stderr, pending: map[string]*joined{}}
+	lr := &logReader{opts: opts, out: w, errOut: opts.Stderr, pending: map[string]*joined{},
+		root: logRoot(opts.Root, path), name: filepath.Base(path)}
 	if opts.LimitBytes > 0 {
 		lr.out = &limitWriter{w: w, left: opts.LimitBytes}
 	}
@@ -87,6 +92,14 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 			defer follows.unsubscribe(sub)
 		}
 	}
+	if err := lr.openDir(path); err != nil {
+		return err
+	}
+	defer func() {
+		if lr.dir != nil {
+			lr.dir.Close()
+		}
+	}()
 	live, err := lr.read(path)
 	if err == nil && opts.Follow {
 		err = lr.follow(ctx, path, live, sub)
@@ -99,57 +112,35 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 	return err
 }
 
-// rotatedFiles lists path's rotated files, oldest first.
-func rotatedFiles(path string) []string {
-	matches, _ := filepath.Glob(globEscape(path) + ".*")
-	var out []string
-	for _, p := range matches {
-		if !strings.HasSuffix(p, ".tmp") {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b string) int {
-		return strings.Compare(strings.TrimSuffix(a, ".gz"), strings.TrimSuffix(b, ".gz"))
-	})
-	return out
-}
-
-// globEscape quotes glob metacharacters a pod or container name may hold.
-func globEscape(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		if strings.ContainsRune(`*?[\`, r) {
-			b.WriteByte('\\')
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
 // read writes what the log holds as asked and returns the live file open
 // for follow (nil when it does not exist yet).
 func (lr *logReader) read(path string) (*os.File, error) {
 	if lr.opts.TailLines > 0 {
 		return lr.readTail(path)
 	}
+	// The live file first: rotated meanwhile, it is still read, and only
+	// once (openRotated leaves it out).
+	live, err := lr.openLive()
+	if err != nil {
+		return nil, err
+	}
 	if lr.opts.TailLines < 0 {
-		for _, p := range rotatedFiles(path) {
-			f, p, err := openRotated(p)
-			if err != nil {
-				return nil, err
-			} else if f == nil {
-				continue
+		for _, p := range lr.rotated() {
+			f, p, err := lr.openRotated(p, live)
+			if err == nil && f != nil {
+				err = lr.readFile(p, f)
+				f.Close()
 			}
-			err = lr.readFile(p, f)
-			f.Close()
 			if err != nil {
+				if live != nil {
+					live.Close()
+				}
 				return nil, err
 			}
 		}
 	}
-	live, err := openLive(path)
-	if err != nil || live == nil {
-		return nil, err
+	if live == nil {
+		return nil, nil
 	}
 	if lr.opts.TailLines == 0 {
 		// Nothing of what is there goes out: start at its end. A record
@@ -175,7 +166,7 @@ func (lr *logReader) read(path string) (*os.File, error) {
 // meanwhile changes nothing; the live file is taken as it was at the
 // count, and what it gets later goes out only when following.
 func (lr *logReader) readTail(path string) (*os.File, error) {
-	live, err := openLive(path)
+	live, err := lr.openLive()
 	if err != nil {
 		return nil, err
 	}
@@ -205,11 +196,11 @@ func (lr *logReader) readTail(path string) (*os.File, error) {
 		skip = n - need
 	} else if err == nil {
 		need -= n
-		names := rotatedFiles(path)
+		names := lr.rotated()
 		for i := len(names) - 1; i >= 0 && err == nil; i-- {
 			var f *os.File
 			p := names[i]
-			if f, p, err = openRotated(p); err != nil || f == nil {
+			if f, p, err = lr.openRotated(p, live); err != nil || f == nil {
 				continue
 			}
 			older = append(older, rotated{f, p})
@@ -259,29 +250,62 @@ func (lr *logReader) count(read func() error) (int, error) {
 	return lr.counted, err
 }
 
-// openRotated opens a rotated file listed as p; nil when it is gone since
-// (removed as too old). p changes when it was compressed since.
-func openRotated(p string) (*os.File, string, error) {
-	f, err := os.Open(p)
+// openDir opens the log's directory, following no link below the root;
+// lr.dir stays nil while it does not exist.
+func (lr *logReader) openDir(path string) error {
+	d, err := openDirBelow(lr.root, filepath.Dir(path), false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("crilog: read %s: %w", path, err)
+	}
+	lr.dir = d
+	return nil
+}
+
+// rotated lists the log's rotated files, oldest first.
+func (lr *logReader) rotated() []string {
+	if lr.dir == nil {
+		return nil
+	}
+	return rotatedNames(lr.dir, lr.name)
+}
+
+// openRotated opens the rotated file listed as p; nil when it is gone
+// since (removed as too old) or is live, the live file rotated since it
+// was opened. p changes when it was compressed since.
+func (lr *logReader) openRotated(p string, live *os.File) (*os.File, string, error) {
+	f, err := openIn(lr.dir, p, unix.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) && !strings.HasSuffix(p, ".gz") {
 		p += ".gz" // compressed since it was listed
-		f, err = os.Open(p)
+		f, err = openIn(lr.dir, p, unix.O_RDONLY, 0)
 	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, p, nil
 	} else if err != nil {
-		return nil, p, fmt.Errorf("crilog: read %s: %w", p, err)
+		return nil, p, fmt.Errorf("crilog: read: %w", err)
+	}
+	if live != nil {
+		a, aerr := f.Stat()
+		b, berr := live.Stat()
+		if aerr == nil && berr == nil && os.SameFile(a, b) {
+			f.Close()
+			return nil, p, nil
+		}
 	}
 	return f, p, nil
 }
 
 // openLive opens the current log; nil when it does not exist yet.
-func openLive(path string) (*os.File, error) {
-	f, err := os.Open(path)
+func (lr *logReader) openLive() (*os.File, error) {
+	if lr.dir == nil {
+		return nil, nil
+	}
+	f, err := openIn(lr.dir, lr.name, unix.O_RDONLY, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	} else if err != nil {
-		return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+		return nil, fmt.Errorf("crilog: read: %w", err)
 	}
 	return f, nil
 }
@@ -291,13 +315,13 @@ func (lr *logReader) readFile(p string, f *os.File) error {
 	if strings.HasSuffix(p, ".gz") {
 		zr, err := gzip.NewReader(f)
 		if err != nil {
-			return fmt.Errorf("crilog: read %s: %w", p, err)
+			return fmt.Errorf("crilog: read %s: %w", f.Name(), err)
 		}
 		defer zr.Close()
 		r = zr
 	}
 	if err := lr.readAll(bufio.NewReader(r)); err != nil && !errors.Is(err, errLimit) {
-		return fmt.Errorf("crilog: read %s: %w", p, err)
+		return fmt.Errorf("crilog: read %s: %w", f.Name(), err)
 	} else if err != nil {
 		return err
 	}
@@ -362,7 +386,13 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, sub *d
 			}
 			return lr.flush()
 		}
-		if created && !isOpen(f, path) {
+		if created && lr.dir == nil {
+			// Made since the read began: a follow that polls gets here.
+			if err := lr.openDir(path); err != nil {
+				return err
+			}
+		}
+		if created && !lr.isOpen(f) {
 			// Rotated: what the old file still held, then the new one.
 			// (A Create of the file already open is its creation, seen
 			// after it was opened: not a rotation.)
@@ -370,11 +400,11 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, sub *d
 				return err
 			}
 			lr.frag = lr.frag[:0]
-			nf, err := os.Open(path)
-			if errors.Is(err, fs.ErrNotExist) {
-				continue // renamed again already; its Create follows
-			} else if err != nil {
+			nf, err := lr.openLive()
+			if err != nil {
 				return fmt.Errorf("crilog: follow %s: %w", path, err)
+			} else if nf == nil {
+				continue // renamed again already; its Create follows
 			}
 			if f != nil {
 				f.Close()
@@ -387,17 +417,17 @@ func (lr *logReader) follow(ctx context.Context, path string, f *os.File, sub *d
 	}
 }
 
-// isOpen reports whether f is the file at path.
-func isOpen(f *os.File, path string) bool {
-	if f == nil {
+// isOpen reports whether f is the file named as the log.
+func (lr *logReader) isOpen(f *os.File) bool {
+	if f == nil || lr.dir == nil {
 		return false
 	}
-	open, err := f.Stat()
-	if err != nil {
+	var open, now unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &open) != nil {
 		return false
 	}
-	now, err := os.Stat(path)
-	return err == nil && os.SameFile(open, now)
+	err := unix.Fstatat(int(lr.dir.Fd()), lr.name, &now, unix.AT_SYMLINK_NOFOLLOW)
+	return err == nil && open.Dev == now.Dev && open.Ino == now.Ino
 }
 
 func (lr *logReader) drain(f *os.File) error {
@@ -415,6 +445,9 @@ type logReader struct {
 	br      *bufio.Reader      // the live file's reader
 	frag    []byte             // a record the live file holds only part of yet
 	pending map[string]*joined // per stream: partial records not yet ended
+	root    string             // no link below it is followed
+	dir     *os.File           // the log's directory; nil while it does not exist
+	name    string             // the log's name in dir
 	// counting counts the lines in counted instead of writing them; skip
 	// is how many lines are left to drop before the tail.
 	counting bool

@@ -24,6 +24,9 @@ func TestTargetArg(t *testing.T) {
 		{Path: "/plain/0.log"},
 		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Collector: "/run/noderun/log-collector.sock"},
 		{Path: "/odd:name&x=1/0.log", Collector: "/run/noderun/log-collector.sock"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Collector: "/run/noderun/log-collector.sock", Root: "/var/log/pods"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Root: "/var/log/pods"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Root: "/var/log/pods"},
 	} {
 		got, err := ParseArg(want.Arg())
 		if err != nil || got != want {
@@ -32,7 +35,9 @@ func TestTargetArg(t *testing.T) {
 	}
 	for _, bad := range []string{"x:5:/p", "100:1:/p", "0:5:/p", "1:2",
 		"collector=%2Fs&path=rel&max-size=0&max-files=0", "collector=rel&path=%2Fp&max-size=0&max-files=0",
-		"collector=%2Fs&path=%2Fp&max-size=10&max-files=1", "collector=%2Fs&path=%2Fp"} {
+		"collector=%2Fs&path=%2Fp&max-size=10&max-files=1", "collector=%2Fs&path=%2Fp",
+		"collector=&path=%2Fp&max-size=0&max-files=0", "collector=&path=%2Fp%2F0.log&max-size=0&max-files=0&root=%2Fq",
+		"collector=&path=%2Fp%2F0.log&max-size=0&max-files=0&root=p", "collector=&path=%2Fp&max-size=0&max-files=0&root=%2Fp"} {
 		if _, err := ParseArg(bad); err == nil {
 			t.Errorf("ParseArg(%q) accepted", bad)
 		}
@@ -76,7 +81,7 @@ func TestServeRotates(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(path, Rotation{MaxSize: 4096, MaxFiles: 3}, outR, strings.NewReader(""), &closeRecorder{}, func(err error) { t.Error(err) })
+		done <- serve(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, outR, strings.NewReader(""), &closeRecorder{}, func(err error) { t.Error(err) })
 	}()
 	const n = 400
 	for i := range n {
@@ -155,8 +160,13 @@ func TestAsideNameFollowsTheNewest(t *testing.T) {
 				}
 			}
 			rt := &rotator{path: filepath.Join(dir, "0.log")}
-			if got := rt.asideName(stamp); got != filepath.Join(dir, tc.want) {
-				t.Errorf("asideName = %s, want %s", filepath.Base(got), tc.want)
+			d, err := os.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if got := rt.asideName(d, stamp); got != tc.want {
+				t.Errorf("asideName = %s, want %s", got, tc.want)
 			}
 		})
 	}
@@ -170,16 +180,16 @@ func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "0.log")
 	var reports []string
-	w := newRecordWriter(path, Rotation{MaxSize: 4096, MaxFiles: 3}, func(err error) { reports = append(reports, err.Error()) })
+	w := newRecordWriter(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, func(err error) { reports = append(reports, err.Error()) })
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	w.now, w.rot.now = clock, clock
 	creates, failures := 0, 3
-	w.rot.create = func(p string) (*os.File, error) {
+	w.rot.create = func(dir *os.File, name string) (*os.File, error) {
 		if creates++; creates <= failures {
 			return nil, syscall.ENOSPC
 		}
-		return createLog(p)
+		return createLog(dir, name)
 	}
 	if err := w.open(true); err != nil {
 		t.Fatal(err)
@@ -207,7 +217,7 @@ func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 		t.Fatalf("the log after the rotation worked: %v, %v; want a new empty log", fi, err)
 	}
 	w.write(Stdout, tagFull, line)
-	rotated := rotatedFiles(path)
+	rotated, _ := filepath.Glob(path + ".*")
 	if len(rotated) != 1 {
 		t.Fatalf("rotated files %v, want one", rotated)
 	}
@@ -229,7 +239,7 @@ func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 func TestAdoptedStreamCreatesItsLog(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "0.log")
-	w := newRecordWriter(path, Rotation{}, func(err error) { t.Error(err) })
+	w := newRecordWriter(Target{Path: path}, func(err error) { t.Error(err) })
 	w.write(Stdout, tagFull, []byte("adopted"))
 	w.close()
 	if lines := readLines(t, path); !slices.Equal(lines, []string{"adopted"}) {
@@ -238,7 +248,7 @@ func TestAdoptedStreamCreatesItsLog(t *testing.T) {
 
 	gone := filepath.Join(dir, "removed-pod", "c", "0.log")
 	var reports []error
-	w = newRecordWriter(gone, Rotation{}, func(err error) { reports = append(reports, err) })
+	w = newRecordWriter(Target{Path: gone}, func(err error) { reports = append(reports, err) })
 	w.write(Stdout, tagFull, []byte("dropped"))
 	w.close()
 	if _, err := os.Stat(filepath.Dir(gone)); !errors.Is(err, fs.ErrNotExist) {

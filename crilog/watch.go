@@ -2,10 +2,12 @@ package crilog
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 
 	"github.com/fsnotify/fsnotify"
+	"golang.org/x/sys/unix"
 )
 
 // follows is the one inotify instance every follow of the process shares:
@@ -26,7 +28,8 @@ type watchHub struct {
 }
 
 type watchedDir struct {
-	subs map[*dirSub]struct{}
+	subs     map[*dirSub]struct{}
+	dev, ino uint64 // the directory watched
 }
 
 // dirSub is one follow's interest in one file of a watched directory.
@@ -56,13 +59,25 @@ func (h *watchHub) subscribe(path string) (*dirSub, error) {
 		h.w = w
 		go h.dispatch(w)
 	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		h.closeIfIdle()
+		return nil, fmt.Errorf("crilog: follow %s: %w", dir, &os.PathError{Op: "stat", Path: dir, Err: err})
+	}
 	d := h.dirs[dir]
+	if d != nil && (d.dev != st.Dev || d.ino != st.Ino) {
+		// Removed and made anew: the watch is on the old directory, kept
+		// alive by the follows that have it open.
+		_ = h.w.Remove(dir)
+		delete(h.dirs, dir)
+		d = nil
+	}
 	if d == nil {
 		if err := h.w.Add(dir); err != nil {
 			h.closeIfIdle()
 			return nil, fmt.Errorf("crilog: follow %s: %w", dir, err)
 		}
-		d = &watchedDir{subs: map[*dirSub]struct{}{}}
+		d = &watchedDir{subs: map[*dirSub]struct{}{}, dev: st.Dev, ino: st.Ino}
 		h.dirs[dir] = d
 	}
 	s := &dirSub{dir: dir, name: name, entry: d, wake: make(chan struct{}, 1)}

@@ -49,6 +49,7 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 		}
 	}
 	opts.Polling = s.followPolls(namespace+"/"+podName, c.Name)
+	opts.Root = s.cfg.PodLogDir
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
 	var out io.Writer = w
