@@ -50,6 +50,12 @@ type ReadOptions struct {
 // pollEvery is how often a follow that cannot watch looks for output.
 const pollEvery = time.Second
 
+// outOfInotify reports an error that says the host has no inotify instance
+// or watch left for this user (or no memory for one).
+func outOfInotify(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) || errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM)
+}
+
 // endSettle is how long a follow goes on reading after the container
 // ended: the log driver may still be writing the container's last output
 // from its pipes when the end is known.
@@ -84,7 +90,7 @@ func ReadLog(ctx context.Context, path string, w io.Writer, opts ReadOptions) er
 		// wait is not missed.
 		var err error
 		if sub, err = follows.subscribe(path); err != nil {
-			if opts.Polling == nil {
+			if opts.Polling == nil || !outOfInotify(err) {
 				return err
 			}
 			opts.Polling(err)

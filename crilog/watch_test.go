@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -194,5 +195,16 @@ func TestFollowPollsWithoutInotify(t *testing.T) {
 	err := ReadLog(context.Background(), path, &syncBuffer{}, ReadOptions{Follow: true, TailLines: -1})
 	if !errors.Is(err, unix.EMFILE) {
 		t.Errorf("follow without Polling: %v, want EMFILE", err)
+	}
+}
+
+// A follow polls only for want of inotify: a log directory that does not
+// exist fails the follow as before, Polling or not.
+func TestFollowOfAMissingDirectoryFails(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gone", "0.log")
+	err := ReadLog(context.Background(), path, &syncBuffer{}, ReadOptions{Follow: true, TailLines: -1,
+		Polling: func(err error) { t.Errorf("polls for %v", err) }})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("ReadLog = %v, want the directory missing", err)
 	}
 }
