@@ -128,3 +128,18 @@ func below(root, path string) bool {
 	rel, err := filepath.Rel(root, path)
 	return err == nil && rel != "." && rel != ".." && !strings.HasPrefix(rel, "../")
 }
+
+// OpenLog opens the log file at path for reading, following no link below
+// root (see openDirBelow); "" for root is the log's own directory.
+func OpenLog(root, path string) (*os.File, error) {
+	dir, err := openDirBelow(logRoot(root, path), filepath.Dir(path), false)
+	if err != nil {
+		return nil, fmt.Errorf("crilog: read %s: %w", path, err)
+	}
+	defer dir.Close()
+	f, err := openIn(dir, filepath.Base(path), unix.O_RDONLY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("crilog: read: %w", err)
+	}
+	return f, nil
+}
