@@ -23,8 +23,9 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups"},
+		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll"},
 		"internal/cgroups":              nil,
+		"internal/dirpoll":              nil,
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "runner/containerd"},

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/internal/dirpoll"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -75,7 +76,11 @@ func (n *network) watch(ctx context.Context) {
 func (n *network) watchConfig(ctx context.Context) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
-		n.log.Warn("cannot watch the CNI config", "err", err)
+		// No inotify instance left on the host: look every few seconds.
+		n.log.Warn("cannot watch the CNI config; looking at it every 5s", "err", err)
+		for range dirpoll.Events(ctx, 5*time.Second, n.cfgDirs...) {
+			n.changed("")
+		}
 		return
 	}
 	defer w.Close()

@@ -236,7 +236,7 @@ func (c *Collector) newStream(m message, fds []int) (*stream, error) {
 		s.files[i] = os.NewFile(uintptr(fd), m.Key)
 	}
 	report := c.report
-	s.w = newRecordWriter(m.Path, m.Rotation, func(err error) { report(m.Path, err) })
+	s.w = newRecordWriter(Target{Path: m.Path, Rotation: m.Rotation, Root: m.Root}, func(err error) { report(m.Path, err) })
 	return s, nil
 }
 
@@ -277,7 +277,7 @@ func (c *Collector) add(s *stream, toHolder bool) bool {
 }
 
 func (s *stream) message(op string) message {
-	m := message{Op: op, Key: s.key, Path: s.w.path}
+	m := message{Op: op, Key: s.key, Path: s.w.path, Root: s.w.root}
 	if s.w.rot != nil {
 		m.Rotation = s.w.rot.r
 	}

@@ -174,7 +174,9 @@ func TestCollectorCountsDrops(t *testing.T) {
 	go h.Run(ctx)
 	outR, outW := mustPipe(t)
 	errR, errW := mustPipe(t)
-	if err := Handoff(Target{Path: "/dev/full", Collector: sock}, "ns/full", int(outR.Fd()), int(errR.Fd()), 10*time.Second); err != nil {
+	full := fullDisk(t)
+	full.Collector = sock
+	if err := Handoff(full, "ns/full", int(outR.Fd()), int(errR.Fd()), 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	outR.Close()
@@ -194,12 +196,12 @@ func TestCollectorCountsDrops(t *testing.T) {
 		got = s
 		return len(s) == 1 && s[0].Dropped == 5000
 	})
-	if s := got[0]; s.Key != "ns/full" || s.Path != "/dev/full" || !s.Dropping {
+	if s := got[0]; s.Key != "ns/full" || s.Path != full.Path || !s.Dropping {
 		t.Errorf("stats %+v", s)
 	}
 	select {
 	case r := <-reports:
-		if !strings.Contains(r, "/dev/full: crilog: write: ") {
+		if !strings.Contains(r, full.Path+": crilog: write: ") {
 			t.Errorf("report %q", r)
 		}
 	case <-time.After(5 * time.Second):

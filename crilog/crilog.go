@@ -90,7 +90,7 @@ func ServeFDs(arg, syslogAddr string, serving func()) error {
 	defer stderr.Close()
 	report, flush := async(Syslog(syslogAddr, t.Path))
 	defer flush()
-	w, err := openReady(t.Path, t.Rotation, ready, report)
+	w, err := openReady(t, ready, report)
 	if err != nil {
 		return err
 	}
@@ -135,7 +135,7 @@ func handoffOnce(t Target, key string, stdout, stderr int, buf []byte) error {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-	if err := sendMsg(c, message{Op: opRegister, Key: key, Path: t.Path, Rotation: t.Rotation}, stdout, stderr); err != nil {
+	if err := sendMsg(c, message{Op: opRegister, Key: key, Path: t.Path, Root: t.Root, Rotation: t.Rotation}, stdout, stderr); err != nil {
 		return fmt.Errorf("crilog: log collector: %w", err)
 	}
 	m, fds, err := recvMsg(c, buf)
@@ -155,14 +155,14 @@ func handoffOnce(t Target, key string, stdout, stderr int, buf []byte) error {
 // reach EOF. It closes ready once the file is open so the shim starts the
 // container only when no output can be lost.
 func Serve(path string, stdout, stderr io.Reader, ready io.Closer) error {
-	return serve(path, Rotation{}, stdout, stderr, ready, func(error) {})
+	return serve(Target{Path: path}, stdout, stderr, ready, func(error) {})
 }
 
 // serve is Serve, telling report of each failure when it happens.
-func serve(path string, rot Rotation, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
+func serve(t Target, stdout, stderr io.Reader, ready io.Closer, report func(error)) error {
 	report, flush := async(report)
 	defer flush()
-	w, err := openReady(path, rot, ready, report)
+	w, err := openReady(t, ready, report)
 	if err != nil {
 		return err
 	}
@@ -171,8 +171,8 @@ func serve(path string, rot Rotation, stdout, stderr io.Reader, ready io.Closer,
 
 // openReady opens the log, creating it, and then closes ready; report is
 // told of a failure as well.
-func openReady(path string, rot Rotation, ready io.Closer, report func(error)) (*recordWriter, error) {
-	w := newRecordWriter(path, rot, report)
+func openReady(t Target, ready io.Closer, report func(error)) (*recordWriter, error) {
+	w := newRecordWriter(t, report)
 	if err := w.open(true); err != nil {
 		report(err)
 		return nil, err
@@ -206,26 +206,22 @@ func copyAll(w *recordWriter, stdout, stderr io.Reader, report func(error)) erro
 	return err
 }
 
-func newRecordWriter(path string, rot Rotation, report func(error)) *recordWriter {
-	w := &recordWriter{path: path, now: time.Now, report: report}
-	if rot.MaxSize > 0 {
-		w.rot = &rotator{path: path, r: rot, now: time.Now, report: report}
+func newRecordWriter(t Target, report func(error)) *recordWriter {
+	root := logRoot(t.Root, t.Path)
+	w := &recordWriter{path: t.Path, root: root, now: time.Now, report: report}
+	if t.Rotation.MaxSize > 0 {
+		w.rot = &rotator{path: t.Path, root: root, r: t.Rotation, now: time.Now, report: report, create: createLog}
 	}
 	return w
 }
 
-// open opens the log file for appending; mkdir creates its directory
-// first, which only a new container's log may need: the collector opens an
-// adopted stream's log at its first record and must not recreate the
-// directory of a pod removed meanwhile.
+// open opens the log file for appending, creating it; mkdir creates its
+// directory first, which only a new container's log may need: the
+// collector opens an adopted stream's log at its first record and must not
+// recreate the directory of a pod removed meanwhile. Its log may be gone
+// even so (a collector killed between a rotation's rename and create).
 func (rw *recordWriter) open(mkdir bool) error {
-	var f *os.File
-	var err error
-	if mkdir {
-		f, err = openLog(rw.path)
-	} else {
-		f, err = os.OpenFile(rw.path, os.O_WRONLY|os.O_APPEND, 0o640)
-	}
+	f, err := openLogFile(rw.root, rw.path, mkdir)
 	if err != nil {
 		return err
 	}
@@ -286,11 +282,21 @@ func async(report func(error)) (send func(error), flush func()) {
 	return send, flush
 }
 
-func openLog(path string) (*os.File, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("crilog: create log dir: %w", err)
+// openLogFile opens the log at path for appending, creating it, without
+// following links below root; mkdir creates its directory first. Tests
+// replace it to make writes fail.
+var openLogFile = func(root, path string, mkdir bool) (*os.File, error) {
+	if mkdir {
+		if err := os.MkdirAll(root, 0o755); err != nil {
+			return nil, fmt.Errorf("crilog: create log dir: %w", err)
+		}
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	dir, err := openDirBelow(root, filepath.Dir(path), mkdir)
+	if err != nil {
+		return nil, fmt.Errorf("crilog: open log: %w", err)
+	}
+	defer dir.Close()
+	f, err := createLog(dir, filepath.Base(path))
 	if err != nil {
 		return nil, fmt.Errorf("crilog: open log: %w", err)
 	}
@@ -303,6 +309,7 @@ func openLog(path string) (*os.File, error) {
 type recordWriter struct {
 	mu       sync.Mutex
 	path     string
+	root     string    // no link below it is followed
 	w        io.Writer // nil until open
 	now      func() time.Time
 	report   func(error)
@@ -353,7 +360,7 @@ func (rw *recordWriter) writeRecords(p []byte) {
 		}
 		rw.writeChunk(p[:n])
 		p = p[n:]
-		if rt := rw.rot; rt != nil && rt.size >= rt.r.MaxSize {
+		if rt := rw.rot; rt != nil && rt.due() {
 			rw.w = rt.rotate(rw.w.(*os.File))
 		}
 	}

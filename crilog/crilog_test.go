@@ -479,7 +479,7 @@ func TestServeReportsWriteFailureAtOnce(t *testing.T) {
 	defer errW.Close()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", Rotation{}, strings.NewReader("line\n"), errR, &closeRecorder{}, func(err error) { reports <- err })
+		done <- serve(fullDisk(t), strings.NewReader("line\n"), errR, &closeRecorder{}, func(err error) { reports <- err })
 	}()
 	select {
 	case err := <-reports:
@@ -493,6 +493,15 @@ func TestServeReportsWriteFailureAtOnce(t *testing.T) {
 	if err := <-done; !errors.Is(err, syscall.ENOSPC) {
 		t.Errorf("serve = %v, want ENOSPC", err)
 	}
+}
+
+// fullDisk is a log whose writes fail with ENOSPC: the writer's log is
+// /dev/full until the test ends.
+func fullDisk(t *testing.T) Target {
+	saved := openLogFile
+	openLogFile = func(string, string, bool) (*os.File, error) { return os.OpenFile("/dev/full", os.O_WRONLY, 0) }
+	t.Cleanup(func() { openLogFile = saved })
+	return Target{Path: filepath.Join(t.TempDir(), "0.log")}
 }
 
 // flakyWriter fails with ENOSPC while full is set, like a full disk.
@@ -537,7 +546,7 @@ func TestServeNeverBlocksTheWriterOnAFullDisk(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", Rotation{}, outR, strings.NewReader(""), &closeRecorder{}, func(error) {})
+		done <- serve(fullDisk(t), outR, strings.NewReader(""), &closeRecorder{}, func(error) {})
 	}()
 	line := []byte(strings.Repeat("x", 1023) + "\n")
 	wrote := make(chan struct{})
@@ -565,7 +574,7 @@ func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve("/dev/full", Rotation{}, outR, strings.NewReader(""), &closeRecorder{}, func(error) { <-block })
+		done <- serve(fullDisk(t), outR, strings.NewReader(""), &closeRecorder{}, func(error) { <-block })
 	}()
 	wrote := make(chan struct{})
 	go func() {
@@ -587,7 +596,7 @@ func TestBlockedReportNeverBlocksTheWriter(t *testing.T) {
 // waiting for its end: the copy must not sit on them in a blocking read.
 func TestLinesNotHeldBehindAPartialLine(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
-	w := newRecordWriter(path, Rotation{}, func(error) {})
+	w := newRecordWriter(Target{Path: path}, func(error) {})
 	if err := w.open(true); err != nil {
 		t.Fatal(err)
 	}

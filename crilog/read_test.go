@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -61,6 +62,12 @@ func TestReadLog(t *testing.T) {
 		{"tail across files", ReadOptions{TailLines: 4}, "four\nthree\nfive\nsix\n"},
 		{"tail zero", ReadOptions{TailLines: 0}, ""},
 		{"tail more than there is", ReadOptions{TailLines: 100}, all},
+		{"tail ending a rotated file", ReadOptions{TailLines: 3}, "three\nfive\nsix\n"},
+		{"tail into the gzipped file", ReadOptions{TailLines: 5}, "two\nfour\nthree\nfive\nsix\n"},
+		{"tail all there is", ReadOptions{TailLines: 6}, all},
+		{"since and tail across files", ReadOptions{TailLines: 3, Since: t0.Add(2 * time.Second)}, "three\nfive\nsix\n"},
+		{"since and tail more than since has", ReadOptions{TailLines: 5, Since: t0.Add(2 * time.Second)}, "four\nthree\nfive\nsix\n"},
+		{"limit and tail across files", ReadOptions{TailLines: 5, LimitBytes: 6}, "two\nfo"},
 		{"since", ReadOptions{TailLines: -1, Since: t0.Add(2 * time.Second)}, "four\nthree\nfive\nsix\n"},
 		{"since and tail", ReadOptions{TailLines: 1, Since: t0.Add(2 * time.Second)}, "six\n"},
 		{"limit cuts a line", ReadOptions{TailLines: -1, LimitBytes: 10}, "one\ntwo\nfo"},
@@ -240,21 +247,26 @@ func TestReadLogFromEndApart(t *testing.T) {
 // that is the file's creation, not a rotation, and nothing is read twice.
 func TestReadLogFollowCreatedBeforeTheFirstRead(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "0.log")
-	watch, err := watchDir(filepath.Dir(path))
+	sub, err := follows.subscribe(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer watch.Close()
+	defer follows.unsubscribe(sub)
 	appendFile(t, path, rec(0, Stdout, "F", "first"))
 	out := &syncBuffer{}
-	lr := &logReader{opts: ReadOptions{Follow: true, TailLines: -1}, out: out, errOut: out, pending: map[string]*joined{}}
-	live, err := lr.readLive(path)
+	lr := &logReader{opts: ReadOptions{Follow: true, TailLines: -1}, out: out, errOut: out, pending: map[string]*joined{},
+		root: filepath.Dir(path), name: filepath.Base(path)}
+	if err := lr.openDir(path); err != nil {
+		t.Fatal(err)
+	}
+	defer lr.dir.Close()
+	live, err := lr.read(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- lr.follow(ctx, path, live, watch) }()
+	go func() { done <- lr.follow(ctx, path, live, sub) }()
 	appendFile(t, path, rec(1, Stdout, "F", "second"))
 	waitFor(t, "the second line", func() bool { return strings.Contains(out.String(), "second") })
 	cancel()
@@ -263,5 +275,85 @@ func TestReadLogFollowCreatedBeforeTheFirstRead(t *testing.T) {
 	}
 	if got := out.String(); got != "first\nsecond\n" {
 		t.Errorf("output %q, want each line once", got)
+	}
+}
+
+// heapAtFirstWrite notes the heap in use when the first output is written:
+// a tail held in memory is all there at that moment.
+type heapAtFirstWrite struct {
+	heap uint64
+	n    int
+}
+
+func (h *heapAtFirstWrite) Write(p []byte) (int, error) {
+	if h.n == 0 {
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		h.heap = m.HeapAlloc
+	}
+	h.n += len(p)
+	return len(p), nil
+}
+
+// tailLog writes a log of about size bytes: a gzipped rotated file whose
+// last line says so, a plain one of a fifth, and the live file ending with
+// "the end"; it returns the log's path and its number of lines.
+func tailLog(t *testing.T, size int) (string, int) {
+	path := filepath.Join(t.TempDir(), "0.log")
+	content := strings.Repeat("x", 80)
+	var gz, plain, live strings.Builder
+	for range 4000 {
+		gz.WriteString(rec(0, Stdout, "F", content))
+	}
+	gz.WriteString(rec(0, Stdout, "F", "last of the gzipped file"))
+	writeGz(t, path+".20260102-030405.gz", gz.String())
+	for plain.Len() < size/5 {
+		plain.WriteString(rec(1, Stdout, "F", content))
+	}
+	writeFile(t, path+".20260102-030406", plain.String())
+	for live.Len() < size-size/5 {
+		live.WriteString(rec(2, Stdout, "F", content))
+	}
+	live.WriteString(rec(3, Stderr, "F", "the end"))
+	writeFile(t, path, live.String())
+	return path, 4001 + strings.Count(plain.String(), "\n") + strings.Count(live.String(), "\n")
+}
+
+// A tail of more lines than the log has, of a 20 MiB log of which a
+// rotated part is gzipped, holds no more than a few MiB whatever it asks
+// for (a ring of lines held all 20).
+func TestReadLogTailMemoryBounded(t *testing.T) {
+	path, _ := tailLog(t, 20<<20)
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	out := &heapAtFirstWrite{}
+	if err := ReadLog(context.Background(), path, out, ReadOptions{TailLines: 1 << 31, LimitBytes: 1}); err != nil {
+		t.Fatal(err)
+	}
+	grew := int64(out.heap) - int64(before.HeapAlloc)
+	t.Logf("heap at the first write: %d KiB more than before", grew>>10)
+	if grew > 12<<20 {
+		t.Errorf("the heap grew by %d MiB for a tail of a 20 MiB log", grew>>20)
+	}
+}
+
+// A tail is exact wherever it falls: in the live file, at the start of a
+// rotated one, within the gzipped one, past all there is.
+func TestReadLogTailAcrossFiles(t *testing.T) {
+	path, lines := tailLog(t, 1<<20)
+	for _, n := range []int{1, 2, 4000, 4001, 4002, lines - 4001, lines - 4000, lines - 1, lines, lines + 1} {
+		var b bytes.Buffer
+		if err := ReadLog(context.Background(), path, &b, ReadOptions{TailLines: n}); err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+		want := min(n, lines)
+		if len(got) != want || got[len(got)-1] != "the end" {
+			t.Errorf("tail %d: %d lines ending %q, want %d ending \"the end\"", n, len(got), got[len(got)-1], want)
+		}
+		if n >= lines && got[0] != strings.Repeat("x", 80) || n == lines-4000 && got[0] != "last of the gzipped file" {
+			t.Errorf("tail %d starts %q", n, got[0])
+		}
 	}
 }

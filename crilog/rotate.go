@@ -2,16 +2,18 @@ package crilog
 
 import (
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Rotation is the kubelet's containerLogMaxSize and containerLogMaxFiles:
@@ -33,17 +35,25 @@ type Target struct {
 	Path      string
 	Rotation  Rotation
 	Collector string
+	// Root is the pod log dir: no link below it is followed, since pods
+	// with a hostPath there can plant them. "": the log's own directory.
+	Root string
 }
 
 // Arg encodes t as the log driver's single argument: the path alone,
 // "<max size>:<max files>:<path>" with rotation, or a query string
-// (collector=..&path=..&max-size=..&max-files=..) with a collector.
+// (collector=..&path=..&max-size=..&max-files=..&root=..) with a collector
+// or a root.
 func (t Target) Arg() string {
-	if t.Collector != "" {
-		return url.Values{
+	if t.Collector != "" || t.Root != "" {
+		q := url.Values{
 			"collector": {t.Collector}, "path": {t.Path},
 			"max-size": {strconv.FormatInt(t.Rotation.MaxSize, 10)}, "max-files": {strconv.Itoa(t.Rotation.MaxFiles)},
-		}.Encode()
+		}
+		if t.Root != "" {
+			q.Set("root", t.Root)
+		}
+		return q.Encode()
 	}
 	if t.Rotation.MaxSize <= 0 {
 		return t.Path
@@ -58,10 +68,12 @@ func ParseArg(arg string) (Target, error) {
 		if err != nil {
 			return Target{}, fmt.Errorf("crilog: bad argument %q: %w", arg, err)
 		}
-		t := Target{Path: q.Get("path"), Collector: q.Get("collector")}
+		t := Target{Path: q.Get("path"), Collector: q.Get("collector"), Root: q.Get("root")}
 		size, err1 := strconv.ParseInt(q.Get("max-size"), 10, 64)
 		files, err2 := strconv.Atoi(q.Get("max-files"))
-		if err1 != nil || err2 != nil || size < 0 || (size > 0 && files < 2) || !filepath.IsAbs(t.Path) || !filepath.IsAbs(t.Collector) {
+		if err1 != nil || err2 != nil || size < 0 || (size > 0 && files < 2) || !filepath.IsAbs(t.Path) ||
+			(t.Collector == "" && t.Root == "") || (t.Collector != "" && !filepath.IsAbs(t.Collector)) ||
+			(t.Root != "" && !below(t.Root, t.Path)) {
 			return Target{}, fmt.Errorf("crilog: bad argument %q", arg)
 		}
 		if size > 0 {
@@ -86,32 +98,84 @@ func ParseArg(arg string) (Target, error) {
 
 // rotator renames and compresses a log file as it grows; it is driven by
 // the recordWriter, under its lock, so no record is split across files.
+// It works in the log's directory, opened anew for each rotation without
+// following links below root (see openDirBelow).
 type rotator struct {
 	path   string
+	root   string
 	r      Rotation
 	size   int64
 	now    func() time.Time
 	report func(error)
 	gz     sync.Mutex // one compression at a time, off the copy path
+	// create makes the new log; tests make it fail.
+	create func(dir *os.File, name string) (*os.File, error)
+	// failing is set while rotations fail, so that only the first failure
+	// and the recovery are reported; retryAt is when to try again.
+	failing bool
+	retryAt time.Time
 }
 
-// rotate moves the full log aside and returns the new one to write to; on
-// a failure it reports it and goes on writing to f.
+// rotateRetry is how long a failed rotation waits before the next try:
+// the log grows past MaxSize meanwhile, so it is tried again soon, but
+// not at every record of a busy container.
+const rotateRetry = time.Second
+
+// due reports whether the log is to be rotated now.
+func (rt *rotator) due() bool {
+	return rt.size >= rt.r.MaxSize && !rt.now().Before(rt.retryAt)
+}
+
+// rotate moves the full log aside and returns the new one to write to. On
+// a failure it reports it, leaves the log under its name, and goes on
+// writing to f until the next try: a log moved aside with no new one made
+// (no free inode, a quota) would be written to for good, under a name no
+// reader follows and that no later rotation renames.
 func (rt *rotator) rotate(f *os.File) *os.File {
-	aside := rt.asideName(rt.now().Format(rotatedTime))
-	if err := os.Rename(rt.path, aside); err != nil {
-		rt.report(fmt.Errorf("crilog: rotate: %w", err))
+	dir, err := openDirBelow(rt.root, filepath.Dir(rt.path), false)
+	if err != nil {
+		rt.failed(err)
 		return f
 	}
-	nf, err := os.OpenFile(rt.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
+	defer dir.Close()
+	name := filepath.Base(rt.path)
+	aside := rt.asideName(dir, rt.now().Format(rotatedTime))
+	if err := unix.Renameat(int(dir.Fd()), name, int(dir.Fd()), aside); err != nil {
+		rt.failed(&os.LinkError{Op: "rename", Old: rt.path, New: aside, Err: err})
+		return f
+	}
+	nf, err := rt.create(dir, name)
 	if err != nil {
-		rt.report(fmt.Errorf("crilog: rotate: %w", err))
-		return f // goes on into the file moved aside
+		// Put it back; nothing can have taken the name (the log's
+		// writer is this one), but never replace what did.
+		if rerr := unix.Renameat2(int(dir.Fd()), aside, int(dir.Fd()), name, unix.RENAME_NOREPLACE); rerr != nil {
+			err = fmt.Errorf("%w; and moving %s back: %w", err, aside, rerr)
+		}
+		rt.failed(err)
+		return f
 	}
 	f.Close()
 	rt.size = 0
+	if rt.failing {
+		rt.failing = false
+		rt.report(errors.New("crilog: rotating again"))
+	}
 	go rt.tidy()
 	return nf
+}
+
+// failed reports the first of a run of failed rotations.
+func (rt *rotator) failed(err error) {
+	rt.retryAt = rt.now().Add(rotateRetry)
+	if !rt.failing {
+		rt.failing = true
+		rt.report(fmt.Errorf("crilog: rotate: %w; the log grows past its maximum size until a rotation works", err))
+	}
+}
+
+// createLog opens the log name in dir for appending, creating it.
+func createLog(dir *os.File, name string) (*os.File, error) {
+	return openIn(dir, name, unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o640)
 }
 
 // asideName is the name for the full log: the kubelet's, with a counter
@@ -119,11 +183,14 @@ func (rt *rotator) rotate(f *os.File) *os.File {
 // rotation. The counter follows the highest one left, not the first free
 // one: tidy may have removed the second's oldest file, and a new file
 // taking its name would sort as the oldest.
-func (rt *rotator) asideName(stamp string) string {
-	base := rt.path + "." + stamp
-	matches, _ := filepath.Glob(base + "*")
+func (rt *rotator) asideName(dir *os.File, stamp string) string {
+	base := filepath.Base(rt.path) + "." + stamp
+	names, _ := namesIn(dir)
 	next := 0
-	for _, m := range matches {
+	for _, m := range names {
+		if !strings.HasPrefix(m, base) {
+			continue
+		}
 		rest, _, _ := strings.Cut(strings.TrimPrefix(m, base), ".") // .gz, .gz.tmp
 		n := 0
 		if rest != "" {
@@ -145,24 +212,26 @@ func (rt *rotator) asideName(stamp string) string {
 func (rt *rotator) tidy() {
 	rt.gz.Lock()
 	defer rt.gz.Unlock()
-	matches, _ := filepath.Glob(rt.path + ".*")
-	var rotated []string
-	for _, p := range matches {
-		if strings.HasSuffix(p, ".tmp") {
-			os.Remove(p) // a compression cut short
-			continue
-		}
-		rotated = append(rotated, p)
+	dir, err := openDirBelow(rt.root, filepath.Dir(rt.path), false)
+	if err != nil {
+		rt.report(fmt.Errorf("crilog: rotate: %w", err))
+		return
 	}
-	// Timestamps sort in time order, gzipped or not.
-	slices.SortFunc(rotated, func(a, b string) int {
-		return strings.Compare(strings.TrimSuffix(a, ".gz"), strings.TrimSuffix(b, ".gz"))
-	})
+	defer dir.Close()
+	d := int(dir.Fd())
+	name := filepath.Base(rt.path)
+	names, _ := namesIn(dir)
+	for _, n := range names {
+		if strings.HasPrefix(n, name+".") && strings.HasSuffix(n, ".tmp") {
+			_ = unix.Unlinkat(d, n, 0) // a compression cut short
+		}
+	}
+	rotated := rotatedNames(dir, name)
 	for i, p := range rotated {
 		if i == len(rotated)-1 || strings.HasSuffix(p, ".gz") {
 			continue
 		}
-		gzp, err := compress(p)
+		gzp, err := compress(dir, p)
 		if err != nil {
 			rt.report(err)
 			continue
@@ -170,21 +239,24 @@ func (rt *rotator) tidy() {
 		rotated[i] = gzp
 	}
 	for len(rotated) > rt.r.MaxFiles-1 {
-		os.Remove(rotated[0])
+		_ = unix.Unlinkat(d, rotated[0], 0)
 		rotated = rotated[1:]
 	}
 }
 
-// compress gzips p into p.gz (through p.gz.tmp, so a crash leaves no
-// half file under the final name) and removes p.
-func compress(p string) (string, error) {
-	in, err := os.Open(p)
+// compress gzips p in dir into p.gz (through p.gz.tmp, so a crash leaves
+// no half file under the final name) and removes p.
+func compress(dir *os.File, p string) (string, error) {
+	d := int(dir.Fd())
+	in, err := openIn(dir, p, unix.O_RDONLY, 0)
 	if err != nil {
 		return "", fmt.Errorf("crilog: compress: %w", err)
 	}
 	defer in.Close()
 	tmp := p + ".gz.tmp"
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
+	// O_EXCL: tidy removed what a crash left, and anything there now was
+	// planted.
+	out, err := openIn(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o640)
 	if err != nil {
 		return "", fmt.Errorf("crilog: compress: %w", err)
 	}
@@ -197,12 +269,12 @@ func compress(p string) (string, error) {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, p+".gz")
+		err = unix.Renameat(d, tmp, d, p+".gz")
 	}
 	if err != nil {
-		os.Remove(tmp)
-		return "", fmt.Errorf("crilog: compress %s: %w", p, err)
+		_ = unix.Unlinkat(d, tmp, 0)
+		return "", fmt.Errorf("crilog: compress %s: %w", filepath.Join(dir.Name(), p), err)
 	}
-	os.Remove(p)
+	_ = unix.Unlinkat(d, p, 0)
 	return p + ".gz", nil
 }

@@ -3,13 +3,16 @@ package crilog
 import (
 	"bufio"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -21,6 +24,9 @@ func TestTargetArg(t *testing.T) {
 		{Path: "/plain/0.log"},
 		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Collector: "/run/noderun/log-collector.sock"},
 		{Path: "/odd:name&x=1/0.log", Collector: "/run/noderun/log-collector.sock"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Collector: "/run/noderun/log-collector.sock", Root: "/var/log/pods"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Rotation: r, Root: "/var/log/pods"},
+		{Path: "/var/log/pods/a_b_c/x/0.log", Root: "/var/log/pods"},
 	} {
 		got, err := ParseArg(want.Arg())
 		if err != nil || got != want {
@@ -29,7 +35,9 @@ func TestTargetArg(t *testing.T) {
 	}
 	for _, bad := range []string{"x:5:/p", "100:1:/p", "0:5:/p", "1:2",
 		"collector=%2Fs&path=rel&max-size=0&max-files=0", "collector=rel&path=%2Fp&max-size=0&max-files=0",
-		"collector=%2Fs&path=%2Fp&max-size=10&max-files=1", "collector=%2Fs&path=%2Fp"} {
+		"collector=%2Fs&path=%2Fp&max-size=10&max-files=1", "collector=%2Fs&path=%2Fp",
+		"collector=&path=%2Fp&max-size=0&max-files=0", "collector=&path=%2Fp%2F0.log&max-size=0&max-files=0&root=%2Fq",
+		"collector=&path=%2Fp%2F0.log&max-size=0&max-files=0&root=p", "collector=&path=%2Fp&max-size=0&max-files=0&root=%2Fp"} {
 		if _, err := ParseArg(bad); err == nil {
 			t.Errorf("ParseArg(%q) accepted", bad)
 		}
@@ -73,7 +81,7 @@ func TestServeRotates(t *testing.T) {
 	outR, outW := io.Pipe()
 	done := make(chan error, 1)
 	go func() {
-		done <- serve(path, Rotation{MaxSize: 4096, MaxFiles: 3}, outR, strings.NewReader(""), &closeRecorder{}, func(err error) { t.Error(err) })
+		done <- serve(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, outR, strings.NewReader(""), &closeRecorder{}, func(err error) { t.Error(err) })
 	}()
 	const n = 400
 	for i := range n {
@@ -152,9 +160,101 @@ func TestAsideNameFollowsTheNewest(t *testing.T) {
 				}
 			}
 			rt := &rotator{path: filepath.Join(dir, "0.log")}
-			if got := rt.asideName(stamp); got != filepath.Join(dir, tc.want) {
-				t.Errorf("asideName = %s, want %s", filepath.Base(got), tc.want)
+			d, err := os.Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if got := rt.asideName(d, stamp); got != tc.want {
+				t.Errorf("asideName = %s, want %s", got, tc.want)
 			}
 		})
+	}
+}
+
+// A rotation whose new log cannot be made (no free inode, a quota) leaves
+// the log under its name, says so once, and is tried again a little later
+// until it works: moved aside for good, the log would grow without bound
+// under a name no reader follows and no later rotation renames.
+func TestRotationResumesAfterAFailedCreate(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	var reports []string
+	w := newRecordWriter(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, func(err error) { reports = append(reports, err.Error()) })
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	w.now, w.rot.now = clock, clock
+	creates, failures := 0, 3
+	w.rot.create = func(dir *os.File, name string) (*os.File, error) {
+		if creates++; creates <= failures {
+			return nil, syscall.ENOSPC
+		}
+		return createLog(dir, name)
+	}
+	if err := w.open(true); err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	line := []byte(strings.Repeat("x", 100))
+	for range 200 { // well past MaxSize, all within one retry interval
+		w.write(Stdout, tagFull, line)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatalf("the log is gone after a failed rotation: %v", err)
+	}
+	if fi.Size() < 200*100 {
+		t.Errorf("the log has %d bytes: records went elsewhere", fi.Size())
+	}
+	if creates != 1 {
+		t.Errorf("%d creates within one retry interval, want 1", creates)
+	}
+	for creates < failures+1 {
+		now = now.Add(rotateRetry)
+		w.write(Stdout, tagFull, line)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
+		t.Fatalf("the log after the rotation worked: %v, %v; want a new empty log", fi, err)
+	}
+	w.write(Stdout, tagFull, line)
+	rotated, _ := filepath.Glob(path + ".*")
+	if len(rotated) != 1 {
+		t.Fatalf("rotated files %v, want one", rotated)
+	}
+	if fi, err := os.Stat(rotated[0]); err != nil || fi.Size() < 200*100 {
+		t.Errorf("the rotated file %v, %v: want all that was written before", fi, err)
+	}
+	want := []string{
+		"crilog: rotate: no space left on device; the log grows past its maximum size until a rotation works",
+		"crilog: rotating again",
+	}
+	if !slices.Equal(reports, want) {
+		t.Errorf("reports %q, want %q", reports, want)
+	}
+}
+
+// An adopted stream's log is created at its first record when it is gone
+// (a collector killed between a rotation's rename and create), but not its
+// directory: the pod may have been removed meanwhile.
+func TestAdoptedStreamCreatesItsLog(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "0.log")
+	w := newRecordWriter(Target{Path: path}, func(err error) { t.Error(err) })
+	w.write(Stdout, tagFull, []byte("adopted"))
+	w.close()
+	if lines := readLines(t, path); !slices.Equal(lines, []string{"adopted"}) {
+		t.Errorf("log %q, want the adopted stream's record", lines)
+	}
+
+	gone := filepath.Join(dir, "removed-pod", "c", "0.log")
+	var reports []error
+	w = newRecordWriter(Target{Path: gone}, func(err error) { reports = append(reports, err) })
+	w.write(Stdout, tagFull, []byte("dropped"))
+	w.close()
+	if _, err := os.Stat(filepath.Dir(gone)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the removed pod's log dir was made again: %v", err)
+	}
+	if len(reports) != 1 || !errors.Is(reports[0], fs.ErrNotExist) {
+		t.Errorf("reports %v, want one saying the log's directory is gone", reports)
 	}
 }

@@ -37,6 +37,7 @@ type message struct {
 	Op       string        `json:"op"`
 	Key      string        `json:"key,omitempty"`
 	Path     string        `json:"path,omitempty"`
+	Root     string        `json:"root,omitempty"` // see Target.Root
 	Rotation Rotation      `json:"rotation,omitzero"`
 	Error    string        `json:"error,omitempty"`
 	Streams  []StreamStats `json:"streams,omitempty"`

@@ -48,6 +48,8 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 			opts.Ended = ended
 		}
 	}
+	opts.Polling = s.followPolls(namespace+"/"+podName, c.Name)
+	opts.Root = s.cfg.PodLogDir
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
 	var out io.Writer = w
@@ -57,6 +59,13 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 	if err := crilog.ReadLog(r.Context(), s.logPath(pod, c.Name, run), out, opts); err != nil {
 		// The status line is out: the error can only be logged.
 		s.cfg.Log.Warn("read container log", "pod", namespace+"/"+podName, "container", c.Name, "err", err)
+	}
+}
+
+// followPolls says that a follow polls the log because it cannot watch it.
+func (s *StreamServer) followPolls(pod, container string) func(error) {
+	return func(err error) {
+		s.cfg.Log.Warn("cannot watch the container log; following it by polling every second", "pod", pod, "container", container, "err", err)
 	}
 }
 

@@ -135,6 +135,7 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	defer cancel()
 	err := crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), writerOrDiscard(rs.stdout), crilog.ReadOptions{
 		Follow: true, Stderr: writerOrDiscard(rs.stderr), Ended: s.ended(ctx, namespace, podName, name, id),
+		Polling: s.followPolls(namespace+"/"+podName, name), Root: s.cfg.PodLogDir,
 	})
 	rs.finish(0, err)
 }

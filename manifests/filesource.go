@@ -47,6 +47,8 @@ type FileSource struct {
 	debounce time.Duration
 	settle   time.Duration
 	log      *slog.Logger
+	// newWatcher makes the inotify watcher; tests make it fail.
+	newWatcher func() (*fsnotify.Watcher, error)
 }
 
 // FileOption configures a FileSource.
@@ -58,6 +60,12 @@ type FileOption func(*FileSource)
 func WithRelistInterval(d time.Duration) FileOption {
 	return func(s *FileSource) { s.relist = d }
 }
+
+// pollInterval is how often the manifests are re-read while they cannot be
+// watched: the host's inotify instances or watches are used up (they are
+// shared by every process of the user), and changes would otherwise wait
+// for the re-list.
+const pollInterval = 2 * time.Second
 
 // renameSettle is how long a manifest that was renamed away may take to
 // come back before its pods are removed.
@@ -120,22 +128,30 @@ func NewFileSource(path, nodeName string, opts ...FileOption) *FileSource {
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	if s.newWatcher == nil {
+		// Buffered: fsnotify queues a whole read from the kernel at once,
+		// so drain finds a burst's events waiting instead of taking them
+		// one goroutine handover at a time, which a busy machine stretches
+		// out.
+		s.newWatcher = func() (*fsnotify.Watcher, error) { return fsnotify.NewBufferedWatcher(maxDrain) }
+	}
 	s.source = "file:" + s.path
 	return s
 }
 
 // Run sends a Snapshot after the initial list, then one each time the
 // manifests' pods or errors change, until ctx ends. It returns nil when ctx
-// ends and an error only if it cannot watch at all.
+// ends and an error only if its watcher fails. When it cannot watch, it
+// says so and re-reads the manifests every pollInterval instead: the first
+// snapshot must come regardless, or the engine never starts.
 func (s *FileSource) Run(ctx context.Context, out chan<- Snapshot) error {
-	// Buffered: fsnotify queues a whole read from the kernel at once, so
-	// drain finds a burst's events waiting instead of taking them one
-	// goroutine handover at a time, which a busy machine stretches out.
-	w, err := fsnotify.NewBufferedWatcher(maxDrain)
+	w, err := s.newWatcher()
 	if err != nil {
-		return fmt.Errorf("watching %s: %w", s.path, err)
+		s.log.Warn("cannot watch manifests; re-reading them every "+pollInterval.String(), "path", s.path, "err", err)
+		w = nil
+	} else {
+		defer w.Close()
 	}
-	defer w.Close()
 	r := &fileRun{FileSource: s, w: w, files: map[string]*fileResult{}, pending: map[string]time.Time{},
 		written: map[string]time.Time{}, starting: true}
 	// Watch before listing, so no change between the two is missed.
@@ -166,12 +182,19 @@ type fileRun struct {
 	written  map[string]time.Time
 	starting bool
 	listErr  string // the listing error last logged
+	watchErr string // the watch error last logged
 	emitter
 }
 
 func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
-	relist := time.NewTicker(r.relist)
+	every := r.relistEvery()
+	relist := time.NewTicker(every)
 	defer relist.Stop()
+	var events <-chan fsnotify.Event
+	var errs <-chan error
+	if r.w != nil {
+		events, errs = r.w.Events, r.w.Errors
+	}
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
@@ -179,7 +202,7 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case ev, ok := <-r.w.Events:
+		case ev, ok := <-events:
 			if !ok {
 				return fmt.Errorf("watching %s: event stream closed", r.path)
 			}
@@ -192,7 +215,7 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 			if !r.expire(time.Now()) {
 				continue
 			}
-		case err, ok := <-r.w.Errors:
+		case err, ok := <-errs:
 			if !ok {
 				return fmt.Errorf("watching %s: error stream closed", r.path)
 			}
@@ -205,6 +228,10 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 			r.relistAll()
 		case now := <-debounce.C:
 			r.expire(now)
+		}
+		if d := r.relistEvery(); d != every {
+			every = d
+			relist.Reset(every)
 		}
 		// Any read may have put off a file still being written.
 		if next, ok := r.nextDeadline(); ok {
@@ -398,10 +425,13 @@ func (r *fileRun) nextDeadline() (time.Time, bool) {
 // until the target is stable, since a directory created before its parent's
 // watch was in place produced no event.
 func (r *fileRun) watch() {
+	if r.w == nil {
+		return
+	}
 	for range 16 {
 		want, fi, err := r.watchTarget()
 		if err != nil {
-			r.log.Warn("cannot watch manifests", "path", r.path, "err", err)
+			r.watchFailed(r.path, err)
 			return
 		}
 		if want == r.watched && os.SameFile(fi, r.watchedInfo) {
@@ -409,12 +439,35 @@ func (r *fileRun) watch() {
 		}
 		r.unwatch()
 		if err := r.w.Add(want); err != nil {
-			r.log.Warn("cannot watch manifests", "path", want, "err", err)
+			r.watchFailed(want, err)
 			return
 		}
 		r.log.Debug("watching", "dir", want, "for", r.path)
 		r.watched, r.watchedInfo = want, fi
+		r.watchErr = ""
 	}
+}
+
+// watchFailed logs a watch that could not be set, once per new problem:
+// it is tried again at each re-read.
+func (r *fileRun) watchFailed(path string, err error) {
+	if msg := err.Error(); msg != r.watchErr {
+		r.log.Warn("cannot watch manifests; re-reading them every "+pollInterval.String(), "path", path, "err", err)
+		r.watchErr = msg
+	}
+}
+
+// polling reports whether the manifests are not watched, for want of an
+// inotify instance or watch, and so must be re-read to see changes.
+func (r *fileRun) polling() bool {
+	return r.w == nil || r.watched == ""
+}
+
+func (r *fileRun) relistEvery() time.Duration {
+	if r.polling() {
+		return min(r.relist, pollInterval)
+	}
+	return r.relist
 }
 
 func (r *fileRun) watchTarget() (string, fs.FileInfo, error) {
@@ -432,7 +485,7 @@ func (r *fileRun) watchTarget() (string, fs.FileInfo, error) {
 }
 
 func (r *fileRun) unwatch() {
-	if r.watched != "" {
+	if r.w != nil && r.watched != "" {
 		// The kernel drops the watch of a deleted directory itself.
 		_ = r.w.Remove(r.watched)
 		r.watched, r.watchedInfo = "", nil
@@ -527,7 +580,7 @@ func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
 		wait = r.debounce
 	case writing && time.Since(wrote) < r.settle:
 		wait = r.settle - time.Since(wrote)
-	case r.starting && age >= 0 && age < r.settle:
+	case (r.starting || r.polling()) && age >= 0 && age < r.settle:
 		// A future mtime (another host's clock, over NFS) says nothing
 		// of a local writer; the size check above still applies.
 		wait = r.settle - age

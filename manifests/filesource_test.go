@@ -5,14 +5,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -663,5 +666,59 @@ func TestFileSourceBurstInFewSnapshots(t *testing.T) {
 	// fsnotify reads the queue in pieces, so not always one: a few.
 	if snaps > n/4 {
 		t.Fatalf("%d files renamed in at once came in %d snapshots, want at most %d", n, snaps, n/4)
+	}
+}
+
+// lockedBuffer collects a logger's output from the source's goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A source that cannot have an inotify watcher (the host's instances are
+// used up: they are shared by every process of the user) still sends its
+// first snapshot, without which the engine never starts, says why it
+// polls, and sees changes by re-reading every pollInterval, well before
+// the re-list (an hour here).
+func TestFileSourcePollsWithoutInotify(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifest("a", "nginx:1"))
+	logs := &lockedBuffer{}
+	ch := startSource(t, dir, WithLogger(slog.New(slog.NewTextHandler(logs, nil))),
+		func(s *FileSource) {
+			s.newWatcher = func() (*fsnotify.Watcher, error) { return nil, syscall.EMFILE }
+		})
+	expect(t, next(t, ch), "a-node1 nginx:1\n")
+	if got := logs.String(); !strings.Contains(got, "cannot watch manifests; re-reading them every 2s") || !strings.Contains(got, "too many open files") {
+		t.Errorf("log does not say why the source polls:\n%s", got)
+	}
+
+	tmp := filepath.Join(dir, ".b.yaml.tmp")
+	writeFile(t, tmp, manifest("b", "nginx:1"))
+	if err := os.Rename(tmp, filepath.Join(dir, "b.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "a.yaml"), manifest("a", "nginx:2"))
+	select {
+	case s := <-ch:
+		// One poll may come between the two changes.
+		if summary(s) == "a-node1 nginx:1\nb-node1 nginx:1\n" {
+			s = <-ch
+		}
+		expect(t, s, "a-node1 nginx:2\nb-node1 nginx:1\n")
+	case <-time.After(30 * time.Second): // the re-list is an hour away
+		t.Fatal("no snapshot with the changes")
 	}
 }

@@ -161,7 +161,7 @@ func (w *podWorker) terminationMessage(pod *v1.Pod, c *v1.Container, restart, ex
 	}
 	msg := readCapped(path, maxMessageBytes)
 	if msg == "" && exitCode != 0 && c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError {
-		msg = logTail(filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"), maxLogMessageLines, maxLogMessageBytes)
+		msg = logTail(w.env.cfg.PodLogDir, filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"), maxLogMessageLines, maxLogMessageBytes)
 	}
 	if w.st.messages == nil {
 		w.st.messages = map[string]string{}
@@ -222,8 +222,10 @@ func readCapped(path string, n int64) string {
 
 // logTail returns the content of the last lines of a CRI log file, at most
 // maxLines and maxBytes (the end is kept), as FallbackToLogsOnError reports.
-func logTail(path string, maxLines, maxBytes int) string {
-	f, err := os.Open(path)
+// No link below root (the pod log dir, which pods may write to) is
+// followed: the message would show a host file.
+func logTail(root, path string, maxLines, maxBytes int) string {
+	f, err := crilog.OpenLog(root, path)
 	if err != nil {
 		return ""
 	}

@@ -367,3 +367,36 @@ func TestEngineImageGCKeepsWhatManifestsAndContainersUse(t *testing.T) {
 		}
 	}
 }
+
+// The fallback to the log's end for a termination message follows no link
+// planted below the pod log dir (a pod with a hostPath there can): the
+// message would show the host file it names.
+func TestLogTailFollowsNoLinks(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "ns_pod_uid", "c")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	line := "2026-01-01T00:00:00Z stdout F "
+	if err := os.WriteFile(filepath.Join(dir, "0.log"), []byte(line+"the log\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := logTail(root, filepath.Join(dir, "0.log"), 10, 1024); got != "the log\n" {
+		t.Errorf("logTail = %q, want the log's line", got)
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte(line+"host secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, "1.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Dir(secret), filepath.Join(root, "ns_pod_uid", "d")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{filepath.Join(dir, "1.log"), filepath.Join(root, "ns_pod_uid", "d", "secret")} {
+		if got := logTail(root, p, 10, 1024); got != "" {
+			t.Errorf("logTail(%s) = %q through a link", p, got)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/dirpoll"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -116,18 +117,11 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		return nil, err
-	}
 	// Watch before the first scan so nothing lands unseen in between.
-	if err := w.Add(dir); err != nil {
-		w.Close()
-		return nil, fmt.Errorf("watch %s: %w", dir, err)
-	}
+	events, errs, closeWatch := watchOrPoll(ctx, dir, log)
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		w.Close()
+		closeWatch()
 		return nil, err
 	}
 	var changed []string
@@ -145,7 +139,7 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 	}
 	done := ledger.startImports()
 	return func() error {
-		defer w.Close()
+		defer closeWatch()
 		for _, path := range changed {
 			if ctx.Err() != nil {
 				break
@@ -153,13 +147,35 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 			importLogged(ctx, c, path, snapshotter, ledger, log)
 		}
 		done()
-		return watchLoop(ctx, w, func(path string) { importLogged(ctx, c, path, snapshotter, ledger, log) }, log)
+		return watchLoop(ctx, events, errs, func(path string) { importLogged(ctx, c, path, snapshotter, ledger, log) }, log)
 	}, nil
+}
+
+// pollImagesEvery is how often the images dir is looked at while it cannot
+// be watched.
+const pollImagesEvery = 5 * time.Second
+
+// newImagesWatcher is fsnotify's; tests make it fail.
+var newImagesWatcher = fsnotify.NewWatcher
+
+// watchOrPoll watches dir, or when the host has no inotify instance or
+// watch left, says so and polls it.
+func watchOrPoll(ctx context.Context, dir string, log *slog.Logger) (<-chan fsnotify.Event, <-chan error, func()) {
+	w, err := newImagesWatcher()
+	if err == nil {
+		if err = w.Add(dir); err == nil {
+			return w.Events, w.Errors, func() { w.Close() }
+		}
+		w.Close()
+	}
+	log.Warn("cannot watch the images dir; looking at it every "+pollImagesEvery.String(), "dir", dir, "err", err)
+	ctx, cancel := context.WithCancel(ctx)
+	return dirpoll.Events(ctx, pollImagesEvery, dir), nil, cancel
 }
 
 // watchLoop calls settled for each archive path once settleDelay has passed
 // since its last create or write event.
-func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path string), log *slog.Logger) error {
+func watchLoop(ctx context.Context, events <-chan fsnotify.Event, errs <-chan error, settled func(path string), log *slog.Logger) error {
 	ctx, cancel := context.WithCancel(ctx) // also releases pending timers on return
 	defer cancel()
 	ready := make(chan string)
@@ -176,13 +192,16 @@ func watchLoop(ctx context.Context, w *fsnotify.Watcher, settled func(path strin
 		case path := <-ready:
 			delete(timers, path)
 			settled(path)
-		case err, ok := <-w.Errors:
+		case err, ok := <-errs:
 			if !ok {
 				return errors.New("images dir watcher closed")
 			}
 			log.Warn("images dir watch", "err", err)
-		case ev, ok := <-w.Events:
+		case ev, ok := <-events:
 			if !ok {
+				if ctx.Err() != nil {
+					return nil // a poll ends with ctx
+				}
 				return errors.New("images dir watcher closed")
 			}
 			if !isArchiveName(filepath.Base(ev.Name)) || !ev.Has(fsnotify.Create|fsnotify.Write) {

@@ -50,6 +50,7 @@ type Runtime struct {
 	logDriver    string // absolute path of the program containerd runs as log driver
 	logRotation  crilog.Rotation
 	logCollector string // the collector's socket; "": one driver process per container
+	podLogDir    string // below it the log driver follows no link; "": the log's own dir
 	ownOOM       int
 	pullFallback bool // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
@@ -116,6 +117,10 @@ func WithCgroups(l cgroups.Layout) Option { return func(r *Runtime) { r.cgroups 
 // WithLogCollector has each log driver hand its container's output to the
 // node's collector at sock and exit.
 func WithLogCollector(sock string) Option { return func(r *Runtime) { r.logCollector = sock } }
+
+// WithPodLogDir names the directory that holds the container logs: the
+// log driver follows no link below it.
+func WithPodLogDir(dir string) Option { return func(r *Runtime) { r.podLogDir = dir } }
 
 // WithLogger sets the logger.
 func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
@@ -345,7 +350,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 		}
 	}
 	t2 := time.Now()
-	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector}))
+	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector, Root: r.podLogDir}))
 	if err != nil {
 		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
 	}

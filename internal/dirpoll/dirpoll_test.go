@@ -1,0 +1,51 @@
+package dirpoll
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+)
+
+// A file made, grown and removed after Events was called is seen as each,
+// in two directories at once; what was there before is the baseline.
+func TestEvents(t *testing.T) {
+	d1, d2 := t.TempDir(), t.TempDir()
+	old := filepath.Join(d1, "old")
+	if err := os.WriteFile(old, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	evs := Events(ctx, 10*time.Millisecond, d1, d2, filepath.Join(d1, "missing"))
+	next := func(want fsnotify.Event) {
+		t.Helper()
+		select {
+		case ev := <-evs:
+			if ev != want {
+				t.Errorf("event %v, want %v", ev, want)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no event; want %v", want)
+		}
+	}
+	p := filepath.Join(d2, "new")
+	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next(fsnotify.Event{Name: p, Op: fsnotify.Create})
+	if err := os.WriteFile(p, []byte("xy"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	next(fsnotify.Event{Name: p, Op: fsnotify.Write})
+	if err := os.Remove(old); err != nil {
+		t.Fatal(err)
+	}
+	next(fsnotify.Event{Name: old, Op: fsnotify.Remove})
+	cancel()
+	for range evs { // closed once ctx ends
+	}
+}
