@@ -96,7 +96,7 @@ func TestDocsCommands(t *testing.T) {
 		return running(p) && p.Status.ContainerStatuses[0].RestartCount > 0
 	})
 
-	d := &docRunner{n: n, paths: map[string]string{}, podIP: hello.Status.PodIP}
+	d := &docRunner{n: n, podIP: hello.Status.PodIP}
 	for _, line := range cmds {
 		t.Run(line, func(t *testing.T) { d.run(t, line) })
 	}
@@ -104,9 +104,17 @@ func TestDocsCommands(t *testing.T) {
 
 type docRunner struct {
 	n          *node
-	paths      map[string]string // kubeconfig paths in the docs → the test's files
-	kubeconfig string            // what the docs' KUBECONFIG names, as the test's file
-	podIP      string            // the hello pod's
+	kubeconfig string // what the docs' KUBECONFIG names, as the test's file
+	podIP      string // the hello pod's
+}
+
+// path maps the docs' /root to a home of the test's own, which starts
+// empty as root's does on a fresh machine.
+func (d *docRunner) path(p string) string {
+	if rest, ok := strings.CutPrefix(p, "/root/"); ok {
+		return filepath.Join(d.n.root, "home", rest)
+	}
+	return p
 }
 
 func (d *docRunner) run(t *testing.T, line string) {
@@ -120,10 +128,21 @@ func (d *docRunner) run(t *testing.T, line string) {
 		if line != "make run" {
 			t.Fatalf("no way to run %q", line)
 		}
+	case "mkdir":
+		if len(args) != 3 || args[1] != "-p" {
+			t.Fatalf("no way to run %q", line)
+		}
+		if err := os.MkdirAll(d.path(args[2]), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	case "export":
 		path, ok := strings.CutPrefix(args[1], "KUBECONFIG=")
-		if d.kubeconfig = d.paths[path]; !ok || d.kubeconfig == "" {
-			t.Fatalf("%q: no kubeconfig written there before", line)
+		if !ok {
+			t.Fatalf("no way to run %q", line)
+		}
+		d.kubeconfig = d.path(path)
+		if _, err := os.Stat(d.kubeconfig); err != nil {
+			t.Fatalf("no kubeconfig written there before: %v", err)
 		}
 	case "curl":
 		url := strings.Replace(strings.TrimPrefix(line, "curl "), "<pod IP>", d.podIP, 1)
@@ -143,11 +162,7 @@ func (d *docRunner) run(t *testing.T, line string) {
 			if _, err := os.Stat(filepath.Join("..", a)); err == nil && !strings.HasPrefix(a, "/") {
 				a = filepath.Join("..", a) // a path in the source tree
 			}
-			if (args[i-1] == "-o" || args[i-1] == "--output") && args[1] == "kubeconfig" {
-				d.paths[a] = filepath.Join(n.root, "docs-"+filepath.Base(a))
-				a = d.paths[a]
-			}
-			cargs = append(cargs, a)
+			cargs = append(cargs, d.path(a))
 		}
 		out, err := n.runBounded(exec.Command(noderunBin, cargs...), waitTimeout)
 		if err != nil {
@@ -187,9 +202,28 @@ func (d *docRunner) kubectl(t *testing.T, args []string) {
 		want = "Forwarding from 127.0.0.1:"
 	}
 	if want != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// Stopped once it printed what it should; the bound is generous.
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
 		defer cancel()
-		out, err := d.n.kubectlCmd(ctx, d.kubeconfig, args...).Output()
+		cmd := d.n.kubectlCmd(ctx, d.kubeconfig, args...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var out []byte
+		buf := make([]byte, 4096)
+		for !strings.Contains(string(out), want) {
+			k, err := stdout.Read(buf)
+			out = append(out, buf[:k]...)
+			if err != nil {
+				break
+			}
+		}
+		cancel()
+		err = cmd.Wait()
 		if !strings.Contains(string(out), want) {
 			t.Errorf("printed %q (%v), want %q", out, err, want)
 		}
