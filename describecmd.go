@@ -125,8 +125,8 @@ func eventsCommand() *cli.Command {
 		Usage:       "list events like `kubectl get events`, through the Kubernetes API",
 		Description: "See docs/kubectl.md.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default"},
-			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}},
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "the events of this namespace"},
+			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "the events of every namespace"},
 			&cli.StringFlag{Name: "for", Usage: "only the events of this pod"},
 		},
 		Action: func(c *cli.Context) error {
@@ -162,7 +162,7 @@ func describeCommand() *cli.Command {
 		Usage:       "describe a pod like `kubectl describe pod`, through the Kubernetes API",
 		Description: "See docs/kubectl.md.",
 		ArgsUsage:   "POD",
-		Flags:       []cli.Flag{&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default"}},
+		Flags:       []cli.Flag{&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "the pod's namespace"}},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("describe: give one pod name (as `noderun pods` shows it)")

@@ -224,9 +224,17 @@ func markdownText(s string) string {
 		}
 		core := strings.TrimLeft(w, "(")
 		pre := w[:len(w)-len(core)]
-		core = strings.TrimRight(core, "),;:")
+		core = strings.TrimRight(core, "),;:.")
 		post := w[len(pre)+len(core):]
-		if strings.ContainsAny(core, "<*") || strings.HasPrefix(core, "--") {
+		switch {
+		case strings.HasSuffix(core, ".md"):
+			// A document named in help: a link, from docs/reference.
+			target := "../../" + core
+			if rest, ok := strings.CutPrefix(core, "docs/"); ok {
+				target = "../" + rest
+			}
+			words[i] = pre + "[" + core + "](" + target + ")" + post
+		case strings.ContainsAny(core, "<*") || strings.HasPrefix(core, "--"):
 			words[i] = pre + "`" + core + "`" + post
 		}
 	}
