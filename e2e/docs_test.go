@@ -72,12 +72,13 @@ func docCommands(t *testing.T, path, section string) []string {
 	return lines
 }
 
-// Every command of the README's quick start and of docs/kubectl.md runs
-// as the text says, on a node running the examples the quick start's
-// `make run` runs, beside the doc's web pod.
+// Every command of the README's quick start, of docs/kubectl.md and of
+// operating.md's status API runs as the text says, on a node running the
+// examples the quick start's `make run` runs, beside the doc's web pod.
 func TestDocsCommands(t *testing.T) {
 	t.Parallel()
 	cmds := append(docCommands(t, "../README.md", "## Quick start"), docCommands(t, "../docs/kubectl.md", "")...)
+	cmds = append(cmds, docCommands(t, "../docs/operating.md", "## Status API")...)
 	n := newNode(t)
 	examples, err := filepath.Glob("../examples/pods/*")
 	if err != nil || len(examples) == 0 {
@@ -109,10 +110,14 @@ type docRunner struct {
 }
 
 // path maps the docs' /root to a home of the test's own, which starts
-// empty as root's does on a fresh machine.
+// empty as root's does on a fresh machine, and the default run dir to the
+// node's.
 func (d *docRunner) path(p string) string {
 	if rest, ok := strings.CutPrefix(p, "/root/"); ok {
 		return filepath.Join(d.n.root, "home", rest)
+	}
+	if rest, ok := strings.CutPrefix(p, "/run/noderun/"); ok {
+		return filepath.Join(d.n.run, rest)
 	}
 	return p
 }
@@ -145,6 +150,23 @@ func (d *docRunner) run(t *testing.T, line string) {
 			t.Fatalf("no kubeconfig written there before: %v", err)
 		}
 	case "curl":
+		if args[1] == "--unix-socket" {
+			// The status API, asked as curl would (curl is not among
+			// the tests' packages).
+			if sock := d.path(args[2]); sock != n.socket {
+				t.Fatalf("the socket is %s, not %s", n.socket, sock)
+			}
+			resp, err := n.api.Get(args[3])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || len(b) == 0 {
+				t.Errorf("%s: %s %q", args[3], resp.Status, b)
+			}
+			return
+		}
 		url := strings.Replace(strings.TrimPrefix(line, "curl "), "<pod IP>", d.podIP, 1)
 		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
 		if err != nil {
