@@ -18,7 +18,7 @@ BUILD_ENV   := CGO_ENABLED=0
 BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs,noderun_logdriver
 DRIVER      := internal/logdriver/bin/log-driver
 
-.PHONY: all build run test test-short chaos lint deps test-deps example-image clean
+.PHONY: all build run test test-short chaos lint deps test-deps example-image clean docs
 
 all: build
 
@@ -66,8 +66,13 @@ lint:
 clean:
 	rm -rf bin $(EXAMPLE_IMG) $(DRIVER).gz
 
-# Benchmarks against the floor (containerd + CNI driven directly); see the
-# README's Performance section. Not part of `make test`, which runs a smoke.
+# docs/reference/flags.md and fields.md, generated from the command line and
+# manifests/fields.go; tests fail when they are stale.
+docs:
+	$(GO) generate . ./manifests
+
+# Benchmarks against the floor (containerd + CNI driven directly); see
+# docs/performance.md. Not part of `make test`, which runs a smoke.
 BENCH_DEPS := $(RUN_DEPS) iproute2 e2fsprogs mount
 
 .PHONY: bench bench-profile

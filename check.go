@@ -105,12 +105,13 @@ func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) 
 
 func checkCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "check",
-		Usage:     "decode, default and validate manifests offline (a URL is fetched once); exit 1 on any error",
-		ArgsUsage: "PATH|URL...",
+		Name:        "check",
+		Usage:       "decode, default and validate manifests offline (a URL is fetched once); exit 1 on any error",
+		Description: "Needs neither root nor containerd. See docs/troubleshooting.md, Manifest errors, and docs/reference/fields.md.",
+		ArgsUsage:   "PATH|URL...",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
-			&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
+			&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
 		}, urlFlags()...),
 		Action: runCheck,
 	}
@@ -223,8 +224,9 @@ func printCheck(w, errw io.Writer, results []checkResult) {
 
 func manifestsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "manifests",
-		Usage: "list manifest sources with their files or URL, pods and errors, from the status API",
+		Name:        "manifests",
+		Usage:       "list manifest sources with their files or URL, pods and errors, from the status API",
+		Description: "See docs/operating.md, Manifest sources, and docs/troubleshooting.md.",
 		Action: func(c *cli.Context) error {
 			var list kubeapi.ManifestSources
 			if err := apiGet(c.Context, statusSocket(c), "/manifests", &list); err != nil {

@@ -20,8 +20,9 @@ import (
 
 func podsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "pods",
-		Usage: "list pods like `kubectl get pods`, from the status API",
+		Name:        "pods",
+		Usage:       "list pods like `kubectl get pods`, from the status API",
+		Description: "See docs/operating.md, Status API; docs/kubectl.md for kubectl itself.",
 		Action: func(c *cli.Context) error {
 			var list v1.PodList
 			if err := apiGet(c.Context, statusSocket(c), "/pods", &list); err != nil {
@@ -35,12 +36,14 @@ func podsCommand() *cli.Command {
 
 func imagesCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "images",
-		Usage: "manage images",
+		Name:        "images",
+		Usage:       "manage images",
+		Description: "See docs/operating.md, Images and registries.",
 		Subcommands: []*cli.Command{{
-			Name:      "import",
-			Usage:     "import OCI or docker-archive tarballs into noderun's containerd namespace",
-			ArgsUsage: "FILE...",
+			Name:        "import",
+			Usage:       "import OCI or docker-archive tarballs into noderun's containerd namespace",
+			Description: "Connects to the containerd noderun recorded, never starts one. See docs/operating.md, Images and registries.",
+			ArgsUsage:   "FILE...",
 			Action: func(c *cli.Context) error {
 				if c.NArg() == 0 {
 					return fmt.Errorf("images import: give at least one tarball")

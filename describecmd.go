@@ -121,11 +121,12 @@ func printTable(w io.Writer, t *metav1.Table, namespaces bool) {
 
 func eventsCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "events",
-		Usage: "list events like `kubectl get events`, through the Kubernetes API",
+		Name:        "events",
+		Usage:       "list events like `kubectl get events`, through the Kubernetes API",
+		Description: "See docs/kubectl.md.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default"},
-			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}},
+			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "the events of this namespace"},
+			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "the events of every namespace"},
 			&cli.StringFlag{Name: "for", Usage: "only the events of this pod"},
 		},
 		Action: func(c *cli.Context) error {
@@ -157,10 +158,11 @@ func eventsCommand() *cli.Command {
 
 func describeCommand() *cli.Command {
 	return &cli.Command{
-		Name:      "describe",
-		Usage:     "describe a pod like `kubectl describe pod`, through the Kubernetes API",
-		ArgsUsage: "POD",
-		Flags:     []cli.Flag{&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default"}},
+		Name:        "describe",
+		Usage:       "describe a pod like `kubectl describe pod`, through the Kubernetes API",
+		Description: "See docs/kubectl.md.",
+		ArgsUsage:   "POD",
+		Flags:       []cli.Flag{&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "the pod's namespace"}},
 		Action: func(c *cli.Context) error {
 			if c.NArg() != 1 {
 				return fmt.Errorf("describe: give one pod name (as `noderun pods` shows it)")

@@ -40,8 +40,9 @@ type installation struct {
 
 func installCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "install",
-		Usage: "install this binary, its systemd unit and " + podsDir + "; enable the unit when systemd runs (idempotent)",
+		Name:        "install",
+		Usage:       "install this binary, its systemd unit and " + podsDir + "; enable the unit when systemd runs (idempotent)",
+		Description: "Each file is replaced atomically, so it also upgrades a running noderun's binary. See README.md, Install on a real host, and docs/operating.md, Updates.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "root", Value: "/", Usage: "install beneath this directory (an image being built); systemctl is then left to you"},
 			&cli.StringFlag{Name: "prefix", Value: "/usr/local", Usage: "the binary goes to <prefix>/bin/noderun"},

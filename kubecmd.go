@@ -72,8 +72,9 @@ func (b kubeBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx
 
 func kubeconfigCommand() *cli.Command {
 	return &cli.Command{
-		Name:  "kubeconfig",
-		Usage: "print a kubeconfig for kubectl: the view token (read-only), or with --admin the admin token (adds exec, attach, port-forward)",
+		Name:        "kubeconfig",
+		Usage:       "print a kubeconfig for kubectl: the view token (read-only), or with --admin the admin token (adds exec, attach, port-forward)",
+		Description: "See docs/kubectl.md.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "admin", Usage: "use the admin token"},
 			&cli.StringFlag{Name: "server", Usage: "the API's URL (default: where the running noderun serves it)"},

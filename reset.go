@@ -39,7 +39,9 @@ var (
 func resetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reset",
-		Usage: "stop every pod and remove what noderun set up on this host: containers, networks, its CNI config and bridge, cgroups, state, run and log dirs, a managed containerd",
+		Usage: "stop every pod and remove what noderun set up on this host (stop the daemon first)",
+		Description: "Removes containers, networks, its CNI config and bridge, cgroups, state, run and log dirs, a managed containerd.\n" +
+			"Takes the daemon's flags, to find its directories. See docs/operating.md, Reset.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "force", Usage: "reset even while a noderun daemon holds the directories (it may start pods again), or when they hold files noderun did not make (those are kept)"},
 			&cli.BoolFlag{Name: "images", Usage: "also remove the images in noderun's containerd namespace, and the namespace"},

@@ -82,6 +82,7 @@ func logsCommand() *cli.Command {
 		Name:                   "logs",
 		UseShortOptionHandling: true, // -fp
 		Usage:                  "print a container's log, as `kubectl logs` does, through the node's Kubernetes API",
+		Description:            "See docs/kubectl.md.",
 		ArgsUsage:              "POD",
 		Flags: append(podFlags(),
 			&cli.BoolFlag{Name: "follow", Aliases: []string{"f"}, Usage: "keep printing until the container ends"},
@@ -154,6 +155,7 @@ func execCommand() *cli.Command {
 		Name:                   "exec",
 		UseShortOptionHandling: true, // -it
 		Usage:                  "run a command in a container, as `kubectl exec` does, through the node's Kubernetes API (admin token); exits with the command's code",
+		Description:            "See docs/kubectl.md.",
 		ArgsUsage:              "POD -- COMMAND [ARG...]",
 		Flags: append(podFlags(),
 			&cli.BoolFlag{Name: "stdin", Aliases: []string{"i"}, Usage: "pass stdin to the command"},

@@ -263,7 +263,7 @@ func formatStats(s *Stats, unit string) string {
 }
 
 // writeTable prints the rows as a Markdown table, readable in a terminal
-// and ready for the README.
+// and ready for docs/performance.md.
 func (rep *Report) writeTable(w io.Writer) {
 	fmt.Fprintln(w, "| measure | noderun median (min–max) | floor median (min–max) | noderun ÷ floor | kubelet (issue 5) | target | result |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")

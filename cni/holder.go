@@ -16,7 +16,7 @@ import (
 // the host's mount table, which the kernel formats for every reader of
 // /proc/self/mountinfo, and runc reads it several times per container start:
 // over a 100-pod start the two extra lines a pod cost about a tenth of the
-// floor's time (README, Performance). The mount namespace itself is pinned by
+// floor's time in make bench. The mount namespace itself is pinned by
 // one host file, so it outlives noderun's restarts as the pause container
 // outlives the kubelet's. noderun reaches into it through a thread of its own
 // that has entered it: the host sees the holder's tree at

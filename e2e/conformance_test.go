@@ -123,7 +123,7 @@ func TestConformanceLifecycleEvents(t *testing.T) {
 	}
 	// The hook still looped when nginx ended, so it is reported failed.
 	if !hasEvent(n.events("lifecycle-demo"), "FailedPreStopHook", "") {
-		t.Errorf("no FailedPreStopHook event (the README expects one): %+v", n.events("lifecycle-demo"))
+		t.Errorf("no FailedPreStopHook event (docs/operating.md lists it): %+v", n.events("lifecycle-demo"))
 	}
 }
 
@@ -218,7 +218,7 @@ func TestConformanceKubeadmEtcd(t *testing.T) {
 	}
 	// A standalone kubelet has no Node object and reports no podIP for a
 	// hostNetwork pod; noderun knows the node's address and reports it,
-	// as a kubelet with a Node does (README: differences).
+	// as a kubelet with a Node does (docs/differences.md).
 	if p.Status.PodIP != p.Status.HostIP {
 		t.Errorf("podIP %q, want the host IP %q", p.Status.PodIP, p.Status.HostIP)
 	}

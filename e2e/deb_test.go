@@ -49,9 +49,11 @@ func TestDebPackage(t *testing.T) {
 	bin := filepath.Join(root, "usr/bin/noderun")
 	for path, mode := range map[string]os.FileMode{
 		bin: 0o755,
-		filepath.Join(root, "lib/systemd/system/noderun.service"): 0o644,
-		filepath.Join(root, "etc/noderun/pods"):                   os.ModeDir | 0o755,
-		filepath.Join(root, "usr/share/doc/noderun/README.md"):    0o644,
+		filepath.Join(root, "lib/systemd/system/noderun.service"):            0o644,
+		filepath.Join(root, "etc/noderun/pods"):                              os.ModeDir | 0o755,
+		filepath.Join(root, "usr/share/doc/noderun/README.md"):               0o644,
+		filepath.Join(root, "usr/share/doc/noderun/docs/operating.md"):       0o644,
+		filepath.Join(root, "usr/share/doc/noderun/docs/reference/flags.md"): 0o644,
 	} {
 		if fi, err := os.Stat(path); err != nil {
 			t.Error(err)

@@ -3,10 +3,8 @@ package e2e
 import (
 	"bufio"
 	"context"
-	"os"
 	"os/exec"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -264,51 +262,6 @@ func TestKubectlNodes(t *testing.T) {
 		"System Info:", "Boot ID:", "Container Runtime Version:  containerd://", "Kubelet Version:", "InternalIP:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("describe node lacks %q:\n%s", want, out)
-		}
-	}
-}
-
-// Every kubectl command in the README's kubectl section works (a watch
-// until its first lines).
-func TestReadmeKubectlExamples(t *testing.T) {
-	t.Parallel()
-	b, err := os.ReadFile("../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(b), "\n## kubectl\n")
-	_, block, _ := strings.Cut(section, "```sh\n")
-	block, _, _ = strings.Cut(block, "```")
-	var cmds [][]string
-	for _, line := range strings.Split(block, "\n") {
-		line, _, _ = strings.Cut(line, "#")
-		if f := strings.Fields(line); len(f) > 1 && f[0] == "kubectl" {
-			cmds = append(cmds, f[1:])
-		}
-	}
-	if len(cmds) < 5 {
-		t.Fatalf("found %d kubectl examples in the README", len(cmds))
-	}
-	n := newNode(t)
-	n.writeManifest("web.yaml", idlePod)
-	n.waitPod("web", "Running", running)
-	view := n.kubeconfig(false)
-	for _, args := range cmds {
-		for i, a := range args {
-			args[i] = strings.ReplaceAll(a, "$(hostname)", nodeName)
-		}
-		if slices.Contains(args, "-w") {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			out, err := n.kubectlCmd(ctx, view, args...).Output()
-			cancel()
-			if !strings.Contains(string(out), "web-e2e") {
-				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
-			}
-			continue
-		}
-		out := n.kubectlOK(view, args...)
-		if strings.TrimSpace(out) == "" {
-			t.Errorf("kubectl %s printed nothing", strings.Join(args, " "))
 		}
 	}
 }

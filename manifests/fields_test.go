@@ -14,7 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-var updateReadme = flag.Bool("update-readme", false, "rewrite the README's field table")
+//go:generate go test -count=1 -run ^TestFieldsReference$ . -update-docs
+
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md")
 
 // typePaths lists every field path reachable from PodSpec by walking the
 // core/v1 types, descending below Works fields only (a refused or ignored
@@ -174,34 +176,41 @@ func TestFieldErrorsPointAtTheirKey(t *testing.T) {
 	}
 }
 
-// The README's table is generated from the lists, so it cannot drift:
-// `go test ./manifests -run TestReadmeFieldTable -update-readme` rewrites it.
-func TestReadmeFieldTable(t *testing.T) {
-	const path = "../README.md"
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const begin, end = "<!-- fields:begin -->\n", "<!-- fields:end -->"
-	s := string(b)
-	i, j := strings.Index(s, begin), strings.Index(s, end)
-	if i < 0 || j < i {
-		t.Fatalf("README.md has no %q ... %q section", begin, end)
-	}
-	want := s[:i+len(begin)] + fieldTable() + s[j:]
-	if want == s {
+// The field reference is generated from the lists, so it cannot drift:
+// `make docs` (or go generate) rewrites it.
+func TestFieldsReference(t *testing.T) {
+	const path = "../docs/reference/fields.md"
+	want := fieldsReference()
+	got, err := os.ReadFile(path)
+	if err == nil && string(got) == want {
 		return
 	}
-	if *updateReadme {
+	if *updateDocs {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's field table is out of date: run go test ./manifests -run TestReadmeFieldTable -update-readme")
+	t.Errorf("%s is out of date (%v): run make docs", path, err)
 }
 
-// fieldTable renders the lists as the README's Markdown table, in the
+func fieldsReference() string {
+	return `# Pod fields
+
+<!-- Generated from manifests/fields.go by ` + "`make docs`" + `; do not edit. -->
+
+Every field of the Pod API is in exactly one of three lists (` + "`manifests/fields.go`" + `): it **works** as
+in Kubernetes, it is **refused** (the pod is an error naming the field, in ` + "`noderun check`" + `, the log
+and ` + "`GET /manifests`" + `), or it is **ignored** on purpose (a warning in ` + "`noderun check`" + `, which still
+exits 0, and one log line). A test walks the core/v1 types by reflection and fails when a field is
+in no list, so an upgrade of the Kubernetes API cannot add a field that is silently ignored. A
+refused or ignored field covers the fields below it. Container fields hold for init and app
+containers alike (` + "`spec.[init]containers[]`" + `).
+
+` + fieldTable()
+}
+
+// fieldTable renders the lists as a Markdown table, in the
 // lists' order; container fields hold for init and app containers alike.
 func fieldTable() string {
 	var b strings.Builder
