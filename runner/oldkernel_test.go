@@ -101,7 +101,7 @@ func denySyscalls(names []string) error {
 var volumeTests = []string{
 	"TestOpenSubPathRefusesEscapes", "TestOpenSubPathInsideVolume", "TestBindSubPathPinsTarget",
 	"TestWriteAtomicNeverFollowsPlantedLinks", "TestWalkBeneath",
-	"TestApplyFSGroupSkipsLinks", "TestApplyFSGroupOnRootMismatch",
+	"TestApplyFSGroupSkipsLinks", "TestApplyFSGroupOnRootMismatch", "TestApplyFSGroupNeverOpensEntries",
 }
 
 func TestVolumesOnOlderKernels(t *testing.T) {

@@ -242,6 +242,10 @@ func TestApplyFSGroupSkipsLinks(t *testing.T) {
 	if st.Gid == uint32(gid) || st.Mode&0o7777 != 0o600 {
 		t.Errorf("the walk followed a link: outside file gid %d mode %o", st.Gid, st.Mode&0o7777)
 	}
+	// The link itself gets the group, as by the kubelet's Lchown.
+	if err := unix.Lstat(filepath.Join(vol, "link"), &st); err != nil || st.Gid != uint32(gid) {
+		t.Errorf("link: gid %d (%v), want %d", st.Gid, err, gid)
+	}
 }
 
 // OnRootMismatch leaves a volume whose root already has the fsGroup alone,
