@@ -25,6 +25,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/bandwidth":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups"},
 		"internal/cgroups":              nil,
+		"internal/kernel":               nil,
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "runner/containerd"},
