@@ -26,6 +26,7 @@ func TestPackageDependencies(t *testing.T) {
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll"},
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
+		"internal/kernel":               nil,
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "runner/containerd"},

@@ -21,6 +21,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/cgroups"
+	"github.com/noderun/noderun/internal/kernel"
 	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
@@ -40,6 +41,11 @@ const (
 func runNode(c *cli.Context) error {
 	log, err := newLogger(c)
 	if err != nil {
+		return err
+	}
+	if err := kernel.Check(kernel.Release()); errors.Is(err, kernel.ErrUnknown) {
+		log.Warn("kernel version not checked", "err", err, "minimum", kernel.Minimum.String())
+	} else if err != nil {
 		return err
 	}
 	ctx := c.Context

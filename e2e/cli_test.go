@@ -3,13 +3,16 @@ package e2e
 import (
 	"context"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/namespaces"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -61,6 +64,42 @@ func TestNoContainerdIsAClearError(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("message lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// On a kernel older than the oldest supported, noderun refuses to start,
+// says why, and creates nothing. setarch --uname-2.6 makes uname report a
+// 2.6 release to it.
+func TestOldKernelRefused(t *testing.T) {
+	t.Parallel()
+	requireE2E(t)
+	setarch, err := exec.LookPath("setarch")
+	if err != nil {
+		t.Skip("no setarch (util-linux) to fake an old kernel")
+	}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	state := filepath.Join(dir, "s")
+	// Bounded: a noderun that does not refuse keeps running.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, setarch, unix.ByteSliceToString(u.Machine[:]), "--uname-2.6", noderunBin,
+		"--manifests", dir, "--state-dir", state, "--run-dir", filepath.Join(dir, "r"),
+		"--pod-log-dir", filepath.Join(dir, "l"), "--cni-conf-dir", filepath.Join(dir, "cni"),
+		"--containerd-address", ctrdSocket, "--containerd-namespace", "e2e-old-kernel", "--api-port", "0")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("noderun on a faked 2.6 kernel exited with %v, want a non-zero status\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "Linux 2.6.") || !strings.Contains(string(out), "older than 5.4") {
+		t.Errorf("message does not name the kernel and the minimum:\n%s", out)
+	}
+	if _, err := os.Stat(state); !os.IsNotExist(err) {
+		t.Errorf("state dir created before the refusal (%v)", err)
 	}
 }
 

@@ -81,7 +81,7 @@ func currentGeneration(dfd int) string {
 // content, modes and group, reading without following any link.
 func generationHolds(dfd int, gen string, payload map[string]payloadFile, gid int) bool {
 	for rel, f := range payload {
-		fd, err := unix.Openat2(dfd, gen+"/"+rel, &unix.OpenHow{
+		fd, err := openat2(dfd, gen+"/"+rel, &unix.OpenHow{
 			Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,
 		})
@@ -115,7 +115,7 @@ func writeGeneration(dfd int, gen string, payload map[string]payloadFile, gid in
 				return fmt.Errorf("mkdir %s: %w", d, err)
 			}
 		}
-		fd, err := unix.Openat2(dfd, gen+"/"+rel, &unix.OpenHow{
+		fd, err := openat2(dfd, gen+"/"+rel, &unix.OpenHow{
 			Flags:   unix.O_WRONLY | unix.O_CREAT | unix.O_EXCL | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 			Mode:    0o600,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -73,19 +74,23 @@ func chownTree(fd, gid int) error {
 	return errors.Join(errs...)
 }
 
-// chownEntry handles one entry of the directory fd: links are left alone,
-// directories are descended into through a handle opened without
-// following links, anything else is changed in place by name relative to
-// fd with AT_SYMLINK_NOFOLLOW.
+// chownEntry handles one entry of the directory fd. No entry but a
+// directory is ever opened to be changed: it is taken as an O_PATH handle,
+// which runs no driver's open (a device node or FIFO a container planted
+// stays closed), and changed through that handle. Directories are
+// descended into through a handle opened without following links. Links
+// get the group, as the kubelet's Lchown does, and never a mode.
 func chownEntry(fd int, name string, gid int) error {
-	var st unix.Stat_t
-	if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	h, err := unix.Openat(fd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return ignoreGone(err)
 	}
-	switch st.Mode & unix.S_IFMT {
-	case unix.S_IFLNK:
-		return nil
-	case unix.S_IFDIR:
+	defer unix.Close(h)
+	var st unix.Stat_t
+	if err := unix.Fstat(h, &st); err != nil {
+		return ignoreGone(err)
+	}
+	if st.Mode&unix.S_IFMT == unix.S_IFDIR {
 		sub, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return ignoreGone(err)
@@ -93,29 +98,16 @@ func chownEntry(fd int, name string, gid int) error {
 		defer unix.Close(sub)
 		return chownTree(sub, gid)
 	}
-	if err := unix.Fchownat(fd, name, -1, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+	if err := unix.Fchownat(h, "", -1, gid, unix.AT_EMPTY_PATH); err != nil || st.Mode&unix.S_IFMT == unix.S_IFLNK {
 		return ignoreGone(err)
 	}
-	err := unix.Fchmodat(fd, name, (st.Mode&0o7777)|groupRW, unix.AT_SYMLINK_NOFOLLOW)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		err = fchmodRegular(fd, name, (st.Mode&0o7777)|groupRW)
+	// chmod of the handle's /proc/self/fd link reaches its inode without
+	// an open, on every kernel (fchmodat2 came with 6.6). The handle keeps
+	// the inode, so no error here means the entry is gone.
+	if err := unix.Chmod("/proc/self/fd/"+strconv.Itoa(h), (st.Mode&0o7777)|groupRW); err != nil {
+		return fmt.Errorf("fsGroup: chmod %s: %w", name, err)
 	}
-	return ignoreGone(err)
-}
-
-// fchmodRegular is the fallback for kernels before fchmodat2 (6.6): only a
-// regular file is opened (O_NOFOLLOW) and changed through its handle.
-func fchmodRegular(fd int, name string, mode uint32) error {
-	f, err := unix.Openat(fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(f)
-	var st unix.Stat_t
-	if err := unix.Fstat(f, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return err
-	}
-	return unix.Fchmod(f, mode)
+	return nil
 }
 
 // ignoreGone: an entry a container removed during the walk is no error.

@@ -147,7 +147,6 @@ func mkfileT(t *testing.T, path string) {
 // unmounts the pin and the Memory emptyDir instead of deleting through
 // them into the host path.
 func TestStateDirThroughLinkKeepsHostPathData(t *testing.T) {
-	skipWithoutOpenat2(t)
 	requireRoot(t)
 	dir := t.TempDir()
 	real := filepath.Join(dir, "data-disk", "noderun")
@@ -164,7 +163,6 @@ func TestStateDirThroughLinkKeepsHostPathData(t *testing.T) {
 // A relative state dir is the same case: the mount table has absolute
 // paths.
 func TestRelativeStateDirKeepsHostPathData(t *testing.T) {
-	skipWithoutOpenat2(t)
 	requireRoot(t)
 	dir := t.TempDir()
 	t.Chdir(dir)

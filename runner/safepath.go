@@ -16,8 +16,9 @@ import (
 // Containers can write into their volumes, so any path noderun resolves
 // inside one may hold links a hostile process planted. Everything here
 // resolves relative to an opened directory with the kernel's openat2
-// guarantees instead of following path strings (the bug class of
-// CVE-2017-1002101 and CVE-2021-25741 in the kubelet).
+// guarantees (before Linux 5.6, walkBeneath's) instead of following path
+// strings (the bug class of CVE-2017-1002101 and CVE-2021-25741 in the
+// kubelet).
 
 // errEscapes marks a path whose resolution leaves its volume.
 var errEscapes = errors.New("resolves outside the volume")
@@ -39,16 +40,10 @@ func openBeneath(rootFD int, rel string, flags uint64) (int, error) {
 	if rel == "" {
 		rel = "."
 	}
-	fd, err := unix.Openat2(rootFD, rel, &unix.OpenHow{
+	fd, err := openat2(rootFD, rel, &unix.OpenHow{
 		Flags:   flags | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
 	})
-	for err == unix.EAGAIN || err == unix.EINTR {
-		fd, err = unix.Openat2(rootFD, rel, &unix.OpenHow{
-			Flags:   flags | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
-		})
-	}
 	if err == unix.EXDEV || err == unix.ELOOP {
 		return -1, fmt.Errorf("%s: %w", rel, errEscapes)
 	}
