@@ -192,9 +192,13 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 		<-conn.CloseChan()
 		close(rs.gone)
 	}()
-	want := 1 // the error stream
-	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr, opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1} {
-		if b {
+	// The streams the query asked for, each once: any other is reset, so
+	// that a client cannot make the wait below count a stream twice.
+	wanted := map[string]bool{streamTypeError: true, streamTypeStdin: opts.stdin, streamTypeStdout: opts.stdout,
+		streamTypeStderr: opts.stderr, streamTypeResize: opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1}
+	want := 0
+	for _, w := range wanted {
+		if w {
 			want++
 		}
 	}
@@ -204,7 +208,13 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 	for got := 0; got < want; {
 		select {
 		case a := <-arrivals:
-			switch a.stream.Headers().Get(streamTypeHeader) {
+			typ := a.stream.Headers().Get(streamTypeHeader)
+			if !wanted[typ] {
+				a.stream.Reset()
+				continue
+			}
+			wanted[typ] = false
+			switch typ {
 			case streamTypeError:
 				rs.errors = a.stream
 			case streamTypeStdin:
@@ -216,14 +226,16 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 			case streamTypeResize:
 				rs.resize = make(chan TerminalSize)
 				go readResizes(a.stream, rs.resize, rs.gone)
-			default:
-				a.stream.Reset()
-				continue
 			}
 			go func() {
+				// done: the wait below has ended (or given up), and
+				// nobody receives any more.
 				select {
 				case <-a.replySent:
-					replied <- struct{}{}
+					select {
+					case replied <- struct{}{}:
+					case <-done:
+					}
 				case <-done:
 				}
 			}()
