@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,32 +194,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, unavailable(msg))
 		return
 	}
-	if sub, ns, name, ok := adminOnly(r); ok && rl != roleAdmin {
-		// Worded as the API server words it.
-		st := forbidden(fmt.Sprintf("pods %q is forbidden: the view token cannot %s resource \"pods/%s\" in the namespace %q; use the admin token (noderun kubeconfig --admin)",
-			name, strings.ToLower(r.Method), sub, ns))
-		st.Details = &metav1.StatusDetails{Name: name, Kind: "pods"}
-		writeStatus(w, st)
-		return
-	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, rl)))
 }
 
-// streamSubresources are the pod subresources only the admin token may use:
-// they run commands in, or reach into, a pod.
-var streamSubresources = []string{"exec", "attach", "portforward"}
+// roleKey holds a request's role in its context, for the routes that
+// depend on it.
+type roleKey struct{}
 
-// adminOnly reports whether the request is for a subresource only the admin
-// token may use, and which. Everything else may be read with either token;
-// writes are refused for both by the routes (with 405).
-func adminOnly(r *http.Request) (sub, namespace, name string, ok bool) {
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	// api v1 namespaces NS pods NAME SUB
-	if len(parts) == 7 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" && parts[4] == "pods" &&
-		slices.Contains(streamSubresources, parts[6]) {
-		return parts[6], parts[3], parts[5], true
-	}
-	return "", "", "", false
+func roleOf(r *http.Request) role {
+	rl, _ := r.Context().Value(roleKey{}).(role)
+	return rl
 }
 
 func (s *Server) be() Backend { return *s.backend.Load() }
@@ -235,11 +218,23 @@ func (s *Server) sync() {
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	const pod = "/api/v1/namespaces/{namespace}/pods/{name}/"
-	stream := func(serve func(Streams, http.ResponseWriter, *http.Request, string, string)) http.HandlerFunc {
+	// stream serves the subresource sub. Only the admin token may use
+	// exec, attach and portforward: they run commands in, or reach into, a
+	// pod. The role is checked here, on what the route matched, never on a
+	// path parsed again (which decodes an escaped "/" the route did not).
+	stream := func(sub string, serve func(Streams, http.ResponseWriter, *http.Request, string, string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			ns, name := r.PathValue("namespace"), r.PathValue("name")
+			if sub != "log" && roleOf(r) != roleAdmin {
+				// Worded as the API server words it.
+				st := forbidden(fmt.Sprintf("pods %q is forbidden: the view token cannot %s resource \"pods/%s\" in the namespace %q; use the admin token (noderun kubeconfig --admin)",
+					name, strings.ToLower(r.Method), sub, ns))
+				st.Details = &metav1.StatusDetails{Name: name, Kind: "pods"}
+				writeStatus(w, st)
+				return
+			}
 			if s.streams == nil {
-				writeStatus(w, notFoundMsg("this node serves no "+r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]))
+				writeStatus(w, notFoundMsg("this node serves no "+sub))
 				return
 			}
 			if s.findPod(ns, name) == nil {
@@ -249,11 +244,11 @@ func (s *Server) routes() *http.ServeMux {
 			serve(s.streams, w, r, ns, name)
 		}
 	}
-	mux.Handle("GET "+pod+"log", stream(Streams.Log))
+	mux.Handle("GET "+pod+"log", stream("log", Streams.Log))
 	for _, m := range []string{"GET ", "POST "} {
-		mux.Handle(m+pod+"exec", stream(Streams.Exec))
-		mux.Handle(m+pod+"attach", stream(Streams.Attach))
-		mux.Handle(m+pod+"portforward", stream(Streams.PortForward))
+		mux.Handle(m+pod+"exec", stream("exec", Streams.Exec))
+		mux.Handle(m+pod+"attach", stream("attach", Streams.Attach))
+		mux.Handle(m+pod+"portforward", stream("portforward", Streams.PortForward))
 	}
 	s.readRoutes(mux)
 	if s.metrics != nil {
