@@ -29,6 +29,17 @@ type resource[T any] struct {
 	cells      func(*T, time.Time) []any
 	conditions func(*T) []metav1.TableRowCondition
 	now        func() time.Time
+	// redact, if set, is an object as the view token sees it.
+	redact func(T) T
+}
+
+// viewer is how the request's token sees objects: the admin token as they
+// are, the view token through redact.
+func (res *resource[T]) viewer(r *http.Request) func(T) T {
+	if res.redact == nil || roleOf(r) == roleAdmin {
+		return func(obj T) T { return obj }
+	}
+	return res.redact
 }
 
 // query is what a list or watch request asks for.
@@ -183,10 +194,11 @@ func (res *resource[T]) serveList(s *Server) http.HandlerFunc {
 			return
 		}
 		all, rv := res.store.snapshot()
+		view := res.viewer(r)
 		items := make([]T, 0, len(all))
 		for i := range all {
 			if res.matches(q, &all[i]) {
-				items = append(items, all[i])
+				items = append(items, view(all[i]))
 			}
 		}
 		if q.table {
@@ -223,12 +235,13 @@ func (res *resource[T]) serveGet(s *Server) http.HandlerFunc {
 			if m.Name != name || m.Namespace != q.namespace {
 				continue
 			}
+			obj := res.viewer(r)(all[i])
 			if q.table {
 				rv, _ := strconv.ParseUint(m.ResourceVersion, 10, 64)
-				writeJSON(w, http.StatusOK, res.table(all[i:i+1], rv, q.include))
+				writeJSON(w, http.StatusOK, res.table([]T{obj}, rv, q.include))
 				return
 			}
-			writeJSON(w, http.StatusOK, res.object(all[i]))
+			writeJSON(w, http.StatusOK, res.object(obj))
 			return
 		}
 		writeStatus(w, notFound(res.name, name))
@@ -251,14 +264,16 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 		return
 	}
 	defer res.store.stopWatch(wt)
+	view := res.viewer(r)
 	send := func(c change[T]) bool {
 		typ, ok := res.visible(q, c)
 		if !ok {
 			return true
 		}
-		var obj runtime.Object = res.object(c.obj)
+		seen := view(c.obj)
+		var obj runtime.Object = res.object(seen)
 		if q.table {
-			obj = res.table([]T{c.obj}, c.rv, q.include)
+			obj = res.table([]T{seen}, c.rv, q.include)
 		}
 		return enc.Encode(&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Object: obj}}) == nil
 	}
