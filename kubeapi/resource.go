@@ -190,6 +190,11 @@ func (res *resource[T]) serveList(s *Server) http.HandlerFunc {
 		}
 		s.sync()
 		if q.watch {
+			release, ok := s.limits.acquire(w, roleOf(r), watches)
+			if !ok {
+				return
+			}
+			defer release()
 			res.serveWatch(s, w, r, q)
 			return
 		}
@@ -248,15 +253,19 @@ func (res *resource[T]) serveGet(s *Server) http.HandlerFunc {
 	}
 }
 
-// serveWatch streams changes until the client goes, its timeoutSeconds
-// pass or it falls too far behind; the server sets no time limit of its own.
+// serveWatch streams changes until the client goes, falls too far behind,
+// takes longer than writeTimeout to take a write, or its timeoutSeconds
+// pass: without them, a random time between minWatchTimeout and twice it,
+// as the API server does.
 func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Request, q *query) {
 	initial, wt, at, expired := res.store.watch(q.from)
-	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
+	sw := newStreamWriter(w, s.writeTimeout)
+	defer sw.done()
+	sw.begin()
+	enc := json.NewEncoder(sw)
 	if expired != nil {
 		st := status(http.StatusGone, metav1.StatusReasonExpired,
 			fmt.Sprintf("too old resource version: %d (%d)", expired.rv, expired.oldest))
@@ -285,15 +294,15 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 	if q.initialEvents && !res.initialEventsEnd(enc, at) {
 		return
 	}
-	if rc.Flush() != nil {
+	if sw.flush() != nil {
 		return
 	}
-	var timeout <-chan time.Time
-	if q.timeout > 0 {
-		t := time.NewTimer(q.timeout)
-		defer t.Stop()
-		timeout = t.C
+	timeout := q.timeout
+	if timeout == 0 {
+		timeout = s.watchTimeout()
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	_, changed := s.be().Changes()
 	for {
 		select {
@@ -301,6 +310,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 			if !ok {
 				return // fell behind; the client watches again
 			}
+			sw.begin()
 			if !send(c) {
 				return
 			}
@@ -315,7 +325,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 					more = false
 				}
 			}
-			if rc.Flush() != nil {
+			if sw.flush() != nil {
 				return
 			}
 		case <-changed:
@@ -323,7 +333,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 			// for all; the others find nothing to do.
 			_, changed = s.be().Changes()
 			s.sync()
-		case <-timeout:
+		case <-timer.C:
 			return
 		case <-r.Context().Done():
 			return

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -71,6 +72,11 @@ type Server struct {
 	events  *resource[v1.Event]
 	metrics *Metrics
 	done    chan struct{} // closed when serving ends
+
+	limits       *limiter             // long-running requests per token
+	maxConns     int                  // open connections
+	writeTimeout time.Duration        // for each write of a long response
+	watchTimeout func() time.Duration // a watch without timeoutSeconds
 	// created is when each pod was first seen, its creationTimestamp
 	// unless it started earlier (an adopted pod); guarded by pods' store.
 	created map[types.UID]time.Time
@@ -95,7 +101,8 @@ func WithVersion(v string) Option { return func(srv *Server) { srv.version = v }
 // New returns the API handler serving with creds.
 func New(creds *Credentials, opts ...Option) *Server {
 	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now,
-		created: map[types.UID]time.Time{}, done: make(chan struct{})}
+		created: map[types.UID]time.Time{}, done: make(chan struct{}),
+		limits: newLimiter(defaultCaps), maxConns: maxConnections, writeTimeout: writeTimeout, watchTimeout: randomWatchTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -175,6 +182,7 @@ func (s *Server) authenticate(r *http.Request) role {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	wholeResponseDeadline(w)
 	// A browser page must not be able to reach the API, even with a
 	// token it somehow holds.
 	if r.Header.Get("Origin") != "" {
@@ -241,6 +249,25 @@ func (s *Server) routes() *http.ServeMux {
 				writeStatus(w, notFound("pods", name))
 				return
 			}
+			kind := remoteCalls
+			if sub == "log" {
+				if follow, _ := strconv.ParseBool(r.URL.Query().Get("follow")); !follow {
+					serve(s.streams, w, r, ns, name)
+					return
+				}
+				kind = follows
+			}
+			release, ok := s.limits.acquire(w, roleOf(r), kind)
+			if !ok {
+				return
+			}
+			defer release()
+			if kind == remoteCalls {
+				// The connection is taken over: its streams have idle
+				// timeouts of their own, and no deadline of this request
+				// may linger on it.
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			}
 			serve(s.streams, w, r, ns, name)
 		}
 	}
@@ -295,10 +322,21 @@ func (s *Server) Serve(l net.Listener) (closeFn func() error) {
 			Certificates: []tls.Certificate{s.creds.Cert},
 		},
 		ReadHeaderTimeout: 10 * time.Second,
-		// No write timeout: watches, logs -f and exec sessions last.
-		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// No write timeout: watches, logs -f and exec sessions last. Each
+		// answer sets deadlines of its own (writeTimeout).
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: maxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			// Request bodies are never read: what a client sends is held
+			// only up to HTTP/2's smallest windows, 64 KiB a connection.
+			MaxReceiveBufferPerConnection: 64 << 10,
+			MaxReceiveBufferPerStream:     64 << 10,
+			// A connection nothing can be written to is closed.
+			WriteByteTimeout: writeTimeout,
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	l = netutil.LimitListener(l, s.maxConns)
 	go func() {
 		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("kubernetes API", "err", err)
