@@ -245,6 +245,9 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 			s.cfg.Log.Warn("streaming client did not open its streams", "path", r.URL.Path, "timeout", streamCreationTimeout)
 			conn.Close()
 			return nil, false
+		case <-rs.gone: // the client went (or broke the protocol) first
+			conn.Close()
+			return nil, false
 		}
 	}
 	return rs, true
@@ -327,16 +330,28 @@ func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.
 	return ctx, cancel
 }
 
+// maxResizeMessage bounds one terminal size message (about 30 bytes):
+// a JSON decoder holds a value of any length until it ends.
+const maxResizeMessage = 4 << 10
+
 // readResizes passes on the terminal sizes the client sends as JSON until
-// the stream ends; with out nil it only waits for that end.
+// the stream ends or breaks the protocol; with out nil it only waits for
+// that end.
 func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
 	if out != nil {
 		defer close(out)
 	}
-	dec := json.NewDecoder(st)
+	in := &budgetReader{r: st}
+	dec := json.NewDecoder(in)
 	for {
 		var sz TerminalSize
+		in.left = maxResizeMessage
 		if err := dec.Decode(&sz); err != nil {
+			if errors.Is(err, errOverBudget) {
+				// The client's end of a WebSocket is not seen any more:
+				// drop what it sends until it goes.
+				io.Copy(io.Discard, st)
+			}
 			return
 		}
 		if out == nil {
@@ -348,6 +363,27 @@ func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// errOverBudget: a message longer than its budget.
+var errOverBudget = errors.New("message too long")
+
+// budgetReader reads at most left bytes, then fails.
+type budgetReader struct {
+	r    io.Reader
+	left int
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errOverBudget
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= n
+	return n, err
 }
 
 // finish ends the output streams and tells the client how the command
