@@ -62,11 +62,13 @@ func parseRemoteOptions(q url.Values) (remoteOptions, *metav1.Status) {
 			}
 		}
 	}
-	if !o.stdin && !o.stdout && !o.stderr {
-		return o, badRequest("you must specify at least one of stdin, stdout, stderr")
-	}
 	if o.tty && o.stderr {
 		o.stderr = false // a terminal carries both; the kubelet drops stderr too
+	}
+	// After the drop, as the kubelet checks: a terminal's stderr alone is
+	// no stream.
+	if !o.stdin && !o.stdout && !o.stderr {
+		return o, badRequest("you must specify at least one of stdin, stdout, stderr")
 	}
 	return o, nil
 }
