@@ -52,9 +52,13 @@ func (s *StreamServer) Log(w http.ResponseWriter, r *http.Request, namespace, po
 	opts.Root = s.cfg.PodLogDir
 	w.Header().Set("Content-Type", "text/plain")
 	w.WriteHeader(http.StatusOK)
-	var out io.Writer = w
-	if opts.Follow {
-		out = &flushWriter{w: w, rc: http.NewResponseController(w)}
+	// A log may be long, and a follow waits: each write, not the whole
+	// answer, must be taken in time.
+	sw := newStreamWriter(w, s.writeTimeout)
+	defer sw.done()
+	var out io.Writer = flushWriter{sw}
+	if !opts.Follow {
+		out = timedWriter{sw}
 	}
 	if err := crilog.ReadLog(r.Context(), s.logPath(pod, c.Name, run), out, opts); err != nil {
 		// The status line is out: the error can only be logged.
@@ -142,17 +146,11 @@ func logOptions(q url.Values, now time.Time) (opts crilog.ReadOptions, previous 
 	return opts, previous, nil
 }
 
-// flushWriter sends each write at once: a follow's lines must not wait in
-// a buffer.
-type flushWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-}
+// timedWriter writes through the server's buffer, each write taken within
+// the timeout; the server flushes the rest after the handler.
+type timedWriter struct{ sw *streamWriter }
 
-func (f *flushWriter) Write(p []byte) (int, error) {
-	n, err := f.w.Write(p)
-	if err == nil {
-		err = f.rc.Flush()
-	}
-	return n, err
+func (t timedWriter) Write(p []byte) (int, error) {
+	t.sw.begin()
+	return t.sw.Write(p)
 }

@@ -57,8 +57,13 @@ func NewMetrics() *Metrics {
 }
 
 // ProbeResult counts one probe attempt; result is the kubelet's:
-// successful, failed or unknown (the attempt could not be made).
+// successful, failed or unknown (the attempt could not be made). A result
+// without a pod name is from a worker that stopped with its pod, which the
+// engine no longer knows: its series would never be deleted.
 func (m *Metrics) ProbeResult(probeType, result, container, pod, namespace, podUID string) {
+	if pod == "" {
+		return
+	}
 	m.probes.WithLabelValues(probeType, result, container, pod, namespace, podUID).Inc()
 }
 
@@ -80,10 +85,17 @@ func (m *Metrics) ImagePull(err error) {
 	m.pulls.WithLabelValues(result).Inc()
 }
 
-// observePod times a pod's start: from when it was first seen to the
-// change that shows it Running. Pods already running when noderun starts
-// (adopted) make no change, so they are not timed.
+// observePod follows a pod's changes. It times the pod's start: from when
+// it was first seen to the change that shows it Running. Pods already
+// running when noderun starts (adopted) make no change, so they are not
+// timed.
 func (m *Metrics) observePod(c change[v1.Pod], now time.Time) {
+	// A pod's probe series go when its probe workers stop, as the
+	// kubelet's do: once it ended or went. Every manifest edit is a new
+	// UID, so kept series would grow with churn for good.
+	if c.typ == watch.Deleted || c.obj.Status.Phase == v1.PodSucceeded || c.obj.Status.Phase == v1.PodFailed {
+		m.probes.DeletePartialMatch(prometheus.Labels{"pod_uid": string(c.obj.UID)})
+	}
 	started := c.obj.Status.Phase == v1.PodRunning &&
 		(c.typ == watch.Added || c.typ == watch.Modified && c.prev.Status.Phase != v1.PodRunning)
 	if started {

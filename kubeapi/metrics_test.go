@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"strings"
@@ -69,5 +70,52 @@ func TestMetrics(t *testing.T) {
 	// Without a token, nothing.
 	if code, _ := do(t, s, "GET", "/metrics", ""); code != 401 {
 		t.Errorf("/metrics without a token: %d", code)
+	}
+}
+
+// probeSeries counts the prober_probe_total series.
+func probeSeries(t *testing.T, m *Metrics) int {
+	t.Helper()
+	families, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == "prober_probe_total" {
+			return len(f.GetMetric())
+		}
+	}
+	return 0
+}
+
+// A pod's probe series go with the pod, or once it ended, as the kubelet's
+// go with its probe workers: manifest churn does not grow them.
+func TestProbeSeriesGoWithTheirPod(t *testing.T) {
+	m := NewMetrics()
+	s := New(testCreds, WithMetrics(m))
+	be := &fakeBackend{}
+	s.Ready(be)
+	const churn = 50
+	for i := range churn {
+		p := phasePod(fmt.Sprintf("web-%d", i), v1.PodRunning)
+		be.set([]v1.Pod{p}, nil) // the one before goes
+		s.sync()
+		for _, kind := range []string{"Liveness", "Readiness"} {
+			m.ProbeResult(kind, "successful", "main", p.Name, p.Namespace, string(p.UID))
+		}
+	}
+	if n := probeSeries(t, m); n != 2 {
+		t.Errorf("after %d pods came and went: %d probe series, want the last pod's 2", churn, n)
+	}
+	ended := phasePod(fmt.Sprintf("web-%d", churn-1), v1.PodFailed)
+	be.set([]v1.Pod{ended}, nil)
+	s.sync()
+	if n := probeSeries(t, m); n != 0 {
+		t.Errorf("the pod ended: %d probe series, want 0", n)
+	}
+	// A late result from a worker whose pod the engine forgot.
+	m.ProbeResult("Liveness", "successful", "main", "", "", "uid-gone")
+	if n := probeSeries(t, m); n != 0 {
+		t.Errorf("a result for a pod the engine no longer knows made %d series", n)
 	}
 }

@@ -68,6 +68,7 @@ func podResource(s *Server) *resource[v1.Pod] {
 			}
 		},
 		columns: podColumns, cells: podCells, conditions: podConditions, now: s.now,
+		redact: redactPod,
 	}
 }
 

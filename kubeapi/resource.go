@@ -29,6 +29,17 @@ type resource[T any] struct {
 	cells      func(*T, time.Time) []any
 	conditions func(*T) []metav1.TableRowCondition
 	now        func() time.Time
+	// redact, if set, is an object as the view token sees it.
+	redact func(T) T
+}
+
+// viewer is how the request's token sees objects: the admin token as they
+// are, the view token through redact.
+func (res *resource[T]) viewer(r *http.Request) func(T) T {
+	if res.redact == nil || roleOf(r) == roleAdmin {
+		return func(obj T) T { return obj }
+	}
+	return res.redact
 }
 
 // query is what a list or watch request asks for.
@@ -179,14 +190,20 @@ func (res *resource[T]) serveList(s *Server) http.HandlerFunc {
 		}
 		s.sync()
 		if q.watch {
+			release, ok := s.limits.acquire(w, roleOf(r), watches)
+			if !ok {
+				return
+			}
+			defer release()
 			res.serveWatch(s, w, r, q)
 			return
 		}
 		all, rv := res.store.snapshot()
+		view := res.viewer(r)
 		items := make([]T, 0, len(all))
 		for i := range all {
 			if res.matches(q, &all[i]) {
-				items = append(items, all[i])
+				items = append(items, view(all[i]))
 			}
 		}
 		if q.table {
@@ -223,27 +240,32 @@ func (res *resource[T]) serveGet(s *Server) http.HandlerFunc {
 			if m.Name != name || m.Namespace != q.namespace {
 				continue
 			}
+			obj := res.viewer(r)(all[i])
 			if q.table {
 				rv, _ := strconv.ParseUint(m.ResourceVersion, 10, 64)
-				writeJSON(w, http.StatusOK, res.table(all[i:i+1], rv, q.include))
+				writeJSON(w, http.StatusOK, res.table([]T{obj}, rv, q.include))
 				return
 			}
-			writeJSON(w, http.StatusOK, res.object(all[i]))
+			writeJSON(w, http.StatusOK, res.object(obj))
 			return
 		}
 		writeStatus(w, notFound(res.name, name))
 	}
 }
 
-// serveWatch streams changes until the client goes, its timeoutSeconds
-// pass or it falls too far behind; the server sets no time limit of its own.
+// serveWatch streams changes until the client goes, falls too far behind,
+// takes longer than writeTimeout to take a write, or its timeoutSeconds
+// pass: without them, a random time between minWatchTimeout and twice it,
+// as the API server does.
 func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Request, q *query) {
 	initial, wt, at, expired := res.store.watch(q.from)
-	rc := http.NewResponseController(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
-	enc := json.NewEncoder(w)
+	sw := newStreamWriter(w, s.writeTimeout)
+	defer sw.done()
+	sw.begin()
+	enc := json.NewEncoder(sw)
 	if expired != nil {
 		st := status(http.StatusGone, metav1.StatusReasonExpired,
 			fmt.Sprintf("too old resource version: %d (%d)", expired.rv, expired.oldest))
@@ -251,14 +273,16 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 		return
 	}
 	defer res.store.stopWatch(wt)
+	view := res.viewer(r)
 	send := func(c change[T]) bool {
 		typ, ok := res.visible(q, c)
 		if !ok {
 			return true
 		}
-		var obj runtime.Object = res.object(c.obj)
+		seen := view(c.obj)
+		var obj runtime.Object = res.object(seen)
 		if q.table {
-			obj = res.table([]T{c.obj}, c.rv, q.include)
+			obj = res.table([]T{seen}, c.rv, q.include)
 		}
 		return enc.Encode(&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Object: obj}}) == nil
 	}
@@ -270,15 +294,15 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 	if q.initialEvents && !res.initialEventsEnd(enc, at) {
 		return
 	}
-	if rc.Flush() != nil {
+	if sw.flush() != nil {
 		return
 	}
-	var timeout <-chan time.Time
-	if q.timeout > 0 {
-		t := time.NewTimer(q.timeout)
-		defer t.Stop()
-		timeout = t.C
+	timeout := q.timeout
+	if timeout == 0 {
+		timeout = s.watchTimeout()
 	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
 	_, changed := s.be().Changes()
 	for {
 		select {
@@ -286,6 +310,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 			if !ok {
 				return // fell behind; the client watches again
 			}
+			sw.begin()
 			if !send(c) {
 				return
 			}
@@ -300,7 +325,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 					more = false
 				}
 			}
-			if rc.Flush() != nil {
+			if sw.flush() != nil {
 				return
 			}
 		case <-changed:
@@ -308,7 +333,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 			// for all; the others find nothing to do.
 			_, changed = s.be().Changes()
 			s.sync()
-		case <-timeout:
+		case <-timer.C:
 			return
 		case <-r.Context().Done():
 			return

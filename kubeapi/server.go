@@ -13,13 +13,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/net/netutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -72,6 +72,11 @@ type Server struct {
 	events  *resource[v1.Event]
 	metrics *Metrics
 	done    chan struct{} // closed when serving ends
+
+	limits       *limiter             // long-running requests per token
+	maxConns     int                  // open connections
+	writeTimeout time.Duration        // for each write of a long response
+	watchTimeout func() time.Duration // a watch without timeoutSeconds
 	// created is when each pod was first seen, its creationTimestamp
 	// unless it started earlier (an adopted pod); guarded by pods' store.
 	created map[types.UID]time.Time
@@ -96,7 +101,8 @@ func WithVersion(v string) Option { return func(srv *Server) { srv.version = v }
 // New returns the API handler serving with creds.
 func New(creds *Credentials, opts ...Option) *Server {
 	s := &Server{creds: creds, log: slog.New(slog.DiscardHandler), version: "dev", now: time.Now,
-		created: map[types.UID]time.Time{}, done: make(chan struct{})}
+		created: map[types.UID]time.Time{}, done: make(chan struct{}),
+		limits: newLimiter(defaultCaps), maxConns: maxConnections, writeTimeout: writeTimeout, watchTimeout: randomWatchTimeout}
 	for _, o := range opts {
 		o(s)
 	}
@@ -176,6 +182,7 @@ func (s *Server) authenticate(r *http.Request) role {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	wholeResponseDeadline(w)
 	// A browser page must not be able to reach the API, even with a
 	// token it somehow holds.
 	if r.Header.Get("Origin") != "" {
@@ -195,32 +202,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, unavailable(msg))
 		return
 	}
-	if sub, ns, name, ok := adminOnly(r); ok && rl != roleAdmin {
-		// Worded as the API server words it.
-		st := forbidden(fmt.Sprintf("pods %q is forbidden: the view token cannot %s resource \"pods/%s\" in the namespace %q; use the admin token (noderun kubeconfig --admin)",
-			name, strings.ToLower(r.Method), sub, ns))
-		st.Details = &metav1.StatusDetails{Name: name, Kind: "pods"}
-		writeStatus(w, st)
-		return
-	}
-	s.mux.ServeHTTP(w, r)
+	s.mux.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), roleKey{}, rl)))
 }
 
-// streamSubresources are the pod subresources only the admin token may use:
-// they run commands in, or reach into, a pod.
-var streamSubresources = []string{"exec", "attach", "portforward"}
+// roleKey holds a request's role in its context, for the routes that
+// depend on it.
+type roleKey struct{}
 
-// adminOnly reports whether the request is for a subresource only the admin
-// token may use, and which. Everything else may be read with either token;
-// writes are refused for both by the routes (with 405).
-func adminOnly(r *http.Request) (sub, namespace, name string, ok bool) {
-	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	// api v1 namespaces NS pods NAME SUB
-	if len(parts) == 7 && parts[0] == "api" && parts[1] == "v1" && parts[2] == "namespaces" && parts[4] == "pods" &&
-		slices.Contains(streamSubresources, parts[6]) {
-		return parts[6], parts[3], parts[5], true
-	}
-	return "", "", "", false
+func roleOf(r *http.Request) role {
+	rl, _ := r.Context().Value(roleKey{}).(role)
+	return rl
 }
 
 func (s *Server) be() Backend { return *s.backend.Load() }
@@ -235,25 +226,56 @@ func (s *Server) sync() {
 func (s *Server) routes() *http.ServeMux {
 	mux := http.NewServeMux()
 	const pod = "/api/v1/namespaces/{namespace}/pods/{name}/"
-	stream := func(serve func(Streams, http.ResponseWriter, *http.Request, string, string)) http.HandlerFunc {
+	// stream serves the subresource sub. Only the admin token may use
+	// exec, attach and portforward: they run commands in, or reach into, a
+	// pod. The role is checked here, on what the route matched, never on a
+	// path parsed again (which decodes an escaped "/" the route did not).
+	stream := func(sub string, serve func(Streams, http.ResponseWriter, *http.Request, string, string)) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
 			ns, name := r.PathValue("namespace"), r.PathValue("name")
+			if sub != "log" && roleOf(r) != roleAdmin {
+				// Worded as the API server words it.
+				st := forbidden(fmt.Sprintf("pods %q is forbidden: the view token cannot %s resource \"pods/%s\" in the namespace %q; use the admin token (noderun kubeconfig --admin)",
+					name, strings.ToLower(r.Method), sub, ns))
+				st.Details = &metav1.StatusDetails{Name: name, Kind: "pods"}
+				writeStatus(w, st)
+				return
+			}
 			if s.streams == nil {
-				writeStatus(w, notFoundMsg("this node serves no "+r.URL.Path[strings.LastIndex(r.URL.Path, "/")+1:]))
+				writeStatus(w, notFoundMsg("this node serves no "+sub))
 				return
 			}
 			if s.findPod(ns, name) == nil {
 				writeStatus(w, notFound("pods", name))
 				return
 			}
+			kind := remoteCalls
+			if sub == "log" {
+				if follow, _ := strconv.ParseBool(r.URL.Query().Get("follow")); !follow {
+					serve(s.streams, w, r, ns, name)
+					return
+				}
+				kind = follows
+			}
+			release, ok := s.limits.acquire(w, roleOf(r), kind)
+			if !ok {
+				return
+			}
+			defer release()
+			if kind == remoteCalls {
+				// The connection is taken over: its streams have idle
+				// timeouts of their own, and no deadline of this request
+				// may linger on it.
+				_ = http.NewResponseController(w).SetWriteDeadline(time.Time{})
+			}
 			serve(s.streams, w, r, ns, name)
 		}
 	}
-	mux.Handle("GET "+pod+"log", stream(Streams.Log))
+	mux.Handle("GET "+pod+"log", stream("log", Streams.Log))
 	for _, m := range []string{"GET ", "POST "} {
-		mux.Handle(m+pod+"exec", stream(Streams.Exec))
-		mux.Handle(m+pod+"attach", stream(Streams.Attach))
-		mux.Handle(m+pod+"portforward", stream(Streams.PortForward))
+		mux.Handle(m+pod+"exec", stream("exec", Streams.Exec))
+		mux.Handle(m+pod+"attach", stream("attach", Streams.Attach))
+		mux.Handle(m+pod+"portforward", stream("portforward", Streams.PortForward))
 	}
 	s.readRoutes(mux)
 	if s.metrics != nil {
@@ -300,10 +322,21 @@ func (s *Server) Serve(l net.Listener) (closeFn func() error) {
 			Certificates: []tls.Certificate{s.creds.Cert},
 		},
 		ReadHeaderTimeout: 10 * time.Second,
-		// No write timeout: watches, logs -f and exec sessions last.
-		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		// No write timeout: watches, logs -f and exec sessions last. Each
+		// answer sets deadlines of its own (writeTimeout).
+		IdleTimeout:    2 * time.Minute,
+		MaxHeaderBytes: maxHeaderBytes,
+		HTTP2: &http.HTTP2Config{
+			// Request bodies are never read: what a client sends is held
+			// only up to HTTP/2's smallest windows, 64 KiB a connection.
+			MaxReceiveBufferPerConnection: 64 << 10,
+			MaxReceiveBufferPerStream:     64 << 10,
+			// A connection nothing can be written to is closed.
+			WriteByteTimeout: writeTimeout,
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
+	l = netutil.LimitListener(l, s.maxConns)
 	go func() {
 		if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("kubernetes API", "err", err)

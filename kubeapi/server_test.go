@@ -147,6 +147,10 @@ func TestAccess(t *testing.T) {
 		{"view exec GET", "GET", pod + "/exec", view, nil, 403, metav1.StatusReasonForbidden},
 		{"view attach", "POST", pod + "/attach", view, nil, 403, metav1.StatusReasonForbidden},
 		{"view portforward", "POST", pod + "/portforward", view, nil, 403, metav1.StatusReasonForbidden},
+		// The route matches escaped segments: a check that parsed the
+		// decoded path again saw no exec here.
+		{"view exec, escaped slash in the name", "POST", pod + "%2Fx/exec", view, nil, 403, metav1.StatusReasonForbidden},
+		{"view attach, escaped slash in the namespace", "GET", "/api/v1/namespaces/a%2Fb/pods/web-e2e/attach", view, nil, 403, metav1.StatusReasonForbidden},
 		{"admin exec", "POST", pod + "/exec", admin, nil, http.StatusTeapot, ""},
 		{"admin attach", "GET", pod + "/attach", admin, nil, http.StatusTeapot, ""},
 		{"admin portforward", "POST", pod + "/portforward", admin, nil, http.StatusTeapot, ""},

@@ -139,8 +139,7 @@ func (s *store[T]) sync(version uint64) {
 			select {
 			case w.ch <- c:
 			default: // too slow: end it
-				close(w.ch)
-				delete(s.watchers, w)
+				s.end(w)
 			}
 			if _, ok := s.watchers[w]; !ok {
 				break
@@ -190,9 +189,23 @@ func (s *store[T]) stopWatch(w *watcher[T]) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.watchers[w]; ok {
-		delete(s.watchers, w)
-		close(w.ch)
+		s.end(w)
 	}
+}
+
+// end closes a watcher's channel and drops the changes queued in it: a
+// watch too slow to take them may be stuck writing for a long while, and
+// would hold them (each an object and its previous version) until then.
+func (s *store[T]) end(w *watcher[T]) {
+	delete(s.watchers, w)
+	for drained := false; !drained; {
+		select {
+		case <-w.ch:
+		default:
+			drained = true
+		}
+	}
+	close(w.ch)
 }
 
 func (s *store[T]) watcherCount() int {

@@ -63,3 +63,31 @@ func TestStoreTrustsStamps(t *testing.T) {
 		t.Errorf("served resourceVersion %q after an unchanged sync, want 4", rv)
 	}
 }
+
+// A watcher too slow for its buffer is ended and holds none of the
+// changes queued for it.
+func TestStoreEndsSlowWatcherEmpty(t *testing.T) {
+	var pods []v1.Pod
+	s := newStore(func() []v1.Pod { return append([]v1.Pod(nil), pods...) },
+		func(p *v1.Pod) *metav1.ObjectMeta { return &p.ObjectMeta },
+		func(p *v1.Pod) string { return p.Namespace + "/" + p.Name })
+	s.sync(0)
+	_, w, _, _ := s.watch(0)
+	for i := range watcherBuffer + 1 {
+		phase := v1.PodPending
+		if i%2 == 1 {
+			phase = v1.PodRunning
+		}
+		pods = []v1.Pod{phasePod("a", phase)}
+		s.sync(uint64(i + 1))
+	}
+	if s.watcherCount() != 0 {
+		t.Fatal("the slow watcher was not ended")
+	}
+	if n := len(w.ch); n != 0 {
+		t.Errorf("the ended watcher still holds %d changes", n)
+	}
+	if _, ok := <-w.ch; ok {
+		t.Error("the ended watcher's channel is open")
+	}
+}

@@ -62,11 +62,13 @@ func parseRemoteOptions(q url.Values) (remoteOptions, *metav1.Status) {
 			}
 		}
 	}
-	if !o.stdin && !o.stdout && !o.stderr {
-		return o, badRequest("you must specify at least one of stdin, stdout, stderr")
-	}
 	if o.tty && o.stderr {
 		o.stderr = false // a terminal carries both; the kubelet drops stderr too
+	}
+	// After the drop, as the kubelet checks: a terminal's stderr alone is
+	// no stream.
+	if !o.stdin && !o.stdout && !o.stderr {
+		return o, badRequest("you must specify at least one of stdin, stdout, stderr")
 	}
 	return o, nil
 }
@@ -193,9 +195,13 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 		<-conn.CloseChan()
 		close(rs.gone)
 	}()
-	want := 1 // the error stream
-	for _, b := range []bool{opts.stdin, opts.stdout, opts.stderr, opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1} {
-		if b {
+	// The streams the query asked for, each once: any other is reset, so
+	// that a client cannot make the wait below count a stream twice.
+	wanted := map[string]bool{streamTypeError: true, streamTypeStdin: opts.stdin, streamTypeStdout: opts.stdout,
+		streamTypeStderr: opts.stderr, streamTypeResize: opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1}
+	want := 0
+	for _, w := range wanted {
+		if w {
 			want++
 		}
 	}
@@ -205,7 +211,13 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 	for got := 0; got < want; {
 		select {
 		case a := <-arrivals:
-			switch a.stream.Headers().Get(streamTypeHeader) {
+			typ := a.stream.Headers().Get(streamTypeHeader)
+			if !wanted[typ] {
+				a.stream.Reset()
+				continue
+			}
+			wanted[typ] = false
+			switch typ {
 			case streamTypeError:
 				rs.errors = a.stream
 			case streamTypeStdin:
@@ -217,14 +229,16 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 			case streamTypeResize:
 				rs.resize = make(chan TerminalSize)
 				go readResizes(a.stream, rs.resize, rs.gone)
-			default:
-				a.stream.Reset()
-				continue
 			}
 			go func() {
+				// done: the wait below has ended (or given up), and
+				// nobody receives any more.
 				select {
 				case <-a.replySent:
-					replied <- struct{}{}
+					select {
+					case replied <- struct{}{}:
+					case <-done:
+					}
 				case <-done:
 				}
 			}()
@@ -232,6 +246,9 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 			got++
 		case <-expired.C:
 			s.cfg.Log.Warn("streaming client did not open its streams", "path", r.URL.Path, "timeout", streamCreationTimeout)
+			conn.Close()
+			return nil, false
+		case <-rs.gone: // the client went (or broke the protocol) first
 			conn.Close()
 			return nil, false
 		}
@@ -316,16 +333,28 @@ func (rs *remoteStreams) context(ctx context.Context) (context.Context, context.
 	return ctx, cancel
 }
 
+// maxResizeMessage bounds one terminal size message (about 30 bytes):
+// a JSON decoder holds a value of any length until it ends.
+const maxResizeMessage = 4 << 10
+
 // readResizes passes on the terminal sizes the client sends as JSON until
-// the stream ends; with out nil it only waits for that end.
+// the stream ends or breaks the protocol; with out nil it only waits for
+// that end.
 func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
 	if out != nil {
 		defer close(out)
 	}
-	dec := json.NewDecoder(st)
+	in := &budgetReader{r: st}
+	dec := json.NewDecoder(in)
 	for {
 		var sz TerminalSize
+		in.left = maxResizeMessage
 		if err := dec.Decode(&sz); err != nil {
+			if errors.Is(err, errOverBudget) {
+				// The client's end of a WebSocket is not seen any more:
+				// drop what it sends until it goes.
+				io.Copy(io.Discard, st)
+			}
 			return
 		}
 		if out == nil {
@@ -337,6 +366,27 @@ func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// errOverBudget: a message longer than its budget.
+var errOverBudget = errors.New("message too long")
+
+// budgetReader reads at most left bytes, then fails.
+type budgetReader struct {
+	r    io.Reader
+	left int
+}
+
+func (b *budgetReader) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errOverBudget
+	}
+	if len(p) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= n
+	return n, err
 }
 
 // finish ends the output streams and tells the client how the command

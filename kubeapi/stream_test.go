@@ -119,6 +119,7 @@ func TestStreamRequestErrors(t *testing.T) {
 		{"missing/exec?command=ls&stdout=true", 404, `pods \"missing\" not found`},
 		{"web/exec?stdout=true", 400, "at least one command"},
 		{"web/exec?command=ls", 400, "at least one of stdin, stdout, stderr"},
+		{"web/exec?command=ls&tty=true&stderr=true", 400, "at least one of stdin, stdout, stderr"},
 		{"web/exec?command=ls&stdout=true&container=nope", 400, "container nope is not valid for pod web"},
 		{"stopped/exec?command=ls&stdout=true", 400, "container app is not running"},
 		{"two/exec?command=ls&stdout=true", 400, "a container name must be specified for pod two, choose one of: [app side]"},

@@ -55,14 +55,15 @@ type TerminalSize struct {
 
 // StreamServer serves the streaming subresources of pods.
 type StreamServer struct {
-	cfg StreamConfig
+	cfg          StreamConfig
+	writeTimeout time.Duration // for each write of a log
 }
 
 var _ Streams = (*StreamServer)(nil)
 
 // NewStreamServer returns the streaming endpoints over cfg.
 func NewStreamServer(cfg StreamConfig) *StreamServer {
-	return &StreamServer{cfg: cfg}
+	return &StreamServer{cfg: cfg, writeTimeout: writeTimeout}
 }
 
 const (

@@ -30,7 +30,13 @@ import (
 var (
 	ErrHTTPStatus = errors.New("unexpected HTTP status")
 	ErrEmptyBody  = errors.New("empty body (serve an empty PodList for no pods)")
+	// ErrInsecureRedirect: an https URL redirected to plain http, where
+	// the headers and the manifests could be read and changed on the way.
+	ErrInsecureRedirect = errors.New("redirect from https to http refused")
 )
+
+// maxRedirects is how many redirects a fetch follows, as Go's default.
+const maxRedirects = 10
 
 // maxURLBackoff caps the wait between failed polls, unless the check
 // interval is longer.
@@ -122,7 +128,29 @@ func NewURLSource(rawURL, nodeName string, opts ...URLOption) (*URLSource, error
 	if s.client, err = s.tls.client(); err != nil {
 		return nil, fmt.Errorf("manifest URL %s: %w", s.display, err)
 	}
+	s.client.CheckRedirect = s.checkRedirect
 	return s, nil
+}
+
+// checkRedirect refuses a redirect from https to http, and sends the
+// configured headers only to the URL's own host (and port): they usually
+// carry a token, and Go itself drops only Authorization and Cookie on the
+// way to another host.
+func (s *URLSource) checkRedirect(req *http.Request, via []*http.Request) error {
+	if len(via) >= maxRedirects {
+		return fmt.Errorf("stopped after %d redirects", maxRedirects)
+	}
+	for _, prev := range via {
+		if prev.URL.Scheme == "https" && req.URL.Scheme != "https" {
+			return fmt.Errorf("%w: to %s", ErrInsecureRedirect, redact(req.URL))
+		}
+	}
+	if !strings.EqualFold(req.URL.Host, via[0].URL.Host) {
+		for name := range s.headers {
+			req.Header.Del(name)
+		}
+	}
+	return nil
 }
 
 // parseURL parses a manifest URL; its errors do not quote it, since it may

@@ -585,3 +585,65 @@ func TestReadHeaderFile(t *testing.T) {
 		t.Errorf("a missing file: %v", err)
 	}
 }
+
+// A redirect to another host (or port) gets none of the configured headers
+// (tokens often travel in headers other than Authorization); one to the
+// same host gets them all; one from https to http is refused.
+func TestURLSourceRedirects(t *testing.T) {
+	got := make(chan http.Header, 1)
+	target := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		io.WriteString(w, manifest("web", "nginx"))
+	}))
+	t.Cleanup(target.Close)
+	origin := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/other-host": // another name of the target
+			http.Redirect(w, r, strings.Replace(target.URL, "127.0.0.1", "localhost", 1)+"/pods.yaml", http.StatusFound)
+		case "/other-port":
+			http.Redirect(w, r, target.URL+"/pods.yaml", http.StatusFound)
+		case "/same-host":
+			http.Redirect(w, r, "/pods.yaml", http.StatusMovedPermanently)
+		default:
+			got <- r.Header.Clone()
+			io.WriteString(w, manifest("web", "nginx"))
+		}
+	}))
+	t.Cleanup(origin.Close)
+	opts := []URLOption{WithHeader("PRIVATE-TOKEN", "s3cret-token"), WithHeader("Authorization", "Bearer s3cret"), WithHeader("X-Node", "a")}
+	for _, tt := range []struct {
+		url         string
+		wantHeaders bool
+	}{
+		{origin.URL + "/other-host", false},
+		{origin.URL + "/other-port", false},
+		{origin.URL + "/same-host", true},
+	} {
+		r := newTestURLRun(t, tt.url, opts...)
+		if _, err := r.fetch(context.Background()); err != nil {
+			t.Fatalf("%s: %v", tt.url, err)
+		}
+		h := <-got
+		for _, name := range []string{"PRIVATE-TOKEN", "Authorization", "X-Node"} {
+			if sent := h.Get(name) != ""; sent != tt.wantHeaders {
+				t.Errorf("%s: header %s sent %t, want %t", tt.url, name, sent, tt.wantHeaders)
+			}
+		}
+	}
+
+	secure := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.URL+"/pods.yaml", http.StatusFound)
+	}))
+	t.Cleanup(secure.Close)
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	writeFile(t, caFile, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: secure.Certificate().Raw})))
+	r := newTestURLRun(t, secure.URL+"/pods.yaml", append(opts, WithTLSFiles(caFile, "", ""))...)
+	if _, err := r.fetch(context.Background()); !errors.Is(err, ErrInsecureRedirect) {
+		t.Errorf("https redirected to http: %v, want %v", err, ErrInsecureRedirect)
+	}
+	select {
+	case h := <-got:
+		t.Errorf("the http target was asked, with %v", h)
+	default:
+	}
+}
