@@ -662,3 +662,53 @@ func median(samples []map[string]float64, col string) float64 {
 	}
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
+
+// soakSummary compares the medians of its two windows: a spike inside a
+// window does not fail the run, growth that stays does, and a value that
+// could not be read fails as such.
+func TestSoakSummary(t *testing.T) {
+	const dur = 120 * time.Minute
+	run := func(at func(min int) (rss, fds float64)) (string, []string) {
+		var samples []map[string]float64
+		for m := 1; m <= 120; m++ {
+			rss, fds := at(m)
+			s := map[string]float64{"elapsed_s": float64(m * 60), "noderun_rss_kib": rss, "noderun_fds": fds}
+			for _, metric := range soakMetrics {
+				if _, ok := s[metric.name]; !ok {
+					s[metric.name] = 10
+				}
+			}
+			samples = append(samples, s)
+		}
+		return soakSummary(samples, dur)
+	}
+	steady := func(m int) (float64, float64) {
+		if m%7 == 0 {
+			return 400 << 10, 100 // spikes, in both windows
+		}
+		return 40 << 10, 30
+	}
+	if table, failed := run(steady); len(failed) > 0 {
+		t.Errorf("a steady run with spikes failed %v:\n%s", failed, table)
+	}
+	// From minute 60 on, 12 MiB and 11 fds more: beyond the 8 MiB (20% of
+	// 40 MiB is less) and the 10 fds allowed.
+	grown := func(m int) (float64, float64) {
+		if m >= 60 {
+			return 52 << 10, 41
+		}
+		return 40 << 10, 30
+	}
+	if table, failed := run(grown); !slices.Equal(failed, []string{"noderun_rss_kib", "noderun_fds"}) {
+		t.Errorf("growth beyond the bounds: failed %v, want RSS and fds:\n%s", failed, table)
+	}
+	unread := func(m int) (float64, float64) {
+		if m == 115 {
+			return -1, 30
+		}
+		return 40 << 10, 30
+	}
+	if table, failed := run(unread); !slices.Equal(failed, []string{"noderun_rss_kib"}) || !strings.Contains(table, "FAIL (not read)") {
+		t.Errorf("a sample not read at the end: failed %v, want RSS, not read:\n%s", failed, table)
+	}
+}
