@@ -68,7 +68,7 @@ soak: test-deps
 # Judges a soak's sample file again (CSV=soak-results/soak-....csv), also
 # one still being written, its windows scaled to what it holds so far.
 soak-check:
-	NODERUN_SOAK_CHECK=$(CSV) $(GO) test -short -count=1 -run 'TestSoakCheck$$' -v ./e2e
+	NODERUN_SOAK_CHECK=$(abspath $(CSV)) $(GO) test -short -count=1 -run 'TestSoakCheck$$' -v ./e2e
 
 test-short:
 	$(GO) test -short ./...
