@@ -18,7 +18,7 @@ BUILD_ENV   := CGO_ENABLED=0
 BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs,noderun_logdriver
 DRIVER      := internal/logdriver/bin/log-driver
 
-.PHONY: all build run test test-short chaos lint deps test-deps example-image clean docs
+.PHONY: all build run test test-short chaos soak soak-check lint deps test-deps example-image clean docs
 
 all: build
 
@@ -55,6 +55,20 @@ test: test-deps lint
 # small); it prints a summary: scenarios, pods, healthy restarts, leaks, time.
 chaos: test-deps
 	NODERUN_CHAOS=long $(GO) test -count=1 -run 'TestChaos' -timeout 60m -v ./e2e
+
+# The chaos suite's soak mode: one node kept busy for DURATION (pod churn,
+# crashing and killed containers, probes, log follows, API watches) while
+# its resources are sampled into soak-results/; it fails on growth. The
+# timeout is DURATION plus 30m: Go adds up a duration's repeated units.
+DURATION ?= 2h
+
+soak: test-deps
+	NODERUN_SOAK=$(DURATION) $(GO) test -count=1 -run 'TestSoak$$' -timeout $(DURATION)30m -v ./e2e
+
+# Judges a soak's sample file again (CSV=soak-results/soak-....csv), also
+# one still being written, its windows scaled to what it holds so far.
+soak-check:
+	NODERUN_SOAK_CHECK=$(abspath $(CSV)) $(GO) test -short -count=1 -run 'TestSoakCheck$$' -v ./e2e
 
 test-short:
 	$(GO) test -short ./...
