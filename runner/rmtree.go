@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,22 +77,43 @@ func removeOnMountAt(pfd int, name, path string) error {
 }
 
 // sameMount reports whether the two open files are on one mount, by the
-// kernel's mount IDs (statx, Linux 5.8), which tell a bind mount of a
-// directory of the same file system apart; without them, by device.
+// kernel's mount IDs, which tell a bind mount of a directory of the same
+// file system apart where the device cannot.
 func sameMount(a, b int) (bool, error) {
-	var sa, sb unix.Statx_t
-	const mask = unix.STATX_MNT_ID | unix.STATX_INO
-	if err := unix.Statx(a, "", unix.AT_EMPTY_PATH, mask, &sa); err != nil {
+	ma, err := mountID(a)
+	if err != nil {
 		return false, err
 	}
-	if err := unix.Statx(b, "", unix.AT_EMPTY_PATH, mask, &sb); err != nil {
+	mb, err := mountID(b)
+	if err != nil {
 		return false, err
 	}
-	if sa.Dev_major != sb.Dev_major || sa.Dev_minor != sb.Dev_minor {
-		return false, nil
+	return ma == mb, nil
+}
+
+// mountID is the mount ID of an open file: from statx (Linux 5.8), else from
+// /proc/self/fdinfo (Linux 3.15), so kernels from 5.4 on and emulators that
+// lack STATX_MNT_ID still tell a bind apart (qemu-user 7.2 sets the mask but
+// leaves the ID 0, which no mount has). Without either it fails: a removal
+// that cannot see mounts must not guess.
+func mountID(fd int) (uint64, error) {
+	var st unix.Statx_t
+	if err := unix.Statx(fd, "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err == nil && st.Mask&unix.STATX_MNT_ID != 0 && st.Mnt_id != 0 {
+		return st.Mnt_id, nil
 	}
-	if sa.Mask&sb.Mask&unix.STATX_MNT_ID != 0 {
-		return sa.Mnt_id == sb.Mnt_id, nil
+	return fdinfoMountID(fd)
+}
+
+// fdinfoMountID reads the mnt_id line of /proc/self/fdinfo/<fd>.
+func fdinfoMountID(fd int) (uint64, error) {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return 0, err
 	}
-	return true, nil
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "mnt_id:"); ok {
+			return strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("fd %d: no mnt_id in /proc/self/fdinfo", fd)
 }

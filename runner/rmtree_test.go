@@ -221,3 +221,38 @@ func subPathPodLifecycle(t *testing.T, dir, state, real string) {
 		t.Errorf("mounts left under the state dir: %v %v", m, err)
 	}
 }
+
+// Kernels before 5.8 (and qemu-user) give no STATX_MNT_ID: the fdinfo
+// fallback must tell a bind of the same file system apart just as well.
+func TestFdinfoMountIDTellsABindApart(t *testing.T) {
+	requireRoot(t)
+	dir := t.TempDir()
+	host, mnt := filepath.Join(dir, "host"), filepath.Join(dir, "mnt")
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bind(t, host, mnt)
+	ids := map[string]uint64{}
+	for _, p := range []string{dir, host, mnt} {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		id, err := fdinfoMountID(int(f.Fd()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[p] = id
+		var st unix.Statx_t
+		if err := unix.Statx(int(f.Fd()), "", unix.AT_EMPTY_PATH, unix.STATX_MNT_ID, &st); err == nil && st.Mask&unix.STATX_MNT_ID != 0 && st.Mnt_id != 0 && st.Mnt_id != id {
+			t.Errorf("%s: fdinfo mount ID %d, statx %d", p, id, st.Mnt_id)
+		}
+	}
+	if ids[dir] != ids[host] {
+		t.Errorf("a plain directory: mount ID %d, its parent's %d", ids[host], ids[dir])
+	}
+	if ids[mnt] == ids[dir] {
+		t.Errorf("a bind: mount ID %d, the same as its parent's", ids[mnt])
+	}
+}
