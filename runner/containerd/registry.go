@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/containerd/containerd/remotes"
 	"github.com/containerd/containerd/remotes/docker"
 	"github.com/containerd/containerd/remotes/docker/config"
+	remoteerrors "github.com/containerd/containerd/remotes/errors"
+	"github.com/containerd/errdefs"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -147,11 +150,35 @@ func matchesAny(key, bare string, want []string) bool {
 }
 
 // progress is a pull's watchdog: it cancels the pull when no response
-// bytes arrived for the timeout, naming the host it last waited on.
+// bytes arrived for the timeout, naming the host it last waited on. It
+// also keeps the last answer by which a registry said it cannot serve now.
 type progress struct {
-	mu   sync.Mutex
-	last time.Time
-	host string
+	mu          sync.Mutex
+	last        time.Time
+	host        string
+	unavailable string // "host: status" of the last such answer
+}
+
+func (p *progress) answered(host string, resp *http.Response) {
+	if unavailableStatus(resp.StatusCode) {
+		p.mu.Lock()
+		p.unavailable = host + " answered " + resp.Status
+		p.mu.Unlock()
+	}
+}
+
+// cannotServe wraps a failed pull's err with errRegistryUnavailable when a
+// registry answered that it cannot serve now and err is not a refusal
+// containerd reports with its status (which unreachable reads itself).
+func (p *progress) cannotServe(err error) error {
+	p.mu.Lock()
+	u := p.unavailable
+	p.mu.Unlock()
+	var status remoteerrors.ErrUnexpectedStatus
+	if u == "" || errors.As(err, &status) || errdefs.IsNotFound(err) {
+		return err
+	}
+	return fmt.Errorf("%w (%w: %s)", err, errRegistryUnavailable, u)
 }
 
 func (p *progress) touch(host string) {
@@ -192,13 +219,14 @@ type progressTransport struct {
 }
 
 func (t progressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.p == nil {
+	if t.p == nil { // a push
 		return t.next.RoundTrip(req)
 	}
 	t.p.touch(req.URL.Host)
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
 		t.p.touch(req.URL.Host)
+		t.p.answered(req.URL.Host, resp)
 		resp.Body = progressBody{ReadCloser: resp.Body, p: t.p, host: req.URL.Host}
 	}
 	return resp, err
@@ -224,9 +252,8 @@ func (b progressBody) Read(p []byte) (int, error) {
 func (r *Runtime) pull(ctx context.Context, name string) (ctrd.Image, error) {
 	runner.PullStarted(ctx, name)
 	return r.pulls.do(ctx, name, func(pctx context.Context) (ctrd.Image, error) {
-		var prog *progress
+		prog := &progress{last: time.Now()}
 		if t := r.registry.ProgressTimeout; t > 0 {
-			prog = &progress{last: time.Now()}
 			wctx, cancel := context.WithCancelCause(pctx)
 			defer cancel(nil)
 			go prog.watch(wctx, cancel, t)
@@ -236,7 +263,10 @@ func (r *Runtime) pull(ctx context.Context, name string) (ctrd.Image, error) {
 		if cause := context.Cause(pctx); err != nil && errors.Is(cause, errPullStalled) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrImagePull, name, cause)
 		}
-		return img, err
+		if err != nil {
+			return nil, prog.cannotServe(err)
+		}
+		return img, nil
 	})
 }
 
@@ -303,7 +333,9 @@ type refresher struct {
 
 // refreshLater starts refreshing name unless that is under way; it keeps
 // trying at the backoff rate until a pull succeeds (a registry that
-// answers "not found" may be in the middle of a push).
+// answers "not found" may be in the middle of a push), or until no
+// container is made from the image any more: its pods are gone, and a pod
+// that comes for it pulls it anyway.
 func (r *Runtime) refreshLater(name string) {
 	f := &r.refresh
 	f.mu.Lock()
@@ -329,6 +361,10 @@ func (r *Runtime) refreshLater(name string) {
 		logged := false
 		for {
 			time.Sleep(wait)
+			if used, err := r.imageInUse(name); err == nil && !used {
+				r.log.Info("image refresh stopped: no container uses the image any more", "image", name)
+				return
+			}
 			_, err := r.pull(context.Background(), name)
 			if err == nil {
 				r.log.Info("registry reachable again; image refreshed", "image", name)
@@ -341,4 +377,13 @@ func (r *Runtime) refreshLater(name string) {
 			wait = min(wait*2, most)
 		}
 	}()
+}
+
+// imageInUse reports whether a container of noderun's is made from the
+// image name.
+func (r *Runtime) imageInUse(name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(r.ctx(context.Background()), time.Minute)
+	defer cancel()
+	cs, err := r.client.ContainerService().List(ctx, "image=="+strconv.Quote(name))
+	return len(cs) > 0, err
 }

@@ -213,6 +213,9 @@ func TestPullStallTimeout(t *testing.T) {
 	if !errors.Is(err, ErrImagePull) || !strings.Contains(err.Error(), "no progress from "+l.Addr().String()) {
 		t.Fatalf("stalled registry: %v", err)
 	}
+	if !unreachable(err) {
+		t.Errorf("a stalled pull may not fall back to the local copy: %v", err)
+	}
 	if took > 10*time.Second {
 		t.Fatalf("gave up after %s; the progress timeout is 1s", took)
 	}
@@ -374,6 +377,7 @@ func TestFallbackRefreshesWhenTheRegistryIsBack(t *testing.T) {
 	if _, err := rt.EnsureImage(ctx, name, v1.PullAlways); err != nil {
 		t.Fatal(err)
 	}
+	useImage(t, rt, name) // a pod's container: the refresh goes on
 	stop()
 	img, err := rt.EnsureImage(ctx, name, v1.PullAlways)
 	if err != nil || img.PullFallback == "" {
