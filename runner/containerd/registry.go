@@ -64,13 +64,18 @@ func hostDir(root string) func(string) (string, error) {
 	return config.HostDirFromRoot(root)
 }
 
+// ErrCredentialsMode is why a docker config.json that group or others may
+// access is refused, as the manifest URL's header file is: it holds
+// registry secrets.
+var ErrCredentialsMode = errors.New("is accessible by group or others; chmod 600 it")
+
 // credentials answers a registry host from the first docker config.json
 // found. Credential helpers (credsStore, credHelpers) are not run: they
 // are programs, and a node that starts one per pull surprises; a host that
 // names one gets anonymous access and a warning.
 func (r *Runtime) credentials(host string) (string, string, error) {
 	for _, path := range r.registry.AuthFiles {
-		b, err := os.ReadFile(path)
+		b, err := readPrivate(path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -87,6 +92,23 @@ func (r *Runtime) credentials(host string) (string, string, error) {
 		return user, secret, nil
 	}
 	return "", "", nil
+}
+
+// readPrivate reads a file only group and others cannot access.
+func readPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("mode %#o %w", perm, ErrCredentialsMode)
+	}
+	return io.ReadAll(f)
 }
 
 // dockerConfig is the part of a docker config.json credentials live in.
