@@ -124,7 +124,7 @@ func flags() []cli.Flag {
 		&cli.IntFlag{Name: "image-gc-low-threshold", Value: 80, Usage: "... down to this (percent)", EnvVars: env("IMAGE_GC_LOW_THRESHOLD")},
 		&cli.DurationFlag{Name: "image-minimum-gc-age", Value: 2 * time.Minute, Usage: "an image seen for less time is never removed", EnvVars: env("IMAGE_MINIMUM_GC_AGE")},
 		&cli.DurationFlag{Name: "image-gc-period", Value: 5 * time.Minute, Usage: "how often image garbage collection looks (0: never)", EnvVars: env("IMAGE_GC_PERIOD")},
-		&cli.StringFlag{Name: "image-pull-fallback", Value: "local", Usage: "local: imagePullPolicy Always runs the local copy when the registry cannot be reached (a warning event); never: fail as the kubelet does", EnvVars: env("IMAGE_PULL_FALLBACK")},
+		&cli.StringFlag{Name: "image-pull-fallback", Value: "local", Usage: "local: imagePullPolicy Always runs the local copy when the registry cannot be reached or cannot serve (a warning event); never: fail as the kubelet does", EnvVars: env("IMAGE_PULL_FALLBACK")},
 		&cli.StringFlag{Name: "cni-conf-dir", Value: "/etc/cni/net.d", Usage: "CNI configs; the lexicographically first *.conflist, *.conf or *.json is used", EnvVars: env("CNI_CONF_DIR")},
 		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", Usage: "CNI plugin search path", EnvVars: env("CNI_BIN_DIR")},
 		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},

@@ -249,7 +249,7 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 				}
 			}
 			sb := &runner.Sandbox{Dir: dir}
-			errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir, n.holder))
+			errs = append(errs, runner.RemovePodFiles(dir), stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir, n.holder))
 			removed[d.Name()] = true
 		}
 	}

@@ -206,7 +206,7 @@ func runNode(c *cli.Context) error {
 	metrics.LogStreams(logs.Streams)
 	var engine *runner.Engine
 	engine = runner.New(runner.Config{
-		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir, NSHolder: holder.Root(),
+		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir, NSHolder: holder.Root(), PodTmpfs: true,
 		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cg,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),

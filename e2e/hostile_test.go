@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
 )
 
 // waitingReason returns a container's waiting reason and message.
@@ -262,5 +265,66 @@ spec:
 	f := filepath.Join(n.state, "pods", string(p.UID), "volumes", "empty-dir", "data", "pods", "expr-e2e", "f")
 	if b, err := os.ReadFile(f); err != nil || string(b) != "mine\n" {
 		t.Errorf("%s = %q, %v", f, b, err)
+	}
+}
+
+// A container writing without end into its /etc/hosts or its termination
+// message file fills the pod's own small tmpfs and gets ENOSPC; the bytes
+// never reach the host's /run (the run dir) or /var/lib (the state dir).
+func TestPodFilesCannotFillTheHost(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	const fill = 64 << 20 // far beyond the pod's tmpfs
+	for _, f := range []struct{ name, path string }{{"hosts", "/etc/hosts"}, {"msg", "/dev/termination-log"}} {
+		n.writeManifest(f.name+".yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "head -c %d /dev/zero | tr '\\0' a >> %s && exit 0; exit 7"]
+`, f.name, fill, f.path))
+	}
+	for _, name := range []string{"hosts", "msg"} {
+		p := n.waitPodFor(name, "Failed", 2*time.Minute, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+		term := containerStatus(p, "main").State.Terminated
+		if term == nil || term.ExitCode != 7 {
+			t.Fatalf("%s: %s; want exit 7 (the write failed)", name, statusJSON(p))
+		}
+		if name == "msg" && term.Message != strings.Repeat("a", 4096) {
+			t.Errorf("msg: message %q…, want the file's last 4096 bytes", abbrev(term.Message))
+		}
+		if name == "hosts" {
+			var logged []string
+			for _, l := range n.readLog(n.logPath(p, "main", 0)) {
+				logged = append(logged, l.content)
+			}
+			if !strings.Contains(strings.Join(logged, "\n"), "No space left on device") {
+				t.Errorf("hosts: log %q; want ENOSPC", logged)
+			}
+		}
+		dir := filepath.Join(n.run, "pods", runner.SandboxID(string(p.UID)), "files")
+		var st unix.Statfs_t
+		if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+			t.Fatalf("%s: %s: statfs %v type %#x; want the pod's tmpfs", name, dir, err, st.Type)
+		}
+		if size := int64(st.Blocks) * int64(st.Bsize); size > 2<<20 {
+			t.Errorf("%s: the pod's tmpfs is %d bytes; want about 1 MiB", name, size)
+		}
+	}
+	var used int64
+	for _, root := range []string{n.run, n.state} {
+		filepath.Walk(root, func(path string, fi os.FileInfo, err error) error {
+			if err == nil && fi.Mode().IsRegular() && !strings.Contains(path, "/files/") {
+				used += fi.Size()
+			}
+			return nil
+		})
+	}
+	if used > fill/2 {
+		t.Errorf("run and state dirs hold %d bytes outside the pods' tmpfs", used)
 	}
 }

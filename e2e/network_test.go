@@ -317,9 +317,11 @@ func TestRebootKeepsNetworkingAndLeaksNothing(t *testing.T) {
 		if err := cni.RemoveNamespaces(dir, nil); err != nil {
 			t.Fatal(err)
 		}
-		// The pod's /dev/shm tmpfs is gone after a reboot too.
-		if err := unix.Unmount(filepath.Join(dir, "shm"), unix.MNT_DETACH); err != nil {
-			t.Fatal(err)
+		// The pod's /dev/shm and pod files tmpfs are gone after a reboot too.
+		for _, m := range []string{"shm", "files"} {
+			if err := unix.Unmount(filepath.Join(dir, m), unix.MNT_DETACH); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)

@@ -32,8 +32,13 @@ type Config struct {
 	RunDir     string // pinned namespaces: <RunDir>/pods/<uid>
 	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
 	PodLogDir  string
-	ResolvConf string         // the host resolv.conf that pods with dnsPolicy Default get
-	Cgroups    cgroups.Layout // where pod cgroups are (zero: cgroupfs, /noderun)
+	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
+	// PodTmpfs puts each pod's /etc/hosts, /etc/hostname, /etc/resolv.conf
+	// and termination-message files on a small tmpfs of its own
+	// (PodFilesDir); off, they are plain files there (unit tests, which
+	// may run without root).
+	PodTmpfs bool
+	Cgroups  cgroups.Layout // where pod cgroups are (zero: cgroupfs, /noderun)
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string

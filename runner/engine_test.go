@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -29,17 +30,27 @@ type engineFixture struct {
 
 func startEngine(t *testing.T, preload ...ContainerStatus) *engineFixture {
 	t.Helper()
+	return startEngineWith(t, func(*Config) {}, preload...)
+}
+
+// startEngineWith is startEngine with the config changed by set; whatever
+// the engine mounted in its dirs is unmounted at the test's end.
+func startEngineWith(t *testing.T, set func(*Config), preload ...ContainerStatus) *engineFixture {
+	t.Helper()
 	clock := newFakeClock()
 	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
 	for i := range preload {
 		f.rt.containers[preload[i].ID] = &preload[i]
 	}
 	dir := t.TempDir()
-	f.e = New(Config{
+	t.Cleanup(func() { _ = unmountAll(dir) })
+	cfg := Config{
 		NodeName: "n1", HostIP: "192.0.2.1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
 		NetworkCheck: 5 * time.Minute,
-	}, f.rt, f.net)
+	}
+	set(&cfg)
+	f.e = New(cfg, f.rt, f.net)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.e.Run(ctx, f.snaps, 1) }()
@@ -625,6 +636,77 @@ func TestEngineKeepsTheCurrentAndPreviousRunsLogs(t *testing.T) {
 
 // The pod files every container mounts live in the sandbox's run dir (a
 // tmpfs on a host), written before the start, and none in the state dir.
+// The pod files and termination messages are on a small tmpfs of the
+// pod's own, not on the host's /run: a container writing into its
+// /etc/hosts fills that (ENOSPC), and the tmpfs goes with the pod. With
+// readOnlyRootFilesystem, /etc/hostname and /etc/resolv.conf are bound
+// read-only, as CRI binds them; /etc/hosts stays writable, as the
+// kubelet's own mount of it is.
+func TestEnginePodFilesOnPodTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to mount")
+	}
+	f := startEngineWith(t, func(c *Config) { c.PodTmpfs = true })
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	ro := true
+	pod.Spec.Containers[0].SecurityContext = &v1.SecurityContext{ReadOnlyRootFilesystem: &ro}
+	pod.Spec.Containers[0].TerminationMessagePath = "/dev/termination-log"
+	side := pod.Spec.Containers[0]
+	side.Name, side.SecurityContext = "side", nil
+	pod.Spec.Containers = append(pod.Spec.Containers, side)
+	f.send(pod)
+	waitFor(t, "start", func() bool { return f.rt.startedCount() == 2 })
+	f.rt.mu.Lock()
+	started := slices.Clone(f.rt.started)
+	f.rt.mu.Unlock()
+	dir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
+	for _, cfg := range started {
+		roRoot := cfg.Container.Name == "main"
+		for dest, wantRO := range map[string]bool{"/etc/hosts": false, "/etc/hostname": roRoot, "/etc/resolv.conf": roRoot, "/dev/termination-log": false} {
+			var m *Mount
+			for i := range cfg.Mounts {
+				if cfg.Mounts[i].Destination == dest {
+					m = &cfg.Mounts[i]
+				}
+			}
+			if m == nil {
+				t.Fatalf("%s: no mount at %s", cfg.Container.Name, dest)
+			}
+			if filepath.Dir(m.Source) != dir || m.ReadOnly != wantRO {
+				t.Errorf("%s: %s from %s read-only %t; want a file in %s, read-only %t", cfg.Container.Name, dest, m.Source, m.ReadOnly, dir, wantRO)
+			}
+		}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {
+		t.Fatalf("%s: statfs %v type %#x; want a tmpfs", dir, err, st.Type)
+	}
+	if size := int64(st.Blocks) * int64(st.Bsize); size < podFilesSlack || size > 2*podFilesSlack {
+		t.Errorf("the pod files' tmpfs holds %d bytes; want the slack (%d) and the files", size, podFilesSlack)
+	}
+	hosts, err := os.OpenFile(filepath.Join(dir, hostsName), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = hosts.Write(make([]byte, 2*podFilesSlack))
+	hosts.Close()
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("writing 2 MiB into /etc/hosts: %v; want ENOSPC", err)
+	}
+	f.send()
+	waitFor(t, "pod gone", func() bool { return f.status("u1") == nil })
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the pod files' dir after the pod went: %v", err)
+	}
+	mounts, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(mounts), " "+dir+" ") {
+		t.Fatalf("%s still mounted after the pod went", dir)
+	}
+}
+
 func TestEnginePodFilesInRunDir(t *testing.T) {
 	f := startEngine(t)
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
@@ -632,7 +714,7 @@ func TestEnginePodFilesInRunDir(t *testing.T) {
 	f.rt.mu.Lock()
 	cfg := f.rt.started[0]
 	f.rt.mu.Unlock()
-	sbDir := filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1"))
+	sbDir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
 	want := map[string]string{"/etc/hosts": "10.0.0.2\tweb-n1\n", "/etc/hostname": "web-n1\n", "/etc/resolv.conf": ""}
 	for _, m := range cfg.Mounts {
 		content, ok := want[m.Destination]

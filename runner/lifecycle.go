@@ -119,26 +119,29 @@ func exitReason(run *ContainerStatus) string {
 
 // messagePath is the host file bind-mounted at a run's
 // terminationMessagePath; one per run, so a restart starts empty. It lies
-// in the pod's state dir itself (a container name has no dot): a directory
-// per container would cost a run two directories more on disk, each dearer
-// than the file.
+// on the pod files' tmpfs, which bounds what a container can write into
+// it (the kubelet's is on disk, counted by its eviction).
 func (w *podWorker) messagePath(name string, restart int) string {
-	return filepath.Join(w.podStateDir(), "termination-message."+name+"."+strconv.Itoa(restart))
+	return filepath.Join(w.podFilesDir(), "termination-message."+name+"."+strconv.Itoa(restart))
 }
 
-// legacyMessagePath is where earlier noderun versions put the file: a
-// container one of them started, adopted after an upgrade, is bound to it.
-func (w *podWorker) legacyMessagePath(name string, restart int) string {
-	return filepath.Join(w.podStateDir(), "containers", name, strconv.Itoa(restart))
+// legacyMessagePaths are where earlier noderun versions put the file, in
+// the pod's state dir: a container one of them started, adopted after an
+// upgrade, is bound to it.
+func (w *podWorker) legacyMessagePaths(name string, restart int) []string {
+	return []string{
+		filepath.Join(w.podStateDir(), "termination-message."+name+"."+strconv.Itoa(restart)),
+		filepath.Join(w.podStateDir(), "containers", name, strconv.Itoa(restart)),
+	}
 }
 
 // newMessageFile creates the run's empty termination message file,
 // writable by whatever user the container runs as (as the kubelet does).
 func (w *podWorker) newMessageFile(name string, restart int) (string, error) {
-	path := w.messagePath(name, restart)
-	if err := os.MkdirAll(filepath.Dir(path), 0o750); err != nil {
+	if err := w.ensurePodFiles(0); err != nil {
 		return "", err
 	}
+	path := w.messagePath(name, restart)
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o666)
 	if err != nil {
 		return "", err
@@ -156,8 +159,11 @@ func (w *podWorker) terminationMessage(pod *v1.Pod, c *v1.Container, restart, ex
 		return m
 	}
 	path := w.messagePath(c.Name, restart)
-	if _, err := os.Lstat(path); errors.Is(err, fs.ErrNotExist) {
-		path = w.legacyMessagePath(c.Name, restart)
+	for _, old := range w.legacyMessagePaths(c.Name, restart) {
+		if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		path = old
 	}
 	msg := readCapped(path, maxMessageBytes)
 	if msg == "" && exitCode != 0 && c.TerminationMessagePolicy == v1.TerminationMessageFallbackToLogsOnError {
@@ -175,7 +181,9 @@ func (w *podWorker) terminationMessage(pod *v1.Pod, c *v1.Container, restart, ex
 func (w *podWorker) forgetOldRuns(name string, restart int) {
 	for r := restart - 2; r >= 0 && r >= restart-4; r-- {
 		os.Remove(w.messagePath(name, r))
-		os.Remove(w.legacyMessagePath(name, r))
+		for _, old := range w.legacyMessagePaths(name, r) {
+			os.Remove(old)
+		}
 		delete(w.st.messages, name+"/"+strconv.Itoa(r))
 	}
 }

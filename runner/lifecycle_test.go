@@ -240,21 +240,20 @@ func TestEngineTerminationMessageFiles(t *testing.T) {
 	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
 	first := f.rt.started[0]
 	src := mountSource(t, first, "/dev/termination-log")
-	podDir := filepath.Join(f.e.cfg.StateDir, "pods", "u1")
-	if filepath.Dir(src) != podDir {
-		t.Errorf("message file %s, want it in %s", src, podDir)
+	filesDir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
+	if filepath.Dir(src) != filesDir {
+		t.Errorf("message file %s, want it in %s", src, filesDir)
 	}
+	podDir := filepath.Join(f.e.cfg.StateDir, "pods", "u1")
 	if _, err := os.Stat(filepath.Join(podDir, "containers")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("a containers dir in the pod's state dir (%v)", err)
 	}
-	// As if an earlier noderun had started the run: its file elsewhere.
+	// As if an earlier noderun had started the run: its file in the
+	// pod's state dir.
 	if err := os.Remove(src); err != nil {
 		t.Fatal(err)
 	}
-	legacy := filepath.Join(podDir, "containers", "main", "0")
-	if err := os.MkdirAll(filepath.Dir(legacy), 0o750); err != nil {
-		t.Fatal(err)
-	}
+	legacy := filepath.Join(podDir, "termination-message.main.0")
 	if err := os.WriteFile(legacy, []byte("from the old layout"), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -3,12 +3,16 @@ package runner
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -19,16 +23,102 @@ const (
 )
 
 // SandboxFiles are the plain files noderun keeps in a sandbox's run dir
-// beside its pinned namespaces: the epoch and the pod files. Whoever removes
-// a leftover sandbox dir removes them (and nothing it does not know).
+// beside its pinned namespaces: the epoch, and the pod files where noderun
+// versions before the pod files' tmpfs wrote them. Whoever removes a
+// leftover sandbox dir removes them and RemovePodFiles (and nothing it does
+// not know).
 var SandboxFiles = []string{epochFile, hostsName, hostnameName, resolvName}
 
-// The pod files' names in the sandbox's run dir.
+// The pod files' names in their dir.
 const (
 	hostsName    = "hosts"
 	hostnameName = "hostname"
 	resolvName   = "resolv.conf"
 )
+
+// PodFilesDir holds a sandbox's pod files and its containers' termination
+// messages: with Config.PodTmpfs a tmpfs of the pod's own, so that a
+// container writing into its /etc/hosts or message file fills that, not
+// the host's /run or /var/lib (the kubelet keeps them on disk, where its
+// eviction counts them; noderun has no eviction).
+func PodFilesDir(sandboxDir string) string { return filepath.Join(sandboxDir, "files") }
+
+func (w *podWorker) podFilesDir() string { return PodFilesDir(w.podRunDir()) }
+
+// podFilesSlack is the room the pod files' tmpfs has beyond the files
+// noderun writes: for the termination messages (the kubelet reads 4 KiB
+// of each) and for writes into /etc/hosts, which stays writable as under
+// the kubelet. A write past it gets ENOSPC; what a container writes there
+// is charged to its memory cgroup, as any tmpfs write.
+const podFilesSlack = 1 << 20
+
+// ensurePodFiles makes the pod files' dir and, with Config.PodTmpfs,
+// mounts its tmpfs, with room for need bytes of noderun's files beside
+// the slack: a mounted one that is too small for them (a hostNetwork pod
+// copies the host's /etc/hosts, which can be large) is grown in place.
+// Workers of one pod may call it at once (precreate writes the files while
+// configs create message files).
+func (w *podWorker) ensurePodFiles(need int64) error {
+	w.filesMu.Lock()
+	defer w.filesMu.Unlock()
+	dir := w.podFilesDir()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if !w.env.cfg.PodTmpfs {
+		return nil
+	}
+	page := int64(os.Getpagesize())
+	size := (need + podFilesSlack + page - 1) / page * page
+	flags := uintptr(unix.MS_NOSUID | unix.MS_NODEV | unix.MS_NOEXEC)
+	mounted, err := mountinfo.Mounted(dir)
+	if err != nil {
+		return err
+	}
+	if !mounted {
+		if err := unix.Mount("noderun-pod", dir, "tmpfs", flags, "mode=0755,size="+strconv.FormatInt(size, 10)); err != nil {
+			return fmt.Errorf("mount the pod files' tmpfs on %s: %w", dir, err)
+		}
+		return nil
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return err
+	}
+	if st.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("%s is mounted but not the pod files' tmpfs", dir)
+	}
+	if int64(st.Blocks)*int64(st.Bsize) >= size {
+		return nil
+	}
+	if err := unix.Mount("", dir, "", flags|unix.MS_REMOUNT, "size="+strconv.FormatInt(size, 10)); err != nil {
+		return fmt.Errorf("grow the pod files' tmpfs on %s: %w", dir, err)
+	}
+	return nil
+}
+
+// RemovePodFiles unmounts the pod files' tmpfs of the sandbox whose run dir
+// is sandboxDir, then removes the dir; idempotent. It unmounts nothing but
+// that tmpfs, which holds no mounts.
+func RemovePodFiles(sandboxDir string) error {
+	dir := PodFilesDir(sandboxDir)
+	for {
+		mounted, err := mountinfo.Mounted(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if !mounted {
+			break
+		}
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	return os.RemoveAll(dir)
+}
 
 // writePodFiles writes the pod's /etc/hosts, /etc/hostname and
 // /etc/resolv.conf, which every container bind-mounts. Files are rewritten
@@ -41,12 +131,12 @@ func (w *podWorker) writePodFiles(pod *v1.Pod, dns DNSConfig) error {
 }
 
 // writePodFileData writes the pod files without a word. They live in the
-// pod's run dir, beside its pinned namespaces: a tmpfs on a host, so a pod
-// start writes no disk, and a reboot, which ends every container that
-// mounts them, takes them too; each sandbox start writes them again.
+// pod's run dir, beside its pinned namespaces, on the pod's own tmpfs
+// (PodFilesDir): a pod start writes no disk, and a reboot, which ends every
+// container that mounts them, takes them too; each sandbox start writes
+// them again.
 func (w *podWorker) writePodFileData(pod *v1.Pod, dns DNSConfig) error {
-	dir := w.podRunDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := os.MkdirAll(w.podRunDir(), 0o700); err != nil {
 		return err
 	}
 	resolv := renderResolvConf(dns)
@@ -55,7 +145,16 @@ func (w *podWorker) writePodFileData(pod *v1.Pod, dns DNSConfig) error {
 	if err != nil {
 		return err
 	}
-	for name, data := range map[string][]byte{hostsName: hosts, hostnameName: []byte(hostname + "\n"), resolvName: resolv} {
+	files := map[string][]byte{hostsName: hosts, hostnameName: []byte(hostname + "\n"), resolvName: resolv}
+	var need int64
+	for _, data := range files {
+		need += int64(len(data)) + int64(os.Getpagesize()) // a file takes whole pages
+	}
+	if err := w.ensurePodFiles(need); err != nil {
+		return err
+	}
+	dir := w.podFilesDir()
+	for name, data := range files {
 		if err := writeIfChanged(filepath.Join(dir, name), data); err != nil {
 			return err
 		}
@@ -252,7 +351,9 @@ func setOption(opts []string, o v1.PodDNSConfigOption) []string {
 }
 
 // podFileMounts bind-mounts the pod files unless the container mounts its
-// own at the same place.
+// own at the same place. With readOnlyRootFilesystem, /etc/hostname and
+// /etc/resolv.conf are read-only, as CRI binds them; /etc/hosts stays
+// writable, as the kubelet's own etc-hosts mount is.
 // The pod's /dev/shm is shared by its containers too: the pod's own tmpfs,
 // or the host's with hostIPC.
 func (w *podWorker) podFileMounts(pod *v1.Pod, c *v1.Container) []Mount {
@@ -260,15 +361,17 @@ func (w *podWorker) podFileMounts(pod *v1.Pod, c *v1.Container) []Mount {
 	if pod.Spec.HostIPC {
 		shm = "/dev/shm"
 	}
+	roRoot := c.SecurityContext != nil && c.SecurityContext.ReadOnlyRootFilesystem != nil && *c.SecurityContext.ReadOnlyRootFilesystem
+	dir := w.podFilesDir()
 	var out []Mount
-	for _, f := range []struct{ src, dest string }{
-		{filepath.Join(w.podRunDir(), hostsName), "/etc/hosts"},
-		{filepath.Join(w.podRunDir(), hostnameName), "/etc/hostname"},
-		{filepath.Join(w.podRunDir(), resolvName), "/etc/resolv.conf"},
-		{shm, "/dev/shm"},
+	for _, f := range []Mount{
+		{Source: filepath.Join(dir, hostsName), Destination: "/etc/hosts"},
+		{Source: filepath.Join(dir, hostnameName), Destination: "/etc/hostname", ReadOnly: roRoot},
+		{Source: filepath.Join(dir, resolvName), Destination: "/etc/resolv.conf", ReadOnly: roRoot},
+		{Source: shm, Destination: "/dev/shm"},
 	} {
-		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.dest }) {
-			out = append(out, Mount{Source: f.src, Destination: f.dest})
+		if !slices.ContainsFunc(c.VolumeMounts, func(m v1.VolumeMount) bool { return m.MountPath == f.Destination }) {
+			out = append(out, f)
 		}
 	}
 	return out

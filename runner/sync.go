@@ -460,7 +460,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	}
 	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
 	wg.Wait()
-	errs = append(errs, unmountVolumes(w.podStateDir()), unmountAll(w.podRunDir()))
+	errs = append(errs, unmountVolumes(w.podStateDir()), RemovePodFiles(w.podRunDir()), unmountAll(w.podRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -27,6 +27,8 @@ type podWorker struct {
 	last    *v1.Pod            // the spec the worker last acted on
 	cancel  context.CancelFunc // ends the sync in progress (a hook may hang)
 
+	filesMu sync.Mutex // mounting the pod files' tmpfs (ensurePodFiles)
+
 	// Owned by the worker goroutine.
 	st podState
 }

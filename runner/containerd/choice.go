@@ -24,6 +24,51 @@ var systemdUnitDirs = []string{
 	"/usr/lib/systemd/system", "/lib/systemd/system",
 }
 
+// systemService names the service manager that will start a system
+// containerd on this host, and where its service is, or returns "" when
+// none will: a containerd service must be installed for a service manager
+// that is running. A unit file alone is not enough: Debian's containerd
+// package ships containerd.service on hosts where systemd is not PID 1 (a
+// container, a sysvinit or OpenRC host), and nothing ever starts it there.
+// Paths are looked up under root ("/" on a host).
+func systemService(root string) string {
+	at := func(p string) string { return filepath.Join(root, p) }
+	exists := func(p string) bool { _, err := os.Stat(at(p)); return err == nil }
+	// systemd runs when /run/systemd/system exists (sd_booted).
+	if exists("/run/systemd/system") {
+		for _, dir := range systemdUnitDirs {
+			if unit := filepath.Join(dir, "containerd.service"); exists(unit) {
+				return "systemd will start it (" + unit + ")"
+			}
+		}
+		return ""
+	}
+	// OpenRC runs when /run/openrc exists.
+	if exists("/run/openrc") && exists("/etc/init.d/containerd") {
+		return "OpenRC will start it (/etc/init.d/containerd)"
+	}
+	// s6 keeps its live service dirs in /run, so they exist only while it
+	// runs.
+	for _, dir := range []string{"/run/service/containerd", "/run/s6-rc/servicedirs/containerd"} {
+		if exists(dir) {
+			return "s6 will start it (" + dir + ")"
+		}
+	}
+	// runit's runsv makes a service's supervise dir when it runs it.
+	for _, dir := range []string{"/etc/service/containerd", "/var/service/containerd", "/etc/runit/runsvdir/current/containerd"} {
+		if exists(filepath.Join(dir, "supervise")) {
+			return "runit will start it (" + dir + ")"
+		}
+	}
+	// sysvinit as PID 1, with containerd in a multi-user runlevel.
+	if comm, err := os.ReadFile(at("/proc/1/comm")); err == nil && strings.TrimSpace(string(comm)) == "init" {
+		if links, _ := filepath.Glob(at("/etc/rc[2-5].d/S*containerd")); len(links) > 0 {
+			return "sysvinit will start it (" + strings.TrimPrefix(links[0], filepath.Clean(root)) + ")"
+		}
+	}
+	return ""
+}
+
 // Choice is the containerd noderun uses. It is recorded in the state dir at
 // the first successful connect and kept on every later start: pods live in
 // one daemon, and switching would run them twice.
@@ -87,47 +132,46 @@ func (cfg DaemonConfig) changed(c Choice, want string) error {
 //   - neither the socket nor its directory exists: containerd creates the
 //     directory and never removes it, so on /run (a tmpfs) this means that
 //     no containerd has served there since boot;
-//   - no containerd.service unit file is installed (a system containerd
-//     that is not up yet);
+//   - no running service manager will start a system containerd
+//     (systemService: a system containerd that is not up yet);
 //   - a containerd binary is on PATH (to run the managed one with; without
 //     one, and with no socket, it is ErrNoContainerd).
 //
-// Otherwise it chooses cfg.Address, to be waited for.
-func (cfg DaemonConfig) choose(ctx context.Context) (Choice, error) {
+// Otherwise it chooses cfg.Address, to be waited for; why says what makes
+// it expect a containerd there.
+func (cfg DaemonConfig) choose(ctx context.Context) (c Choice, why string, err error) {
 	system := Choice{Address: cfg.Address}
 	managed := Choice{Address: cfg.managedSocket(), Managed: true}
 	if cfg.Managed {
-		return managed, nil
+		return managed, "", nil
 	}
 	if answers(ctx, cfg.Address) {
-		return system, nil
+		return system, "it answers", nil
 	}
 	// Left by a noderun from before the choice was recorded.
 	if answers(ctx, managed.Address) {
-		return managed, nil
+		return managed, "", nil
 	}
 	socket := strings.TrimPrefix(cfg.Address, "unix://")
 	if _, err := os.Stat(socket); !errors.Is(err, fs.ErrNotExist) {
-		return system, nil // there but not answering: starting, or busy
+		return system, "its socket " + socket + " exists (a containerd starting, or busy)", nil
 	}
 	if _, err := exec.LookPath("containerd"); err != nil {
-		return Choice{}, fmt.Errorf("%w: nothing answers at %q and there is no containerd binary on PATH: "+
+		return Choice{}, "", fmt.Errorf("%w: nothing answers at %q and there is no containerd binary on PATH: "+
 			"install it (apt-get install containerd runc) or point --containerd-address at a running containerd",
 			ErrNoContainerd, cfg.Address)
 	}
 	if _, err := os.Stat(filepath.Dir(socket)); !errors.Is(err, fs.ErrNotExist) {
-		return system, nil
+		return system, "its directory " + filepath.Dir(socket) + " exists: a containerd has served there since boot", nil
 	}
-	unitDirs := cfg.UnitDirs
-	if unitDirs == nil {
-		unitDirs = systemdUnitDirs
+	root := cfg.Root
+	if root == "" {
+		root = "/"
 	}
-	for _, dir := range unitDirs {
-		if _, err := os.Stat(filepath.Join(dir, "containerd.service")); err == nil {
-			return system, nil
-		}
+	if svc := systemService(root); svc != "" {
+		return system, svc, nil
 	}
-	return managed, nil
+	return managed, "", nil
 }
 
 func answers(ctx context.Context, address string) bool {

@@ -3,8 +3,12 @@ package containerd
 import (
 	"context"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,22 +24,37 @@ func fakeBinDir(t *testing.T) string {
 	return dir
 }
 
+// TestChoose: a system containerd is waited for only when something shows
+// one will come: its socket or directory, or a running service manager
+// with a containerd service. Files under a fake root stand for the host's.
 func TestChoose(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
-		managed bool // --containerd-managed
-		socket  bool // a file at the configured address
-		dir     bool // the socket's directory exists
-		unit    bool // containerd.service installed
-		noBin   bool // no containerd on PATH
-		want    bool // managed
+		managed bool     // --containerd-managed
+		socket  bool     // a file at the configured address
+		dir     bool     // the socket's directory exists
+		host    []string // files under the host root
+		comm    string   // PID 1's name
+		noBin   bool     // no containerd on PATH
+		want    bool     // managed
 		wantErr error
 	}{
 		{name: "nothing installed", want: true},
-		{name: "asked for", managed: true, dir: true, unit: true, want: true},
+		{name: "asked for", managed: true, dir: true, host: []string{"run/systemd/system/", "lib/systemd/system/containerd.service"}, want: true},
 		{name: "socket there but not answering", socket: true, dir: true},
 		{name: "socket directory there", dir: true},
-		{name: "system service installed", unit: true},
+		{name: "systemd running, unit installed", host: []string{"run/systemd/system/", "lib/systemd/system/containerd.service"}},
+		{name: "systemd running, unit in /etc", host: []string{"run/systemd/system/", "etc/systemd/system/containerd.service"}},
+		{name: "systemd running, no unit", host: []string{"run/systemd/system/", "etc/init.d/containerd"}, want: true},
+		// Debian's package on a host whose PID 1 is not systemd.
+		{name: "unit installed, systemd not running", host: []string{"lib/systemd/system/containerd.service"}, comm: "tini", want: true},
+		{name: "OpenRC running, init script", host: []string{"run/openrc/", "etc/init.d/containerd"}},
+		{name: "init script, OpenRC not running", host: []string{"etc/init.d/containerd"}, want: true},
+		{name: "runit supervising", host: []string{"etc/service/containerd/supervise/"}},
+		{name: "runit service never supervised", host: []string{"etc/service/containerd/run"}, want: true},
+		{name: "s6 live service", host: []string{"run/service/containerd/"}},
+		{name: "sysvinit with a runlevel link", host: []string{"etc/init.d/containerd", "etc/rc2.d/S01containerd"}, comm: "init"},
+		{name: "runlevel link, PID 1 not sysvinit", host: []string{"etc/init.d/containerd", "etc/rc2.d/S01containerd"}, comm: "process_api", want: true},
 		{name: "no binary", noBin: true, wantErr: ErrNoContainerd},
 		{name: "no binary but a socket", noBin: true, socket: true, dir: true},
 	} {
@@ -52,9 +71,23 @@ func TestChoose(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			unitDir := t.TempDir()
-			if tc.unit {
-				if err := os.WriteFile(filepath.Join(unitDir, "containerd.service"), nil, 0o644); err != nil {
+			host := t.TempDir()
+			files := tc.host
+			if tc.comm != "" {
+				files = append(files, "proc/1/comm")
+			}
+			for _, f := range files {
+				path := filepath.Join(host, f)
+				if strings.HasSuffix(f, "/") { // a directory
+					if err := os.MkdirAll(path, 0o755); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, []byte(tc.comm+"\n"), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -63,17 +96,65 @@ func TestChoose(t *testing.T) {
 				path = t.TempDir()
 			}
 			t.Setenv("PATH", path)
-			cfg := DaemonConfig{Address: address, Managed: tc.managed, StateDir: root, RunDir: filepath.Join(root, "r"),
-				UnitDirs: []string{unitDir}}
-			got, err := cfg.choose(context.Background())
+			cfg := DaemonConfig{Address: address, Managed: tc.managed, StateDir: root, RunDir: filepath.Join(root, "r"), Root: host}
+			got, why, err := cfg.choose(context.Background())
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}
 			if err == nil && got.Managed != tc.want {
-				t.Fatalf("choice %+v, want managed=%v", got, tc.want)
+				t.Fatalf("choice %+v (%s), want managed=%v", got, why, tc.want)
+			}
+			if err == nil && !got.Managed && why == "" {
+				t.Fatal("a system containerd chosen without saying why")
 			}
 		})
 	}
+}
+
+// Waiting for a system containerd that does not come says, once, what it
+// waits for, why, and how to run a managed one instead.
+func TestConnectSaysWhatItWaitsFor(t *testing.T) {
+	t.Setenv("PATH", fakeBinDir(t))
+	host := t.TempDir()
+	for _, f := range []string{"run/systemd/system", "lib/systemd/system"} {
+		if err := os.MkdirAll(filepath.Join(host, f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(host, "lib/systemd/system/containerd.service"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	var mu sync.Mutex
+	cfg := DaemonConfig{Address: filepath.Join(t.TempDir(), "none", "containerd.sock"), StateDir: t.TempDir(), RunDir: t.TempDir(),
+		Root: host, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil))}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if _, err := Connect(ctx, cfg); err == nil {
+		t.Fatal("connected to nothing")
+	}
+	mu.Lock()
+	log := out.String()
+	mu.Unlock()
+	if n := strings.Count(log, "waiting for the system containerd at "+cfg.Address); n != 1 {
+		t.Errorf("said %d times what it waits for; want once:\n%s", n, log)
+	}
+	for _, want := range []string{"systemd will start it", "--containerd-managed"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log does not say %q:\n%s", want, log)
+		}
+	}
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // The flags may not move noderun to another daemon than the recorded one.
@@ -105,7 +186,7 @@ func TestConnectRefusesAnotherDaemon(t *testing.T) {
 func TestDialNeverStarts(t *testing.T) {
 	t.Setenv("PATH", fakeBinDir(t))
 	cfg := DaemonConfig{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: t.TempDir(),
-		UnitDirs: []string{t.TempDir()}}
+		Root: t.TempDir()}
 	if _, err := Dial(context.Background(), cfg); err == nil {
 		t.Fatal("Dial succeeded with no containerd")
 	}

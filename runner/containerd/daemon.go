@@ -51,9 +51,9 @@ type DaemonConfig struct {
 	RunDir    string // managed state and socket under RunDir/containerd
 	Namespace string
 	Logger    *slog.Logger
-	// UnitDirs are where an installed containerd.service would be (nil:
-	// systemd's directories).
-	UnitDirs []string
+	// Root is where choose looks for service managers and their
+	// containerd services ("": /).
+	Root string
 	// OnWait hears each failed attempt while Connect waits for containerd.
 	OnWait func(err error)
 }
@@ -94,15 +94,22 @@ func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	var why, hint string
 	if recorded {
 		err = cfg.agrees(choice)
+		why = "recorded in " + choicePath(cfg.StateDir)
+		hint = "start that containerd; to run a managed one instead, stop the pods in it, remove " +
+			choicePath(cfg.StateDir) + " and start noderun with --containerd-managed"
 	} else {
-		choice, err = cfg.choose(ctx)
+		choice, why, err = cfg.choose(ctx)
+		hint = "start that containerd, or stop noderun and start it with --containerd-managed to run one of its own"
 	}
 	if err != nil {
 		return nil, err
 	}
-	conn, err := cfg.open(ctx, choice, cfg.waitFor)
+	conn, err := cfg.open(ctx, choice, func(ctx context.Context, address string) (*ctrd.Client, error) {
+		return cfg.waitFor(ctx, address, why, hint)
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -232,10 +239,18 @@ func (cfg DaemonConfig) retry(ctx context.Context, what string, try func() error
 	}
 }
 
-// waitFor dials address until containerd answers there.
-func (cfg DaemonConfig) waitFor(ctx context.Context, address string) (c *ctrd.Client, err error) {
+// waitFor dials address until containerd answers there. The first
+// failure says, once, what noderun waits for and why (which system
+// containerd, what makes it expect one), and what to do if none comes.
+func (cfg DaemonConfig) waitFor(ctx context.Context, address, why, hint string) (c *ctrd.Client, err error) {
+	said := false
 	err = cfg.retry(ctx, "connect to containerd at "+address, func() error {
 		c, err = dial(ctx, address, cfg.Namespace)
+		if err != nil && !said {
+			cfg.logger().Warn("waiting for the system containerd at "+address+"; noderun runs no pod until it answers",
+				"why", why, "fix", hint)
+			said = true
+		}
 		return err
 	})
 	return c, err

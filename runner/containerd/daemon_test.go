@@ -136,7 +136,7 @@ func TestConnectStartsThenReuses(t *testing.T) {
 		RunDir:    shortTempDir(t),
 		Namespace: testNamespace,
 		Logger:    testLogger(t),
-		UnitDirs:  []string{t.TempDir()}, // no containerd installed
+		Root:      t.TempDir(), // no containerd installed
 	}
 	ctx := context.Background()
 	c1, err := Connect(ctx, cfg)
@@ -268,7 +268,7 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 	}
 	cfg := DaemonConfig{
 		Address: socket, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace,
-		Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
+		Logger: testLogger(t), Root: t.TempDir(),
 	}
 	first := start()
 	conn, err := Connect(context.Background(), cfg)

@@ -2,10 +2,13 @@ package containerd
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	ctrd "github.com/containerd/containerd"
+	remoteerrors "github.com/containerd/containerd/remotes/errors"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/fsnotify/fsnotify"
@@ -279,19 +283,51 @@ type puller func(ctx context.Context, name string) (ctrd.Image, error)
 
 const fallbackNever = false
 
-// unreachable tells a registry that could not be reached (no DNS answer,
-// connection refused or unroutable, a timeout) from one that answered and
-// refused (401, 403, 404): only the first may fall back to a local copy.
+// unreachable tells a registry the image could not be got from (no DNS
+// answer, connection refused or unroutable, a timeout or a stalled pull, a
+// TLS handshake or certificate that failed, as behind a captive portal or
+// an intercepting proxy, or an answer that it cannot serve now: 5xx, 429,
+// 408) from one that answered and refused (401, 403, 404): only the first
+// may fall back to a local copy.
 func unreachable(err error) bool {
+	var status remoteerrors.ErrUnexpectedStatus
+	if errors.As(err, &status) {
+		return unavailableStatus(status.StatusCode)
+	}
+	if errdefs.IsNotFound(err) {
+		return false
+	}
 	var dnsErr *net.DNSError
 	var opErr *net.OpError
 	var netErr net.Error
+	var verifyErr *tls.CertificateVerificationError
+	var recordErr tls.RecordHeaderError
+	var alert tls.AlertError
+	var unknownCA x509.UnknownAuthorityError
+	var badHost x509.HostnameError
+	var badCert x509.CertificateInvalidError
 	return errors.As(err, &dnsErr) ||
 		(errors.As(err, &opErr) && opErr.Op == "dial") ||
 		(errors.As(err, &netErr) && netErr.Timeout()) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
-		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT)
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ETIMEDOUT) ||
+		errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, errPullStalled) || errors.Is(err, errRegistryUnavailable) ||
+		errors.As(err, &verifyErr) || errors.As(err, &recordErr) || errors.As(err, &alert) ||
+		errors.As(err, &unknownCA) || errors.As(err, &badHost) || errors.As(err, &badCert) ||
+		errors.Is(err, http.ErrSchemeMismatch)
 }
+
+// unavailableStatus is an HTTP status by which a registry says it cannot
+// serve now, rather than that it refuses.
+func unavailableStatus(code int) bool {
+	return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
+}
+
+// errRegistryUnavailable marks a pull that failed after the registry
+// answered with an unavailableStatus: containerd's blob fetcher reports
+// that status only as text.
+var errRegistryUnavailable = errors.New("the registry cannot serve now")
 
 func pull(ctx context.Context, c *ctrd.Client, name, snapshotter string, opts ...ctrd.RemoteOpt) (ctrd.Image, error) {
 	var img ctrd.Image

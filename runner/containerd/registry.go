@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +18,8 @@ import (
 	"github.com/containerd/containerd/remotes"
 	"github.com/containerd/containerd/remotes/docker"
 	"github.com/containerd/containerd/remotes/docker/config"
+	remoteerrors "github.com/containerd/containerd/remotes/errors"
+	"github.com/containerd/errdefs"
 
 	"github.com/noderun/noderun/runner"
 )
@@ -61,13 +64,18 @@ func hostDir(root string) func(string) (string, error) {
 	return config.HostDirFromRoot(root)
 }
 
+// ErrCredentialsMode is why a docker config.json that group or others may
+// access is refused, as the manifest URL's header file is: it holds
+// registry secrets.
+var ErrCredentialsMode = errors.New("is accessible by group or others; chmod 600 it")
+
 // credentials answers a registry host from the first docker config.json
 // found. Credential helpers (credsStore, credHelpers) are not run: they
 // are programs, and a node that starts one per pull surprises; a host that
 // names one gets anonymous access and a warning.
 func (r *Runtime) credentials(host string) (string, string, error) {
 	for _, path := range r.registry.AuthFiles {
-		b, err := os.ReadFile(path)
+		b, err := readPrivate(path)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
@@ -84,6 +92,23 @@ func (r *Runtime) credentials(host string) (string, string, error) {
 		return user, secret, nil
 	}
 	return "", "", nil
+}
+
+// readPrivate reads a file only group and others cannot access.
+func readPrivate(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("mode %#o %w", perm, ErrCredentialsMode)
+	}
+	return io.ReadAll(f)
 }
 
 // dockerConfig is the part of a docker config.json credentials live in.
@@ -147,11 +172,35 @@ func matchesAny(key, bare string, want []string) bool {
 }
 
 // progress is a pull's watchdog: it cancels the pull when no response
-// bytes arrived for the timeout, naming the host it last waited on.
+// bytes arrived for the timeout, naming the host it last waited on. It
+// also keeps the last answer by which a registry said it cannot serve now.
 type progress struct {
-	mu   sync.Mutex
-	last time.Time
-	host string
+	mu          sync.Mutex
+	last        time.Time
+	host        string
+	unavailable string // "host: status" of the last such answer
+}
+
+func (p *progress) answered(host string, resp *http.Response) {
+	if unavailableStatus(resp.StatusCode) {
+		p.mu.Lock()
+		p.unavailable = host + " answered " + resp.Status
+		p.mu.Unlock()
+	}
+}
+
+// cannotServe wraps a failed pull's err with errRegistryUnavailable when a
+// registry answered that it cannot serve now and err is not a refusal
+// containerd reports with its status (which unreachable reads itself).
+func (p *progress) cannotServe(err error) error {
+	p.mu.Lock()
+	u := p.unavailable
+	p.mu.Unlock()
+	var status remoteerrors.ErrUnexpectedStatus
+	if u == "" || errors.As(err, &status) || errdefs.IsNotFound(err) {
+		return err
+	}
+	return fmt.Errorf("%w (%w: %s)", err, errRegistryUnavailable, u)
 }
 
 func (p *progress) touch(host string) {
@@ -192,13 +241,14 @@ type progressTransport struct {
 }
 
 func (t progressTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if t.p == nil {
+	if t.p == nil { // a push
 		return t.next.RoundTrip(req)
 	}
 	t.p.touch(req.URL.Host)
 	resp, err := t.next.RoundTrip(req)
 	if err == nil {
 		t.p.touch(req.URL.Host)
+		t.p.answered(req.URL.Host, resp)
 		resp.Body = progressBody{ReadCloser: resp.Body, p: t.p, host: req.URL.Host}
 	}
 	return resp, err
@@ -224,9 +274,8 @@ func (b progressBody) Read(p []byte) (int, error) {
 func (r *Runtime) pull(ctx context.Context, name string) (ctrd.Image, error) {
 	runner.PullStarted(ctx, name)
 	return r.pulls.do(ctx, name, func(pctx context.Context) (ctrd.Image, error) {
-		var prog *progress
+		prog := &progress{last: time.Now()}
 		if t := r.registry.ProgressTimeout; t > 0 {
-			prog = &progress{last: time.Now()}
 			wctx, cancel := context.WithCancelCause(pctx)
 			defer cancel(nil)
 			go prog.watch(wctx, cancel, t)
@@ -236,7 +285,10 @@ func (r *Runtime) pull(ctx context.Context, name string) (ctrd.Image, error) {
 		if cause := context.Cause(pctx); err != nil && errors.Is(cause, errPullStalled) {
 			return nil, fmt.Errorf("%w: %s: %w", ErrImagePull, name, cause)
 		}
-		return img, err
+		if err != nil {
+			return nil, prog.cannotServe(err)
+		}
+		return img, nil
 	})
 }
 
@@ -303,7 +355,9 @@ type refresher struct {
 
 // refreshLater starts refreshing name unless that is under way; it keeps
 // trying at the backoff rate until a pull succeeds (a registry that
-// answers "not found" may be in the middle of a push).
+// answers "not found" may be in the middle of a push), or until no
+// container is made from the image any more: its pods are gone, and a pod
+// that comes for it pulls it anyway.
 func (r *Runtime) refreshLater(name string) {
 	f := &r.refresh
 	f.mu.Lock()
@@ -329,6 +383,10 @@ func (r *Runtime) refreshLater(name string) {
 		logged := false
 		for {
 			time.Sleep(wait)
+			if used, err := r.imageInUse(name); err == nil && !used {
+				r.log.Info("image refresh stopped: no container uses the image any more", "image", name)
+				return
+			}
 			_, err := r.pull(context.Background(), name)
 			if err == nil {
 				r.log.Info("registry reachable again; image refreshed", "image", name)
@@ -341,4 +399,13 @@ func (r *Runtime) refreshLater(name string) {
 			wait = min(wait*2, most)
 		}
 	}()
+}
+
+// imageInUse reports whether a container of noderun's is made from the
+// image name.
+func (r *Runtime) imageInUse(name string) (bool, error) {
+	ctx, cancel := context.WithTimeout(r.ctx(context.Background()), time.Minute)
+	defer cancel()
+	cs, err := r.client.ContainerService().List(ctx, "image=="+strconv.Quote(name))
+	return len(cs) > 0, err
 }

@@ -213,6 +213,9 @@ func TestPullStallTimeout(t *testing.T) {
 	if !errors.Is(err, ErrImagePull) || !strings.Contains(err.Error(), "no progress from "+l.Addr().String()) {
 		t.Fatalf("stalled registry: %v", err)
 	}
+	if !unreachable(err) {
+		t.Errorf("a stalled pull may not fall back to the local copy: %v", err)
+	}
 	if took > 10*time.Second {
 		t.Fatalf("gave up after %s; the progress timeout is 1s", took)
 	}
@@ -299,6 +302,27 @@ func TestLookupAuth(t *testing.T) {
 	}
 }
 
+// A docker config.json that group or others may read is refused, as the
+// manifest URL's header file is; a private one is read.
+func TestCredentialsFileMode(t *testing.T) {
+	path := authFile(t, "reg.example", "u", "p")
+	rt := &Runtime{registry: RegistryConfig{AuthFiles: []string{path}}}
+	for _, mode := range []os.FileMode{0o644, 0o640, 0o604} {
+		if err := os.Chmod(path, mode); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := rt.credentials("reg.example"); !errors.Is(err, ErrCredentialsMode) || !strings.Contains(err.Error(), path) {
+			t.Errorf("mode %#o: %v; want ErrCredentialsMode naming %s", mode, err, path)
+		}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if u, p, err := rt.credentials("reg.example"); err != nil || u != "u" || p != "p" {
+		t.Errorf("mode 0600: %q %q %v; want u p", u, p, err)
+	}
+}
+
 // serveRegistry runs a plain docker-registry at addr with its storage in
 // dir until the returned stop.
 func serveRegistry(t *testing.T, addr, dir string) (stop func()) {
@@ -374,6 +398,7 @@ func TestFallbackRefreshesWhenTheRegistryIsBack(t *testing.T) {
 	if _, err := rt.EnsureImage(ctx, name, v1.PullAlways); err != nil {
 		t.Fatal(err)
 	}
+	useImage(t, rt, name) // a pod's container: the refresh goes on
 	stop()
 	img, err := rt.EnsureImage(ctx, name, v1.PullAlways)
 	if err != nil || img.PullFallback == "" {

@@ -68,7 +68,7 @@ func managedOnly(t *testing.T) DaemonConfig {
 	requireDaemonPrereqs(t)
 	return DaemonConfig{
 		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: shortTempDir(t),
-		Namespace: testNamespace, Logger: testLogger(t), UnitDirs: []string{t.TempDir()},
+		Namespace: testNamespace, Logger: testLogger(t), Root: t.TempDir(),
 	}
 }
 
