@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -328,7 +329,7 @@ func TestReadLogTailMemoryBounded(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	out := &heapAtFirstWrite{}
-	if err := ReadLog(context.Background(), path, out, ReadOptions{TailLines: 1 << 31, LimitBytes: 1}); err != nil {
+	if err := ReadLog(context.Background(), path, out, ReadOptions{TailLines: math.MaxInt32, LimitBytes: 1}); err != nil {
 		t.Fatal(err)
 	}
 	grew := int64(out.heap) - int64(before.HeapAlloc)
