@@ -69,7 +69,7 @@ func FuzzLogOptions(f *testing.F) {
 			checkStatus(t, st, http.StatusBadRequest)
 			return
 		}
-		if o.TailLines < -1 || o.TailLines > 1<<31 || o.LimitBytes < 0 {
+		if o.TailLines < -1 || int64(o.TailLines) > 1<<31 || o.LimitBytes < 0 {
 			t.Errorf("%q: tailLines %d, limitBytes %d", raw, o.TailLines, o.LimitBytes)
 		}
 		if !o.Since.IsZero() && q.Get("sinceSeconds") != "" && o.Since.After(now) {
