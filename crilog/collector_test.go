@@ -159,22 +159,28 @@ func countLines(seen map[string]int, data string) {
 // A log that cannot be written drops the records, counts them, tells the
 // holder's questions so, and never blocks the container.
 func TestCollectorCountsDrops(t *testing.T) {
+	// The full disk is in place before the collector runs and until it has
+	// returned: it swaps a package variable the collector reads.
+	full := fullDisk(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "c.sock")
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	collected := make(chan struct{})
+	defer func() { cancel(); <-collected }()
 	reports := make(chan string, 16)
-	go RunCollector(ctx, sock, func(path string, err error) {
-		select {
-		case reports <- path + ": " + err.Error():
-		default:
-		}
-	}, func() {})
+	go func() {
+		defer close(collected)
+		RunCollector(ctx, sock, func(path string, err error) {
+			select {
+			case reports <- path + ": " + err.Error():
+			default:
+			}
+		}, func() {})
+	}()
 	h := NewHolder(sock, func() error { return nil }, slog.New(slog.DiscardHandler))
 	go h.Run(ctx)
 	outR, outW := mustPipe(t)
 	errR, errW := mustPipe(t)
-	full := fullDisk(t)
 	full.Collector = sock
 	if err := Handoff(full, "ns/full", int(outR.Fd()), int(errR.Fd()), 10*time.Second); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -179,10 +181,17 @@ func TestAsideNameFollowsTheNewest(t *testing.T) {
 func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "0.log")
+	// The rotator's tidying goroutine reads the clock and may report too.
+	var mu sync.Mutex
 	var reports []string
-	w := newRecordWriter(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, func(err error) { reports = append(reports, err.Error()) })
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
+	w := newRecordWriter(Target{Path: path, Rotation: Rotation{MaxSize: 4096, MaxFiles: 3}}, func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, err.Error())
+	})
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()).UTC() }
 	w.now, w.rot.now = clock, clock
 	creates, failures := 0, 3
 	w.rot.create = func(dir *os.File, name string) (*os.File, error) {
@@ -210,7 +219,7 @@ func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 		t.Errorf("%d creates within one retry interval, want 1", creates)
 	}
 	for creates < failures+1 {
-		now = now.Add(rotateRetry)
+		now.Add(int64(rotateRetry))
 		w.write(Stdout, tagFull, line)
 	}
 	if fi, err := os.Stat(path); err != nil || fi.Size() != 0 {
@@ -228,6 +237,8 @@ func TestRotationResumesAfterAFailedCreate(t *testing.T) {
 		"crilog: rotate: no space left on device; the log grows past its maximum size until a rotation works",
 		"crilog: rotating again",
 	}
+	mu.Lock()
+	defer mu.Unlock()
 	if !slices.Equal(reports, want) {
 		t.Errorf("reports %q, want %q", reports, want)
 	}
