@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -56,9 +57,17 @@ func waitGoroutinesGone(t *testing.T, fn string) {
 // stdout, a stderr) has them reset, and leaves nothing behind when it goes.
 func TestSPDYExtraStreamsRefusedAndNothingLeaks(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
+	// Each command ends only once all the session's streams were answered:
+	// a connection closed while a stream is still being created may drop
+	// the status already sent on another (spdystream's client).
 	var ran atomic.Int64
+	var answered atomic.Pointer[chan struct{}]
 	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
 		ran.Add(1)
+		select {
+		case <-*answered.Load():
+		case <-ctx.Done():
+		}
 		return 0, nil
 	}
 	srv := streamServer(t, s)
@@ -71,11 +80,16 @@ func TestSPDYExtraStreamsRefusedAndNothingLeaks(t *testing.T) {
 			t.Fatal(err)
 		}
 		status := make(chan string, 1)
+		all := make(chan struct{})
+		answered.Store(&all)
+		var created sync.WaitGroup
 		for _, typ := range []string{streamTypeError, streamTypeStdout, streamTypeStdout, streamTypeStderr} {
 			h := http.Header{}
 			h.Set(streamTypeHeader, typ)
+			created.Add(1)
 			go func() { // CreateStream waits for the reply: the streams race
 				st, err := conn.CreateStream(h)
+				created.Done()
 				if err != nil {
 					return
 				}
@@ -85,6 +99,7 @@ func TestSPDYExtraStreamsRefusedAndNothingLeaks(t *testing.T) {
 				}
 			}()
 		}
+		go func() { created.Wait(); close(all) }()
 		select {
 		case st := <-status:
 			if err := statusResult([]byte(st)); err != nil {
