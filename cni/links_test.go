@@ -26,7 +26,7 @@ func TestWatchLinkDeletionsSeesADeletedVeth(t *testing.T) {
 		t.Fatalf("ip link del: %v: %s", err, out)
 	}
 	var seen []string
-	timeout := time.After(5 * time.Second)
+	timeout := time.After(30 * time.Second)
 	for !slices.Contains(seen, "nrtw0") {
 		select {
 		case n := <-gone:
