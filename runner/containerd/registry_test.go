@@ -213,7 +213,7 @@ func TestPullStallTimeout(t *testing.T) {
 	if !errors.Is(err, ErrImagePull) || !strings.Contains(err.Error(), "no progress from "+l.Addr().String()) {
 		t.Fatalf("stalled registry: %v", err)
 	}
-	if took > 10*time.Second {
+	if took > 30*time.Second { // not stuck with the registry; generous for a busy machine
 		t.Fatalf("gave up after %s; the progress timeout is 1s", took)
 	}
 }
@@ -271,7 +271,7 @@ func TestConcurrentPullsAreOne(t *testing.T) {
 		if !errors.Is(err, context.Canceled) {
 			t.Fatalf("pull ended with %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the pull went on after its only caller left")
 	}
 }
