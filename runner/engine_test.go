@@ -326,6 +326,7 @@ func TestEngineChecksNetworkDeeplyOnlyEveryInterval(t *testing.T) {
 	f := startEngine(t)
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
 	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.waitLoop(t)
 	deep := func() int { f.net.mu.Lock(); defer f.net.mu.Unlock(); return f.net.deepChecks }
 	for range 4 { // resyncs within the interval: cheap checks only
 		f.clock.Advance(time.Minute)
