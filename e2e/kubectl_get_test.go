@@ -167,9 +167,24 @@ func TestKubectlWatchPods(t *testing.T) {
 			lines <- sc.Text()
 		}
 	}()
-	// The watch is open once kubectl has listed (nothing, on stderr); give
-	// it a moment, then add the pod.
-	time.Sleep(2 * time.Second)
+	// The watch goes on from the list's resourceVersion once kubectl has
+	// listed, which it does not say while there is nothing: a marker pod
+	// shows when it has, however long kubectl takes to start on a busy
+	// machine. Only then is the pod added, so its Pending is watched.
+	n.writeManifest("marker.yaml", strings.ReplaceAll(idlePod, "name: web", "name: marker"))
+	var seen []string
+	listed := time.After(waitTimeout)
+	for !slices.ContainsFunc(seen, func(l string) bool { return strings.Contains(l, "marker-e2e") }) {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("kubectl get -w ended; saw %q", seen)
+			}
+			seen = append(seen, line)
+		case <-listed:
+			t.Fatalf("kubectl get -w never showed the marker pod; printed:\n%s", strings.Join(seen, "\n"))
+		}
+	}
 	n.writeManifest("w.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -182,7 +197,6 @@ spec:
     command: ["sh", "-c", '`+untilTerm+`']
 `)
 	want := []string{"Pending", "Running", "Terminating", "DELETED"}
-	var seen []string
 	deadline := time.After(waitTimeout + 10*time.Second)
 	removed := false
 	for len(want) > 0 {
@@ -298,10 +312,10 @@ func TestReadmeKubectlExamples(t *testing.T) {
 			args[i] = strings.ReplaceAll(a, "$(hostname)", nodeName)
 		}
 		if slices.Contains(args, "-w") {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			out, err := n.kubectlCmd(ctx, view, args...).Output()
-			cancel()
-			if !strings.Contains(string(out), "web-e2e") {
+			// A watch never ends: read until the pod shows, then stop it
+			// (a fixed few seconds can be too short on a busy machine).
+			out, err := n.kubectlUntil(view, "web-e2e", args...)
+			if !strings.Contains(out, "web-e2e") {
 				t.Errorf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 			}
 			continue
@@ -311,4 +325,31 @@ func TestReadmeKubectlExamples(t *testing.T) {
 			t.Errorf("kubectl %s printed nothing", strings.Join(args, " "))
 		}
 	}
+}
+
+// kubectlUntil runs kubectl until a line of its output contains want (or
+// waitTimeout passes) and returns the output read by then.
+func (n *node) kubectlUntil(kubeconfig, want string, args ...string) (string, error) {
+	n.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	defer cancel()
+	cmd := n.kubectlCmd(ctx, kubeconfig, args...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	var out strings.Builder
+	sc := bufio.NewScanner(stdout)
+	for sc.Scan() {
+		out.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), want) {
+			break
+		}
+	}
+	cancel()
+	err = cmd.Wait()
+	return out.String(), err
 }
