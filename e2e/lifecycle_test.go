@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/noderun/noderun/crilog"
 )
@@ -114,15 +117,66 @@ func (n *node) firstLine(p *v1.Pod, container string, run int, want string) (tim
 	return time.Time{}, false
 }
 
-// probeCounts reads noderun's prober_probe_total for one probe of a pod's
-// container: attempts by result ("successful", "failed", "unknown"). noderun
-// counts each result before acting on it, so a status read before the
-// counts never shows a change the counts do not explain.
-func (n *node) probeCounts(kubeconfig, pod, container, probeType string) map[string]int {
+// metricsReader reads noderun's /metrics with the view token: one HTTPS
+// request, quick enough to make beside a status poll.
+type metricsReader struct {
+	n      *node
+	url    string
+	token  string
+	client *http.Client
+}
+
+func (n *node) metricsReader() *metricsReader {
 	n.t.Helper()
+	var cfg struct {
+		Users []struct {
+			User struct {
+				TokenFile string `json:"tokenFile"`
+			} `json:"user"`
+		} `json:"users"`
+	}
+	b, err := os.ReadFile(n.kubeconfig(false))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil || len(cfg.Users) == 0 {
+		n.t.Fatalf("kubeconfig: %v", err)
+	}
+	token, err := os.ReadFile(cfg.Users[0].User.TokenFile)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return &metricsReader{n: n, url: n.apiServer() + "/metrics", token: strings.TrimSpace(string(token)), client: n.apiClient()}
+}
+
+func (m *metricsReader) read() string {
+	m.n.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, m.url, nil)
+	if err != nil {
+		m.n.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+m.token)
+	resp, err := m.client.Do(req)
+	if err != nil {
+		m.n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		m.n.t.Fatalf("GET /metrics: %s %v: %s", resp.Status, err, b)
+	}
+	return string(b)
+}
+
+// probeCounts picks from metrics noderun's prober_probe_total for one probe
+// of a pod's container: attempts by result ("successful", "failed",
+// "unknown"). noderun counts each result before acting on it, so a status
+// read before the counts never shows a change the counts do not explain.
+func probeCounts(t *testing.T, metrics, pod, container, probeType string) map[string]int {
+	t.Helper()
 	out := map[string]int{}
 	want := []string{fmt.Sprintf("container=%q", container), fmt.Sprintf("pod=%q", pod+"-"+nodeName), fmt.Sprintf("probe_type=%q", probeType)}
-	for _, l := range strings.Split(n.kubectlOK(kubeconfig, "get", "--raw", "/metrics"), "\n") {
+	for _, l := range strings.Split(metrics, "\n") {
 		rest, ok := strings.CutPrefix(l, "prober_probe_total{")
 		labels, value, found := strings.Cut(rest, "} ")
 		if !ok || !found || !allIn(labels, want) {
@@ -132,7 +186,7 @@ func (n *node) probeCounts(kubeconfig, pod, container, probeType string) map[str
 		result, _, _ = strings.Cut(result, `"`)
 		v, err := strconv.ParseFloat(value, 64)
 		if err != nil {
-			n.t.Fatalf("metric line %q: %v", l, err)
+			t.Fatalf("metric line %q: %v", l, err)
 		}
 		out[result] = int(v)
 	}
@@ -322,7 +376,7 @@ func TestLifecycleReadinessFlips(t *testing.T) {
       failureThreshold: 3
 `))
 	}
-	kubeconfig := n.kubeconfig(false)
+	metrics := n.metricsReader()
 	changes := map[string][]readyChange{}
 	done := func() bool {
 		for kind := range probeHandlers {
@@ -333,6 +387,7 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 		return true
 	}
 	for deadline := time.Now().Add(2 * time.Minute); !done() && time.Now().Before(deadline); time.Sleep(pollEvery / 2) {
+		var changed []string
 		for _, p := range n.pods() {
 			kind := strings.TrimSuffix(strings.TrimPrefix(p.Name, "ready-"), "-"+nodeName)
 			if _, ok := probeHandlers[kind]; !ok || !running(&p) {
@@ -347,7 +402,14 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 				t.Fatalf("%s: readiness restarted the container", kind)
 			}
 			if c := changes[kind]; len(c) == 0 || c[len(c)-1].ready != ready {
-				changes[kind] = append(c, readyChange{ready, n.probeCounts(kubeconfig, "ready-"+kind, "main", "Readiness"), &p})
+				changes[kind] = append(c, readyChange{ready: ready, pod: &p})
+				changed = append(changed, kind)
+			}
+		}
+		if len(changed) > 0 {
+			m := metrics.read()
+			for _, kind := range changed {
+				changes[kind][len(changes[kind])-1].counts = probeCounts(t, m, "ready-"+kind, "main", "Readiness")
 			}
 		}
 	}
