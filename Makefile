@@ -18,7 +18,7 @@ BUILD_ENV   := CGO_ENABLED=0
 BUILD_TAGS  := grpcnotrace,urfave_cli_no_docs,noderun_logdriver
 DRIVER      := internal/logdriver/bin/log-driver
 
-.PHONY: all build run test test-short chaos soak soak-check lint deps test-deps example-image clean docs
+.PHONY: all build run test test-loaded test-short chaos soak soak-check lint deps test-deps example-image clean docs
 
 all: build
 
@@ -50,6 +50,12 @@ RACE_PKGS := . ./cni/... ./crilog/... ./internal/... ./kubeapi/... ./manifests/.
 test: test-deps lint
 	$(GO) test -count=1 -timeout 15m ./...
 	CGO_ENABLED=1 $(GO) test -race -short -count=1 $(RACE_PKGS)
+
+# make test on a busy machine: one busy loop pinned to each CPU for the
+# whole run (.ci/loaded), killed afterwards whatever the result. Tests must
+# hold here: a test that times the machine instead of noderun fails.
+test-loaded:
+	./.ci/loaded $(MAKE) test
 
 # The fault-injection suite at the issue's full sizes (make test runs it
 # small); it prints a summary: scenarios, pods, healthy restarts, leaks, time.

@@ -97,7 +97,7 @@ func dialHello(t *testing.T, addr string) {
 		t.Fatalf("dial %s: %v", addr, err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.SetDeadline(time.Now().Add(30 * time.Second))
 	got, err := io.ReadAll(c)
 	if err != nil || string(got) != "hello" {
 		t.Fatalf("read from %s: %q, %v", addr, got, err)

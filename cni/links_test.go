@@ -16,23 +16,29 @@ func TestWatchLinkDeletionsSeesADeletedVeth(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- WatchLinkDeletions(ctx, func(name string) { gone <- name }) }()
 
-	// The subscription is set up asynchronously; add the pair only after a
-	// moment so its deletion cannot be missed.
-	time.Sleep(100 * time.Millisecond)
-	if out, err := exec.Command("ip", "link", "add", "nrtw0", "type", "veth", "peer", "name", "nrtw1").CombinedOutput(); err != nil {
-		t.Fatalf("ip link add: %v: %s", err, out)
-	}
-	if out, err := exec.Command("ip", "link", "del", "nrtw0").CombinedOutput(); err != nil {
-		t.Fatalf("ip link del: %v: %s", err, out)
-	}
+	// The subscription is set up asynchronously, with nothing to tell when
+	// it is: the pair is added and deleted again until a deletion is
+	// reported (a fixed wait may be too short on a busy machine).
 	var seen []string
-	timeout := time.After(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !slices.Contains(seen, "nrtw0") {
-		select {
-		case n := <-gone:
-			seen = append(seen, n)
-		case <-timeout:
+		if time.Now().After(deadline) {
 			t.Fatalf("deletion of nrtw0 not reported; saw %v", seen)
+		}
+		if out, err := exec.Command("ip", "link", "add", "nrtw0", "type", "veth", "peer", "name", "nrtw1").CombinedOutput(); err != nil {
+			t.Fatalf("ip link add: %v: %s", err, out)
+		}
+		if out, err := exec.Command("ip", "link", "del", "nrtw0").CombinedOutput(); err != nil {
+			t.Fatalf("ip link del: %v: %s", err, out)
+		}
+		for wait := time.After(time.Second); !slices.Contains(seen, "nrtw0"); {
+			select {
+			case n := <-gone:
+				seen = append(seen, n)
+				continue
+			case <-wait:
+			}
+			break
 		}
 	}
 	cancel()

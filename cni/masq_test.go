@@ -74,7 +74,7 @@ func TestNodeWideMasquerade(t *testing.T) {
 		if peer != hostIP {
 			t.Errorf("the connection came from %s, want the host's %s", peer, hostIP)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("the connection was never accepted")
 	}
 

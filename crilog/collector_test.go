@@ -210,7 +210,7 @@ func TestCollectorCountsDrops(t *testing.T) {
 		if !strings.Contains(r, full.Path+": crilog: write: ") {
 			t.Errorf("report %q", r)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Error("the failure was not reported")
 	}
 	outW.Close()

@@ -377,7 +377,7 @@ func TestServeFDsReadyBeforeHandoff(t *testing.T) {
 	path := filepath.Join(dir, "pod", "0.log")
 	serving := filepath.Join(dir, "serving")
 	d := startDriver(t, "CRILOG_HELPER_PATH="+Target{Path: path, Collector: sock}.Arg(), "CRILOG_HELPER_SERVING="+serving)
-	d.ready.SetReadDeadline(time.Now().Add(5 * time.Second))
+	d.ready.SetReadDeadline(time.Now().Add(30 * time.Second))
 	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		close(refuse)
 		t.Fatalf("ready read = %v while the collector holds the hand-over, want EOF", err)
@@ -458,7 +458,7 @@ func TestServeFDsReportsFailure(t *testing.T) {
 	if _, err := d.ready.Read(make([]byte, 1)); err != io.EOF {
 		t.Errorf("ready read = %v, want EOF", err)
 	}
-	l.SetReadDeadline(time.Now().Add(5 * time.Second))
+	l.SetReadDeadline(time.Now().Add(30 * time.Second))
 	buf := make([]byte, 4096)
 	n, err := l.Read(buf)
 	if err != nil {
@@ -486,7 +486,7 @@ func TestServeReportsWriteFailureAtOnce(t *testing.T) {
 		if !errors.Is(err, syscall.ENOSPC) {
 			t.Errorf("reported %v, want ENOSPC", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("a failed write was not reported while the driver ran")
 	}
 	errW.Close()

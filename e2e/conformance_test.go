@@ -60,10 +60,16 @@ func TestConformanceExecLiveness(t *testing.T) {
 	}
 	ran := last.FinishedAt.Sub(last.StartedAt.Time)
 	t.Logf("first run lasted %s (kubelet: ~75 s, restarted ~76 s after the start)", ran)
-	if ran < 70*time.Second || ran > 82*time.Second {
+	// Killed at the third failure, then the whole grace period: by
+	// noderun's record of the run, not by when the test looked. The upper
+	// bound only says "then"; the count says which failure killed it.
+	if ran < 70*time.Second || ran > 100*time.Second {
 		t.Errorf("first run lasted %s, want ~75 s (probe fails at ~35/40/45 s, then 30 s grace)", ran)
 	}
 	evs := n.events("liveness-exec")
+	if got := eventCount(evs, "Unhealthy", "Liveness probe failed:"); got != 3 {
+		t.Errorf("%d Unhealthy liveness events, want 3 (failureThreshold):%s", got, eventsText(evs))
+	}
 	if !hasEvent(evs, "Unhealthy", "Liveness probe failed: cat: can't open '/tmp/healthy'") || !hasEvent(evs, "Killing", "Container liveness failed liveness probe") {
 		t.Errorf("events: %+v", evs)
 	}
@@ -77,10 +83,12 @@ func TestConformanceTCPLivenessReadiness(t *testing.T) {
 	n.writeManifest("tcp-liveness-readiness.yaml", conformanceManifest(t, "tcp-liveness-readiness.yaml"))
 	p := n.waitPod("goproxy", "running", running)
 	started := containerStatus(p, "goproxy").State.Running.StartedAt.Time
-	p = n.waitPodFor("goproxy", "Ready", 40*time.Second, func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
-	readyAt := time.Now()
+	p = n.waitPodFor("goproxy", "Ready", 90*time.Second, func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
+	// By noderun's record, whole seconds (15 s or more is exact); the
+	// upper bound only says "then".
+	readyAt := condition(p, v1.PodReady).LastTransitionTime.Time
 	t.Logf("Ready %s after the container started (kubelet: ~20 s)", readyAt.Sub(started))
-	if after := readyAt.Sub(started); after < 15*time.Second || after > 27*time.Second {
+	if after := readyAt.Sub(started); after < 15*time.Second || after > 45*time.Second {
 		t.Errorf("Ready %s after the container started, want ~20 s (not before the 15 s initial delay)", after)
 	}
 	time.Sleep(12 * time.Second) // a liveness tick or more
@@ -206,10 +214,13 @@ func TestConformanceKubeadmEtcd(t *testing.T) {
 	n.writeManifest("etcd.yaml", m)
 	p := n.waitPodFor("etcd", "running", 60*time.Second, running)
 	started := containerStatus(p, "etcd").State.Running.StartedAt.Time
-	p = n.waitPodFor("etcd", "Ready", 60*time.Second, func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
-	after := time.Since(started)
+	p = n.waitPodFor("etcd", "Ready", 2*time.Minute, func(p *v1.Pod) bool { return podCondition(p, v1.PodReady) })
+	// By noderun's record (whole seconds, so 10 s or more is exact), not
+	// by when the test saw it. The upper bound only says "then": etcd
+	// itself is slow to become healthy on a busy machine.
+	after := condition(p, v1.PodReady).LastTransitionTime.Sub(started)
 	t.Logf("etcd Ready %s after it started (kubelet: 11-25 s)", after)
-	if after < 10*time.Second || after > 32*time.Second {
+	if after < 10*time.Second || after > time.Minute {
 		t.Errorf("Ready %s after start, want ~11-25 s (startup probe after its 10 s initial delay, then readiness)", after)
 	}
 	cs := containerStatus(p, "etcd")

@@ -258,7 +258,8 @@ spec:
 	}
 	gap1, gap2 := starts[1].Sub(starts[0]), starts[2].Sub(starts[1])
 	t.Logf("restart gaps: %s, %s", gap1.Round(time.Millisecond), gap2.Round(time.Millisecond))
-	if gap1 > 5*time.Second {
+	// Below the 10 s backoff with room for a slow start on a busy machine.
+	if gap1 > 8*time.Second {
 		t.Errorf("first restart came after %s, want (nearly) immediate", gap1)
 	}
 	if gap2 < 9*time.Second || gap2 > 20*time.Second {
@@ -405,17 +406,19 @@ spec:
 	removed := time.Now()
 	n.removeManifest("polite.yaml")
 	n.removeManifest("stubborn.yaml")
-	politeGone := n.waitGone("polite", 20*time.Second).Sub(removed)
-	stubbornGone := n.waitGone("stubborn", 20*time.Second).Sub(removed)
+	politeGone := n.waitGone("polite", time.Minute).Sub(removed)
+	stubbornGone := n.waitGone("stubborn", time.Minute).Sub(removed)
 	t.Logf("removal took %s (exits on TERM), %s (2s grace, ignores TERM)",
 		politeGone.Round(time.Millisecond), stubbornGone.Round(time.Millisecond))
-	if politeGone > 4*time.Second {
+	// The upper bounds tell the grace periods apart (30 s, 2 s), with room
+	// for a busy machine: they are counted up to when the test saw it.
+	if politeGone > 15*time.Second {
 		t.Errorf("pod exiting on TERM took %s to remove", politeGone)
 	}
 	if stubbornGone < 2*time.Second {
 		t.Errorf("pod ignoring TERM removed after %s, before its 2s grace period", stubbornGone)
 	}
-	if stubbornGone > 2*time.Second+4*time.Second {
+	if stubbornGone > 2*time.Second+13*time.Second {
 		t.Errorf("pod ignoring TERM took %s to remove, want its 2s grace plus little", stubbornGone)
 	}
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -165,9 +166,24 @@ func TestKubectlWatchPods(t *testing.T) {
 			lines <- sc.Text()
 		}
 	}()
-	// The watch is open once kubectl has listed (nothing, on stderr); give
-	// it a moment, then add the pod.
-	time.Sleep(2 * time.Second)
+	// The watch goes on from the list's resourceVersion once kubectl has
+	// listed, which it does not say while there is nothing: a marker pod
+	// shows when it has, however long kubectl takes to start on a busy
+	// machine. Only then is the pod added, so its Pending is watched.
+	n.writeManifest("marker.yaml", strings.ReplaceAll(idlePod, "name: web", "name: marker"))
+	var seen []string
+	listed := time.After(waitTimeout)
+	for !slices.ContainsFunc(seen, func(l string) bool { return strings.Contains(l, "marker-e2e") }) {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("kubectl get -w ended; saw %q", seen)
+			}
+			seen = append(seen, line)
+		case <-listed:
+			t.Fatalf("kubectl get -w never showed the marker pod; printed:\n%s", strings.Join(seen, "\n"))
+		}
+	}
 	n.writeManifest("w.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -180,7 +196,6 @@ spec:
     command: ["sh", "-c", '`+untilTerm+`']
 `)
 	want := []string{"Pending", "Running", "Terminating", "DELETED"}
-	var seen []string
 	deadline := time.After(waitTimeout + 10*time.Second)
 	removed := false
 	for len(want) > 0 {

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	v1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/noderun/noderun/crilog"
 )
@@ -114,6 +117,101 @@ func (n *node) firstLine(p *v1.Pod, container string, run int, want string) (tim
 	return time.Time{}, false
 }
 
+// metricsReader reads noderun's /metrics with the view token: one HTTPS
+// request, quick enough to make beside a status poll.
+type metricsReader struct {
+	n      *node
+	url    string
+	token  string
+	client *http.Client
+}
+
+func (n *node) metricsReader() *metricsReader {
+	n.t.Helper()
+	var cfg struct {
+		Users []struct {
+			User struct {
+				TokenFile string `json:"tokenFile"`
+			} `json:"user"`
+		} `json:"users"`
+	}
+	b, err := os.ReadFile(n.kubeconfig(false))
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	if err := yaml.Unmarshal(b, &cfg); err != nil || len(cfg.Users) == 0 {
+		n.t.Fatalf("kubeconfig: %v", err)
+	}
+	token, err := os.ReadFile(cfg.Users[0].User.TokenFile)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return &metricsReader{n: n, url: n.apiServer() + "/metrics", token: strings.TrimSpace(string(token)), client: n.apiClient()}
+}
+
+func (m *metricsReader) read() string {
+	m.n.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, m.url, nil)
+	if err != nil {
+		m.n.t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+m.token)
+	resp, err := m.client.Do(req)
+	if err != nil {
+		m.n.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		m.n.t.Fatalf("GET /metrics: %s %v: %s", resp.Status, err, b)
+	}
+	return string(b)
+}
+
+// probeCounts picks from metrics noderun's prober_probe_total for one probe
+// of a pod's container: attempts by result ("successful", "failed",
+// "unknown"). noderun counts each result before acting on it, so a status
+// read before the counts never shows a change the counts do not explain.
+func probeCounts(t *testing.T, metrics, pod, container, probeType string) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	want := []string{fmt.Sprintf("container=%q", container), fmt.Sprintf("pod=%q", pod+"-"+nodeName), fmt.Sprintf("probe_type=%q", probeType)}
+	for _, l := range strings.Split(metrics, "\n") {
+		rest, ok := strings.CutPrefix(l, "prober_probe_total{")
+		labels, value, found := strings.Cut(rest, "} ")
+		if !ok || !found || !allIn(labels, want) {
+			continue
+		}
+		_, result, _ := strings.Cut(labels, `result="`)
+		result, _, _ = strings.Cut(result, `"`)
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		out[result] = int(v)
+	}
+	return out
+}
+
+func allIn(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
+}
+
+// condition returns a pod condition of type t, or nil.
+func condition(p *v1.Pod, t v1.PodConditionType) *v1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == t {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
 // checkTiming logs a measured delay beside the kubelet's and fails it
 // outside [lo, hi].
 func checkTiming(t *testing.T, what string, got, lo, hi time.Duration, kubelet string) {
@@ -158,7 +256,9 @@ spec:
 
 // TestLifecycleLivenessRestarts: each kind of liveness probe restarts its
 // container once the target has failed failureThreshold probes in a row,
-// with the pod's grace period between SIGTERM and SIGKILL.
+// with the pod's grace period between SIGTERM and SIGKILL. What proves it is
+// noderun's record (events, the runs' times, the log) and the order of
+// things, not when the test happened to look: that depends on the machine.
 func TestLifecycleLivenessRestarts(t *testing.T) {
 	t.Parallel()
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
@@ -167,7 +267,8 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 	// for 6 s, longer than a probe that always fails would take to kill
 	// (1 s delay + 3 failures), which would then signal before "unhealthy".
 	// A trapped signal interrupts wait at once, where sh would finish a
-	// foreground sleep first.
+	// foreground sleep first. The timeout is generous: a probe held up by
+	// a busy machine is not what this test is about.
 	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer +
 		"sleep 6 & wait $!; rm /tmp/healthy; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
@@ -175,15 +276,15 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
       `+handler+`
       initialDelaySeconds: 1
       periodSeconds: 1
-      timeoutSeconds: 1
+      timeoutSeconds: 5
       failureThreshold: 3
 `))
 	}
 	for kind := range probeHandlers {
 		name := "live-" + kind
-		p := n.waitPodFor(name, "restarted by its liveness probe", 40*time.Second, func(p *v1.Pod) bool {
+		p := n.waitPodFor(name, "restarted by its liveness probe", 90*time.Second, func(p *v1.Pod) bool {
 			cs := containerStatus(p, "main")
-			return cs != nil && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil
+			return cs != nil && cs.RestartCount >= 1 && cs.LastTerminationState.Terminated != nil && cs.State.Running != nil
 		})
 		cs := containerStatus(p, "main")
 		if cs.RestartCount != 1 {
@@ -192,6 +293,20 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 		last := cs.LastTerminationState.Terminated
 		if last.Reason != "Error" || last.ExitCode != 137 {
 			t.Errorf("%s: lastState %s/%d, want Error/137", kind, last.Reason, last.ExitCode)
+		}
+		evs := n.events(name)
+		// Which results killed it: the kubelet records each failed attempt
+		// and holds the probe while the container is killed, so three
+		// failures mean the third killed, not the first.
+		if got := eventCount(evs, "Unhealthy", "Liveness probe failed:"); got != 3 {
+			t.Errorf("%s: %d Unhealthy liveness events, want 3 (one per failure up to the threshold):%s", kind, got, eventsText(evs))
+		}
+		unhealthyEv := findEvent(evs, "Unhealthy", "Liveness probe failed:")
+		killing := findEvent(evs, "Killing", "Container main failed liveness probe, will be restarted")
+		if killing == nil {
+			t.Errorf("%s: no Killing event:%s", kind, eventsText(evs))
+		} else if unhealthyEv != nil && killing.FirstTimestamp.Before(&unhealthyEv.LastTimestamp) {
+			t.Errorf("%s: Killing before the last failure it follows from:%s", kind, eventsText(evs))
 		}
 		// The first run has ended: its log is complete.
 		unhealthy, okU := n.firstLine(p, "main", 0, "unhealthy")
@@ -202,38 +317,49 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 		}
 		if term.Before(unhealthy) {
 			t.Errorf("%s: SIGTERM came %s before the target turned unhealthy: its probe failed against a healthy target:%s",
-				kind, unhealthy.Sub(term).Round(time.Millisecond), eventsText(n.events(name)))
+				kind, unhealthy.Sub(term).Round(time.Millisecond), eventsText(evs))
 			continue
 		}
+		// SIGKILL only at the end of the 2 s grace: the next run cannot
+		// start sooner after SIGTERM (a busy machine only adds to this).
 		restarted := n.lineTimes(p, "main", 1, "start")[0]
-		// The failures come at the 1 s ticks after the target turned
-		// unhealthy; the third kills. Killing at the first failure would
-		// signal within 1 s.
-		checkTiming(t, kind+": unhealthy -> SIGTERM", term.Sub(unhealthy), 1500*time.Millisecond, 4500*time.Millisecond,
-			"the 3rd failed probe, 2-3 s")
-		checkTiming(t, kind+": SIGTERM -> next run", restarted.Sub(term), 1800*time.Millisecond, 5*time.Second,
-			"SIGKILL after the 2 s grace period, then the first restart at once")
-		evs := n.events(name)
-		// The kubelet records each failed attempt and holds the probe while
-		// the container is killed.
-		if got := eventCount(evs, "Unhealthy", "Liveness probe failed:"); got != 3 {
-			t.Errorf("%s: %d Unhealthy liveness events, want 3 (one per failure up to the threshold):%s", kind, got, eventsText(evs))
+		if d := restarted.Sub(term); d < 1800*time.Millisecond {
+			t.Errorf("%s: next run %s after SIGTERM, want at least the 2 s grace period", kind, d.Round(time.Millisecond))
 		}
-		if !hasEvent(evs, "Killing", "Container main failed liveness probe, will be restarted") {
-			t.Errorf("%s: no Killing event:%s", kind, eventsText(evs))
+		// The first restart comes at once (the crash backoff starts with
+		// the second), by noderun's own times of the exit and the new
+		// run's start, whole seconds: a 10 s backoff would show 9 s or more.
+		if gap := cs.State.Running.StartedAt.Sub(last.FinishedAt.Time); gap > 7*time.Second {
+			t.Errorf("%s: the first restart started %s after the kill ended the run, want at once (no backoff)", kind, gap)
 		}
 	}
 }
 
-// readyChange is a change of a pod's Ready condition and when the test saw it.
+// findEvent returns the first event with reason whose message starts with
+// prefix, or nil.
+func findEvent(evs []v1.Event, reason, prefix string) *v1.Event {
+	for i := range evs {
+		if evs[i].Reason == reason && strings.HasPrefix(evs[i].Message, prefix) {
+			return &evs[i]
+		}
+	}
+	return nil
+}
+
+// readyChange is a change of a pod's Ready condition as the test saw it,
+// with noderun's counts of the readiness probe's results read just after.
 type readyChange struct {
-	ready bool
-	at    time.Time
+	ready  bool
+	counts map[string]int
+	pod    *v1.Pod
 }
 
 // TestLifecycleReadinessFlips: Ready follows each kind of readiness probe
 // both ways, after successThreshold or failureThreshold probes in a row,
-// never before the first success, and never restarts anything.
+// never before the first success, and never restarts anything. Each flip is
+// checked against noderun's count of the probe's results (read after the
+// status, so it holds every result the status acted on) and dated by the
+// condition's lastTransitionTime, not by when the test saw it.
 func TestLifecycleReadinessFlips(t *testing.T) {
 	t.Parallel()
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
@@ -245,13 +371,13 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 		n.writeManifest("ready-"+kind+".yaml", probedPod("ready-"+kind, script, `    readinessProbe:
       `+handler+`
       periodSeconds: 1
-      timeoutSeconds: 1
+      timeoutSeconds: 5
       successThreshold: 3
       failureThreshold: 3
 `))
 	}
+	metrics := n.metricsReader()
 	changes := map[string][]readyChange{}
-	pods := map[string]*v1.Pod{}
 	done := func() bool {
 		for kind := range probeHandlers {
 			if len(changes[kind]) < 4 {
@@ -260,7 +386,8 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 		}
 		return true
 	}
-	for deadline := time.Now().Add(40 * time.Second); !done() && time.Now().Before(deadline); time.Sleep(pollEvery / 2) {
+	for deadline := time.Now().Add(2 * time.Minute); !done() && time.Now().Before(deadline); time.Sleep(pollEvery / 2) {
+		var changed []string
 		for _, p := range n.pods() {
 			kind := strings.TrimSuffix(strings.TrimPrefix(p.Name, "ready-"), "-"+nodeName)
 			if _, ok := probeHandlers[kind]; !ok || !running(&p) {
@@ -275,31 +402,54 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 				t.Fatalf("%s: readiness restarted the container", kind)
 			}
 			if c := changes[kind]; len(c) == 0 || c[len(c)-1].ready != ready {
-				changes[kind] = append(c, readyChange{ready, time.Now()})
+				changes[kind] = append(c, readyChange{ready: ready, pod: &p})
+				changed = append(changed, kind)
 			}
-			pods[kind] = &p
+		}
+		if len(changed) > 0 {
+			m := metrics.read()
+			for _, kind := range changed {
+				changes[kind][len(changes[kind])-1].counts = probeCounts(t, m, "ready-"+kind, "main", "Readiness")
+			}
 		}
 	}
 	for kind := range probeHandlers {
+		c := changes[kind]
 		var seen []bool
-		for _, c := range changes[kind] {
-			seen = append(seen, c.ready)
+		for _, ch := range c {
+			seen = append(seen, ch.ready)
 		}
 		if want := []bool{false, true, false, true}; !slices.Equal(seen, want) {
 			t.Errorf("%s: Ready went %v, want %v; events: %+v", kind, seen, want, eventsText(n.events("ready-"+kind)))
 			continue
 		}
-		healthy := n.lineTimes(pods[kind], "main", 0, "healthy")
-		unhealthy := n.lineTimes(pods[kind], "main", 0, "unhealthy")
+		// Three results in a row of the new kind since the last flip: the
+		// target was unhealthy before its first healthy phase, healthy
+		// only in between.
+		if got := c[1].counts["successful"]; got < 3 {
+			t.Errorf("%s: Ready after %d successful probes, want at least 3 (successThreshold)", kind, got)
+		}
+		if got := c[2].counts["failed"] - c[1].counts["failed"]; got < 3 {
+			t.Errorf("%s: not Ready after %d failed probes, want at least 3 (failureThreshold)", kind, got)
+		}
+		if got := c[3].counts["successful"] - c[2].counts["successful"]; got < 3 {
+			t.Errorf("%s: Ready again after %d successful probes, want at least 3 (successThreshold)", kind, got)
+		}
+		healthy := n.lineTimes(c[3].pod, "main", 0, "healthy")
+		unhealthy := n.lineTimes(c[3].pod, "main", 0, "unhealthy")
 		if len(healthy) != 2 || len(unhealthy) != 2 {
 			t.Fatalf("%s: probeserver logged %d healthy and %d unhealthy, want 2 and 2", kind, len(healthy), len(unhealthy))
 		}
-		// Three probes in a row at 1 s ticks: 2-3 s after the change.
-		// Flipping at the first probe would take at most 1 s.
-		const lo, hi, kubelet = 1500 * time.Millisecond, 4500 * time.Millisecond, "the 3rd probe in a row, 2-3 s"
-		checkTiming(t, kind+": healthy -> Ready", changes[kind][1].at.Sub(healthy[0]), lo, hi, kubelet)
-		checkTiming(t, kind+": unhealthy -> not Ready", changes[kind][2].at.Sub(unhealthy[1]), lo, hi, kubelet)
-		checkTiming(t, kind+": healthy again -> Ready", changes[kind][3].at.Sub(healthy[1]), lo, hi, kubelet)
+		// Not never: each flip follows the change of health within a few
+		// periods, by the condition's lastTransitionTime (whole seconds).
+		// Three probes in a row take 2-3 s; the bound is generous.
+		for i, from := range []time.Time{healthy[0], unhealthy[1], healthy[1]} {
+			at := condition(c[i+1].pod, v1.PodReady).LastTransitionTime.Time
+			if d := at.Sub(from.Truncate(time.Second)); d < 0 || d > 15*time.Second {
+				t.Errorf("%s: Ready %t at %s, %s after the target's health changed at %s; want after, within a few probe periods",
+					kind, c[i+1].ready, at.Format(time.TimeOnly), d, from.Format("15:04:05.000"))
+			}
+		}
 	}
 	if !hasEvent(n.events("ready-http"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503") {
 		t.Errorf("no Unhealthy readiness event for the HTTP probe:%s", eventsText(n.events("ready-http")))
@@ -354,8 +504,11 @@ spec:
 		t.Errorf("started but not ready; with no readiness probe it is ready once started")
 	}
 	up := n.lineTimes(p, "main", 0, "up")[0]
-	// The first probe after /tmp/up exists succeeds: within a period.
-	checkTiming(t, "file created -> started seen", startedSeen.Sub(up), -200*time.Millisecond, 2500*time.Millisecond,
+	// Started only once /tmp/up exists (the log line comes just after the
+	// file, so a little before it is fine), and then by the next probe:
+	// within a period, which only a generous bound can check on a busy
+	// machine.
+	checkTiming(t, "file created -> started seen", startedSeen.Sub(up), -200*time.Millisecond, 15*time.Second,
 		"the next startup probe, within 1 s")
 	time.Sleep(3 * time.Second)
 	if cs := containerStatus(n.pod("slow"), "main"); cs.RestartCount != 0 {
@@ -606,11 +759,12 @@ spec:
 	stubborn := []struct {
 		name, grace, lifecycle string
 		preStop                time.Duration // removal -> SIGTERM
+		killed                 time.Duration // removal -> SIGKILL
 		kubelet                string
 	}{
-		{"stubborn", "5", "{preStop: {sleep: {seconds: 3}}}", 3 * time.Second, "3 s of preStop, then the 2 s left of the 5 s grace"},
-		{"late", "5", "{preStop: {sleep: {seconds: 4}}}", 4 * time.Second, "4 s of preStop, then 1 s left, raised to the 2 s minimum"},
-		{"brief", "1", "{}", 0, "no preStop, the 1 s grace raised to the 2 s minimum"},
+		{"stubborn", "5", "{preStop: {sleep: {seconds: 3}}}", 3 * time.Second, 5 * time.Second, "3 s of preStop, then the 2 s left of the 5 s grace"},
+		{"late", "5", "{preStop: {sleep: {seconds: 4}}}", 4 * time.Second, 6 * time.Second, "4 s of preStop, then 1 s left, raised to the 2 s minimum"},
+		{"brief", "1", "{}", 0, 2 * time.Second, "no preStop, the 1 s grace raised to the 2 s minimum"},
 	}
 	for _, s := range stubborn {
 		n.writeManifest(s.name+".yaml", fmt.Sprintf(`apiVersion: v1
@@ -640,7 +794,7 @@ spec:
 	for _, s := range stubborn {
 		n.removeManifest(s.name + ".yaml")
 	}
-	n.waitAllGone(20*time.Second, "drain", "stubborn", "late", "brief")
+	n.waitAllGone(time.Minute, "drain", "stubborn", "late", "brief")
 	for _, s := range stubborn {
 		up := uptimeLog(t, filepath.Join(dir, s.name))["term"]
 		exit, ok := exits.at(ids[s.name])
@@ -648,9 +802,18 @@ spec:
 			t.Errorf("%s: SIGTERM noted at uptime %.2f, exit seen %t: want both", s.name, up, ok)
 			continue
 		}
+		// SIGTERM only once the preStop hook is done, SIGKILL only once
+		// the grace period (what the hook left of it, at least 2 s) is
+		// over; both counted from the removal, which comes before noderun
+		// starts the kill, so a busy machine only makes them later. The
+		// trap notes SIGTERM late on a busy machine, so SIGTERM -> SIGKILL
+		// is not measured on its own. The upper bounds only say "then".
 		term := removed.Add(time.Duration((up - removedUp) * float64(time.Second)))
-		checkTiming(t, s.name+": removal -> SIGTERM", term.Sub(removed), s.preStop-200*time.Millisecond, s.preStop+time.Second, s.kubelet)
-		checkTiming(t, s.name+": SIGTERM -> SIGKILL", exit.Sub(term), 1800*time.Millisecond, 2800*time.Millisecond, s.kubelet)
+		checkTiming(t, s.name+": removal -> SIGTERM", term.Sub(removed), s.preStop-200*time.Millisecond, s.preStop+10*time.Second, s.kubelet)
+		checkTiming(t, s.name+": removal -> SIGKILL", exit.Sub(removed), s.killed-200*time.Millisecond, s.killed+10*time.Second, s.kubelet)
+		if exit.Before(term) {
+			t.Errorf("%s: the exit came before SIGTERM was noted", s.name)
+		}
 	}
 	log := uptimeLog(t, filepath.Join(dir, "drain"))
 	pre, term := log["prestop"], log["term"]
@@ -658,7 +821,7 @@ spec:
 		t.Fatalf("preStop at %.2f, SIGTERM at %.2f (uptimes): one is missing", pre, term)
 	}
 	checkTiming(t, "drain: preStop began -> SIGTERM", time.Duration((term-pre)*float64(time.Second)),
-		2800*time.Millisecond, 5*time.Second, "when the 3 s hook has returned")
+		2800*time.Millisecond, 15*time.Second, "when the 3 s hook has returned")
 }
 
 // hostUptime is the host's /proc/uptime, the clock containers can log.
@@ -812,9 +975,11 @@ spec:
 	proxyUp := n.lineTimes(p, "proxy", 0, "proxy-up")[0]
 	proxyReady := n.lineTimes(p, "proxy", 0, "proxy-ready")[0]
 	appStart := n.lineTimes(p, "app", 0, "app-start")[0]
-	checkTiming(t, "sidecar's startup probe can pass -> app starts", appStart.Sub(proxyUp), 0, 3*time.Second,
+	// The order is the behaviour; the upper bounds only say "then", and
+	// are generous for a busy machine.
+	checkTiming(t, "sidecar's startup probe can pass -> app starts", appStart.Sub(proxyUp), 0, 15*time.Second,
 		"the next startup probe within 1 s, then the app container")
-	checkTiming(t, "sidecar's readiness file -> pod Ready seen", readyAt.Sub(proxyReady), -200*time.Millisecond, 3500*time.Millisecond,
+	checkTiming(t, "sidecar's readiness file -> pod Ready seen", readyAt.Sub(proxyReady), -200*time.Millisecond, 15*time.Second,
 		"the next readiness probe within 1 s")
 
 	n.removeManifest("side.yaml")
@@ -853,7 +1018,7 @@ spec:
 		t.Errorf("app %+v, phase %s: the app keeps running while its sidecar crashes", app.State, p.Status.Phase)
 	}
 	runs := []time.Time{n.lineTimes(p, "proxy", 1, "proxy-start")[0], n.lineTimes(p, "proxy", 2, "proxy-start")[0]}
-	checkTiming(t, "sidecar's second restart after the first", runs[1].Sub(runs[0]), 10*time.Second, 20*time.Second,
+	checkTiming(t, "sidecar's second restart after the first", runs[1].Sub(runs[0]), 10*time.Second, 40*time.Second,
 		"its 1 s run, then the 10 s crash backoff")
 }
 
@@ -977,11 +1142,11 @@ func abbrev(s string) string {
 }
 
 // TestLifecycleActiveDeadline: the pod fails with DeadlineExceeded soon
-// after its deadline, and its containers are stopped.
+// after its deadline, and its containers are stopped. When is noderun's
+// record: the pod's startTime and the event's time.
 func TestLifecycleActiveDeadline(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	written := time.Now()
 	n.writeManifest("late.yaml", `apiVersion: v1
 kind: Pod
 metadata:
@@ -994,18 +1159,22 @@ spec:
     image: busybox:1.36
     command: ["sleep", "3600"]
 `)
-	p := n.waitPodFor("late", "Failed", 20*time.Second, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
-	// The deadline counts from startTime, after the manifest was written;
-	// the kubelet checks it every second.
-	checkTiming(t, "manifest written -> Failed seen", time.Since(written), 3*time.Second, 7*time.Second,
-		"at the 3 s deadline or within its next sync, ~1 s")
+	p := n.waitPodFor("late", "Failed", time.Minute, func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	evs := n.events("late")
+	ev := findEvent(evs, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline")
+	if ev == nil || p.Status.StartTime == nil {
+		t.Fatalf("startTime %v; no DeadlineExceeded event:%s", p.Status.StartTime, eventsText(evs))
+	}
+	// The deadline counts from startTime; the kubelet checks it every
+	// second. Both times are whole seconds, so 3 s or more after is exact:
+	// never before the deadline. The upper bound only says "soon".
+	if d := ev.FirstTimestamp.Sub(p.Status.StartTime.Time); d < 3*time.Second || d > 15*time.Second {
+		t.Errorf("DeadlineExceeded %s after startTime, want at the 3 s deadline or soon after", d)
+	}
 	if p.Status.Reason != "DeadlineExceeded" || p.Status.Message != "Pod was active on the node longer than the specified deadline" {
 		t.Errorf("reason %q message %q, want the kubelet's DeadlineExceeded", p.Status.Reason, p.Status.Message)
 	}
-	if evs := n.events("late"); !hasEvent(evs, "DeadlineExceeded", "Pod was active on the node longer than the specified deadline") {
-		t.Errorf("no DeadlineExceeded event:%s", eventsText(evs))
-	}
-	p = n.waitPodFor("late", "stopped", 10*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Terminated != nil })
+	p = n.waitPodFor("late", "stopped", 30*time.Second, func(p *v1.Pod) bool { return containerStatus(p, "main").State.Terminated != nil })
 	if cs := containerStatus(p, "main"); cs.RestartCount != 0 || p.Status.Phase != v1.PodFailed {
 		t.Errorf("after the deadline: restarts %d, phase %s; want nothing started again", cs.RestartCount, p.Status.Phase)
 	}

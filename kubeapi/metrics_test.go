@@ -29,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	// db starts: its start is timed.
 	started := phasePod("db", v1.PodRunning)
 	be.set([]v1.Pod{running, started}, nil)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	m.ProbeResult("Liveness", "failed", "main", "web", "default", "uid-web")
 	m.RuntimeOperation("start_container", 20*time.Millisecond, nil)
 	m.RuntimeOperation("pull_image", time.Second, errors.New("offline"))

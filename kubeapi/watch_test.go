@@ -100,7 +100,7 @@ func next(t *testing.T, ch <-chan event) (string, v1.Pod) {
 		var p v1.Pod
 		_ = json.Unmarshal(ev.Object, &p)
 		return ev.Type, p
-	case <-time.After(5 * time.Second):
+	case <-time.After(30 * time.Second):
 		t.Fatal("no watch event")
 	}
 	return "", v1.Pod{}
@@ -212,7 +212,7 @@ func TestFollowCoalescesBursts(t *testing.T) {
 	be := &countingBackend{fakeBackend: &fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}}}
 	s := New(testCreds)
 	s.Ready(be)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for be.lists.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}

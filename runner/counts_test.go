@@ -41,7 +41,7 @@ func TestEngineCountsPods(t *testing.T) {
 	waitFor(t, "the removed pod uncounted", func() bool { return f.e.PodCounts() == PodCounts{} })
 	select {
 	case <-changed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(waitLimit):
 		t.Fatal("no change signalled for the removal")
 	}
 }

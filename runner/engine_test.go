@@ -61,6 +61,14 @@ func startEngineWith(t *testing.T, set func(*Config), preload ...ContainerStatus
 	return f
 }
 
+// waitLoop waits for the engine's loop to arm its resync ticker. The loop
+// gets there after the first snapshot's pods may have started: advancing
+// the fake clock before would pass the ticker by, and no resync would come.
+func (f *engineFixture) waitLoop(t *testing.T) {
+	t.Helper()
+	waitFor(t, "the engine's resync ticker", func() bool { return f.clock.timerIn(f.e.cfg.Resync) })
+}
+
 func (f *engineFixture) send(pods ...*v1.Pod) {
 	f.snaps <- manifests.Snapshot{Source: "file:/test", Pods: pods}
 }
@@ -77,9 +85,14 @@ func testPod(uid, name string, policy v1.RestartPolicy) *v1.Pod {
 	}
 }
 
+// waitLimit only tells a hang from slowness: with a fake clock nothing here
+// waits on time, but on a busy machine (or under qemu) what takes
+// milliseconds may take seconds.
+const waitLimit = time.Minute
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -298,6 +311,7 @@ func TestEngineKeepsSandboxOnCheckError(t *testing.T) {
 	f.net.mu.Unlock()
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
 	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.waitLoop(t)
 	var ev *v1.Event
 	for i := range 2 { // two deep checks, 5m apart
 		f.clock.Advance(5 * time.Minute)
@@ -323,6 +337,7 @@ func TestEngineChecksNetworkDeeplyOnlyEveryInterval(t *testing.T) {
 	f := startEngine(t)
 	f.send(testPod("u1", "web", v1.RestartPolicyAlways))
 	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	f.waitLoop(t)
 	deep := func() int { f.net.mu.Lock(); defer f.net.mu.Unlock(); return f.net.deepChecks }
 	for range 4 { // resyncs within the interval: cheap checks only
 		f.clock.Advance(time.Minute)
@@ -620,7 +635,7 @@ func TestEngineKeepsTheCurrentAndPreviousRunsLogs(t *testing.T) {
 	// The worker prunes logs after the start returns.
 	var left []string
 	want := []string{"2.log", "other"}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(waitLimit)
 	for !slices.Equal(left, want) {
 		if time.Now().After(deadline) {
 			t.Fatalf("log dir holds %v, want %v (run 2, the previous, and what is not a run's log)", left, want)

@@ -173,14 +173,16 @@ func TestEngineActiveDeadlineFailsThePod(t *testing.T) {
 	d := int64(60)
 	pod.Spec.ActiveDeadlineSeconds = &d
 	f.send(pod)
-	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
+	waitFor(t, "Running", func() bool { p := f.status("u1"); return p != nil && p.Status.Phase == v1.PodRunning })
 	f.clock.Advance(59 * time.Second)
-	time.Sleep(20 * time.Millisecond)
 	if p := f.status("u1"); p.Status.Phase != v1.PodRunning {
 		t.Fatalf("phase %s before the deadline", p.Status.Phase)
 	}
 	f.clock.Advance(time.Second)
 	waitFor(t, "DeadlineExceeded", func() bool {
+		// A sync still going at the deadline arms its timer a moment
+		// past it: time goes on.
+		f.clock.Advance(time.Millisecond)
 		p := f.status("u1")
 		return p.Status.Phase == v1.PodFailed && p.Status.Reason == "DeadlineExceeded" && !conditionTrue(p, v1.PodReady)
 	})
@@ -320,7 +322,8 @@ func TestEngineImagePullBackOffAndPullEvents(t *testing.T) {
 		}
 	}
 	waitFor(t, "ErrImagePull", waiting("ErrImagePull"))
-	time.Sleep(20 * time.Millisecond) // the worker sets its timer after publishing
+	// The worker sets its timer after publishing.
+	waitFor(t, "the worker's timer", func() bool { return f.clock.timerIn(time.Second) })
 	f.clock.Advance(time.Second)
 	waitFor(t, "ImagePullBackOff", waiting("ImagePullBackOff"))
 	ensures := func() int { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.ensures }
@@ -330,7 +333,7 @@ func TestEngineImagePullBackOffAndPullEvents(t *testing.T) {
 	f.rt.mu.Lock()
 	f.rt.imageErr = nil
 	f.rt.mu.Unlock()
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, "the backoff's timer", func() bool { return f.clock.timerIn(9 * time.Second) })
 	f.clock.Advance(9 * time.Second)
 	waitFor(t, "started after the backoff", func() bool { return f.rt.startedCount() == 1 })
 	if !f.hasEvent("Pulling", `Pulling image "busybox:1.36"`) || !f.hasEvent("Pulled", "Image size: 1234 bytes") || !f.hasEvent("Failed", "Failed to pull image") {
@@ -354,7 +357,7 @@ func TestEngineImageGCKeepsWhatManifestsAndContainersUse(t *testing.T) {
 	pod.Spec.InitContainers = []v1.Container{{Name: "init", Image: "example.com/init:2"}}
 	f.send(pod)
 	waitFor(t, "init started", func() bool { return f.rt.startedCount() == 1 })
-	time.Sleep(20 * time.Millisecond)
+	waitFor(t, "the image GC's ticker", func() bool { return f.clock.timerIn(5 * time.Minute) })
 	f.clock.Advance(5 * time.Minute)
 	waitFor(t, "image GC", func() bool { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return f.rt.gcKeep != nil })
 	f.rt.mu.Lock()

@@ -140,7 +140,7 @@ func TestCreateLeaseReleased(t *testing.T) {
 
 	cfg := testConfig(t, rt, "create-lease", "sleep", "600")
 	startContainer(t, rt, cfg)
-	for deadline := time.Now().Add(5 * time.Second); createLeases() != 0; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); createLeases() != 0; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the creation's lease outlived the container's creation")
 		}
@@ -174,7 +174,7 @@ func TestCreateLeaseStock(t *testing.T) {
 	// left, and returns the stock.
 	settled := func(what string) map[string]bool {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 			ids := createLeases()
 			rt.leaseStock.mu.Lock()
 			stock := len(rt.leaseStock.ready)

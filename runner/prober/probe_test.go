@@ -174,7 +174,7 @@ func TestTCPProbe(t *testing.T) {
 			`strconv.Atoi: parsing "web": invalid syntax`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, msg, err := Do(context.Background(), &v1.ProbeHandler{TCPSocket: &tc.action}, time.Second, Target{PodIP: tc.podIP, Container: c}, nil)
+			res, msg, err := Do(context.Background(), &v1.ProbeHandler{TCPSocket: &tc.action}, passTimeout, Target{PodIP: tc.podIP, Container: c}, nil)
 			if res != tc.want || msg != tc.wantMsg || errString(err) != tc.wantErr {
 				t.Errorf("got %v %q %v, want %v %q %q", res, msg, err, tc.want, tc.wantMsg, tc.wantErr)
 			}
