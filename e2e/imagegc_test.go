@@ -49,7 +49,11 @@ func TestImageGCOnAFullDisk(t *testing.T) {
 	n := newNode(t, "--containerd-address", d.Address(), "--image-gc-period", "1s", "--image-minimum-gc-age", "10s",
 		"--image-gc-high-threshold", "20", "--image-gc-low-threshold", "18")
 	ctx := namespaces.WithNamespace(context.Background(), n.ns)
-	names := []string{"example.com/app:1", "example.com/spare:1", "example.com/spare:2", "example.com/spare:3"}
+	// The pod's image is imported last, just before the manifest names
+	// it: unused for longer than the minimum age, it would rightly go, and
+	// on a busy machine making and importing the others takes that long.
+	names := []string{"example.com/spare:1", "example.com/spare:2", "example.com/spare:3", "example.com/app:1"}
+	var paths []string
 	for i, name := range names {
 		img, err := ociimage.Busybox(name)
 		if err != nil {
@@ -64,6 +68,9 @@ func TestImageGCOnAFullDisk(t *testing.T) {
 		if err := ociimage.WriteFile(path, img); err != nil {
 			t.Fatal(err)
 		}
+		paths = append(paths, path)
+	}
+	for _, path := range paths {
 		if _, err := ctrdrt.ImportArchive(ctx, c, path, snapshotter); err != nil {
 			t.Fatal(err)
 		}
