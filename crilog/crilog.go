@@ -266,14 +266,26 @@ func async(report func(error)) (send func(error), flush func()) {
 			report(err)
 		}
 	}()
+	// A rotation's tidying goroutine may still report after flush: its
+	// reports are dropped then, never sent on the closed queue.
+	var mu sync.Mutex
+	closed := false
 	send = func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
 		select {
 		case queue <- err:
 		default:
 		}
 	}
 	flush = func() {
+		mu.Lock()
+		closed = true
 		close(queue)
+		mu.Unlock()
 		select {
 		case <-done:
 		case <-time.After(time.Second):
