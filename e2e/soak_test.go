@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -66,6 +67,7 @@ type soakMetric struct {
 // live process (GC cycles, connections and timers in flight).
 var soakMetrics = []soakMetric{
 	{"noderun_rss_kib", 8 << 10, 20, true, "Go's heap and RSS breathe with GC; a leak per pod or stream outgrows 8 MiB in two hours"},
+	{"noderun_heap_kib", 8 << 10, 20, true, "the Go heap in use, sampled as RSS is: flat here with RSS growing means the runtime keeps freed pages, not a leak"},
 	{"noderun_goroutines", 20, 10, false, "each pod, probe, stream and watch has goroutines that come and go"},
 	{"noderun_fds", 10, 0, false, "connections and pipes in flight at the sample"},
 	{"noderun_inotify", 0, 0, false, "inotify instances are made at start; any new one that stays is a leak"},
@@ -80,7 +82,7 @@ var soakMetrics = []soakMetric{
 
 // soakColumns are the sample file's columns, in order.
 var soakColumns = []string{"time", "elapsed_s",
-	"noderun_rss_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
+	"noderun_rss_kib", "noderun_heap_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
 	"collector_pid", "collector_rss_kib", "collector_fds", "collector_inotify", "collector_threads",
 	"pods", "restarts", "containers", "snapshots", "snapshots_over_containers", "leases",
 	"churn_ops", "kills", "log_follows", "log_bytes", "watches", "watch_events", "errors"}
@@ -150,6 +152,7 @@ func TestSoak(t *testing.T) {
 
 	start := time.Now()
 	var samples []map[string]float64
+	profiled := false
 	for tick := time.NewTicker(every); ; {
 		<-tick.C
 		s := soakSample(n, &c)
@@ -160,12 +163,18 @@ func TestSoak(t *testing.T) {
 			row = append(row, strconv.FormatFloat(s[col], 'f', -1, 64))
 		}
 		fmt.Fprintln(f, strings.Join(row, ","))
+		// Heap profiles where the summary's windows start and end, for
+		// go tool pprof -base when a memory column grows.
+		if !profiled && time.Since(start) >= dur/24 {
+			profiled = soakHeapProfile(t, n, out, "start")
+		}
 		if !n.running() {
 			cancel()
 			wg.Wait()
 			t.Fatalf("noderun exited after %s: %v", time.Since(start).Round(time.Second), n.proc.ProcessState)
 		}
 		if time.Since(start) >= dur {
+			soakHeapProfile(t, n, out, "end")
 			tick.Stop()
 			break
 		}
@@ -591,6 +600,24 @@ func soakStock(n *node) soakStockCount {
 	return s
 }
 
+// soakHeapProfile saves noderun's heap profile beside the sample file.
+func soakHeapProfile(t *testing.T, n *node, out, at string) bool {
+	var body string
+	if err := n.get("/debug/pprof/heap", &body); err != nil {
+		t.Logf("heap profile at the %s: %v", at, err)
+		return false
+	}
+	p := strings.TrimSuffix(out, ".csv") + ".heap-" + at + ".pb.gz"
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Logf("heap profile at the %s: %v", at, err)
+		return false
+	}
+	t.Logf("heap profile at the %s: %s", at, p)
+	return true
+}
+
+var heapInuse = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)$`)
+
 // soakSample reads one row; a value it cannot read is -1 (and an error is
 // counted), so that one bad read does not end a long run.
 func soakSample(n *node, c *soakCounts) map[string]float64 {
@@ -598,8 +625,14 @@ func soakSample(n *node, c *soakCounts) map[string]float64 {
 	pid := n.proc.Process.Pid
 	proc := readProc(pid)
 	s["noderun_rss_kib"], s["noderun_fds"], s["noderun_inotify"], s["noderun_threads"] = proc.rss, proc.fds, proc.inotify, proc.threads
-	s["noderun_goroutines"] = -1
+	s["noderun_goroutines"], s["noderun_heap_kib"] = -1, -1
 	var body string
+	if err := n.get("/debug/pprof/heap?debug=1", &body); err == nil {
+		if m := heapInuse.FindStringSubmatch(body); m != nil {
+			b, _ := strconv.ParseFloat(m[1], 64)
+			s["noderun_heap_kib"] = b / 1024
+		}
+	}
 	if err := n.get("/debug/pprof/goroutine?debug=1", &body); err == nil {
 		if m := goroutineTotal.FindStringSubmatch(body); m != nil {
 			s["noderun_goroutines"], _ = strconv.ParseFloat(m[1], 64)
