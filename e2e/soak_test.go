@@ -58,7 +58,9 @@ type soakMetric struct {
 	// minute), so a median follows the mix of levels, while a leak lifts
 	// the lowest.
 	floor bool
-	why   string
+	// info: shown, never failed (a figure judged through another column).
+	info bool
+	why  string
 }
 
 // soakMetrics are checked at the end. Growth, not level, is the failure:
@@ -66,24 +68,26 @@ type soakMetric struct {
 // a run with this churn, while the bounds leave room for the noise of a
 // live process (GC cycles, connections and timers in flight).
 var soakMetrics = []soakMetric{
-	{"noderun_rss_kib", 8 << 10, 20, true, "Go's heap and RSS breathe with GC; a leak per pod or stream outgrows 8 MiB in two hours"},
-	{"noderun_heap_kib", 8 << 10, 20, true, "the Go heap in use, sampled as RSS is: flat here with RSS growing means the runtime keeps freed pages, not a leak"},
-	{"noderun_goroutines", 20, 10, false, "each pod, probe, stream and watch has goroutines that come and go"},
-	{"noderun_fds", 10, 0, false, "connections and pipes in flight at the sample"},
-	{"noderun_inotify", 0, 0, false, "inotify instances are made at start; any new one that stays is a leak"},
-	{"noderun_threads", 8, 0, false, "Go keeps idle threads, so the count is the peak of blocking syscalls so far; a thread leaked per pod (a namespace holder) is hundreds"},
-	{"collector_rss_kib", 8 << 10, 20, true, "as noderun's"},
-	{"collector_fds", 10, 0, false, "3 a container: the churned pods come and go"},
-	{"collector_inotify", 0, 0, false, "as noderun's"},
-	{"collector_threads", 8, 0, false, "as noderun's"},
-	{"snapshots_over_containers", 2, 0, false, "image layers plus one per container; one taken at a start in flight"},
-	{"leases", 2, 0, false, "noderun's stock of create leases plus those of starts in flight"},
+	{"noderun_rss_kib", 8 << 10, 20, true, true, "anonymous plus file pages; the file pages are the binary's code and data paged in as paths run (up to its 30 MiB, shared and reclaimable), so growth is judged on anonymous RSS"},
+	{"noderun_rss_anon_kib", 8 << 10, 20, true, false, "Go's heap and RSS breathe with GC; a leak per pod or stream outgrows 8 MiB in two hours"},
+	{"noderun_heap_kib", 8 << 10, 20, true, false, "the Go heap in use, sampled as RSS is: flat here with RSS growing means the runtime keeps freed pages, not a leak"},
+	{"noderun_goroutines", 20, 10, false, false, "each pod, probe, stream and watch has goroutines that come and go"},
+	{"noderun_fds", 10, 0, false, false, "connections and pipes in flight at the sample"},
+	{"noderun_inotify", 0, 0, false, false, "inotify instances are made at start; any new one that stays is a leak"},
+	{"noderun_threads", 8, 0, false, false, "Go keeps idle threads, so the count is the peak of blocking syscalls so far; a thread leaked per pod (a namespace holder) is hundreds"},
+	{"collector_rss_kib", 8 << 10, 20, true, true, "as noderun's"},
+	{"collector_rss_anon_kib", 8 << 10, 20, true, false, "as noderun's"},
+	{"collector_fds", 10, 0, false, false, "3 a container: the churned pods come and go"},
+	{"collector_inotify", 0, 0, false, false, "as noderun's"},
+	{"collector_threads", 8, 0, false, false, "as noderun's"},
+	{"snapshots_over_containers", 2, 0, false, false, "image layers plus one per container; one taken at a start in flight"},
+	{"leases", 2, 0, false, false, "noderun's stock of create leases plus those of starts in flight"},
 }
 
 // soakColumns are the sample file's columns, in order.
 var soakColumns = []string{"time", "elapsed_s",
-	"noderun_rss_kib", "noderun_heap_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
-	"collector_pid", "collector_rss_kib", "collector_fds", "collector_inotify", "collector_threads",
+	"noderun_rss_kib", "noderun_rss_anon_kib", "noderun_heap_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
+	"collector_pid", "collector_rss_kib", "collector_rss_anon_kib", "collector_fds", "collector_inotify", "collector_threads",
 	"pods", "restarts", "containers", "snapshots", "snapshots_over_containers", "leases",
 	"churn_ops", "kills", "log_follows", "log_bytes", "watches", "watch_events", "errors"}
 
@@ -624,7 +628,7 @@ func soakSample(n *node, c *soakCounts) map[string]float64 {
 	s := map[string]float64{}
 	pid := n.proc.Process.Pid
 	proc := readProc(pid)
-	s["noderun_rss_kib"], s["noderun_fds"], s["noderun_inotify"], s["noderun_threads"] = proc.rss, proc.fds, proc.inotify, proc.threads
+	s["noderun_rss_kib"], s["noderun_rss_anon_kib"], s["noderun_fds"], s["noderun_inotify"], s["noderun_threads"] = proc.rss, proc.anon, proc.fds, proc.inotify, proc.threads
 	s["noderun_goroutines"], s["noderun_heap_kib"] = -1, -1
 	var body string
 	if err := n.get("/debug/pprof/heap?debug=1", &body); err == nil {
@@ -640,11 +644,11 @@ func soakSample(n *node, c *soakCounts) map[string]float64 {
 	}
 	cpid := n.collectorPID()
 	s["collector_pid"] = float64(cpid)
-	cproc := procCounts{-1, -1, -1, -1}
+	cproc := procCounts{-1, -1, -1, -1, -1}
 	if cpid != 0 {
 		cproc = readProc(cpid)
 	}
-	s["collector_rss_kib"], s["collector_fds"], s["collector_inotify"], s["collector_threads"] = cproc.rss, cproc.fds, cproc.inotify, cproc.threads
+	s["collector_rss_kib"], s["collector_rss_anon_kib"], s["collector_fds"], s["collector_inotify"], s["collector_threads"] = cproc.rss, cproc.anon, cproc.fds, cproc.inotify, cproc.threads
 	st := soakStock(n)
 	if st.err != nil {
 		st = soakStockCount{-1, -1, -1, nil}
@@ -669,12 +673,12 @@ func soakSample(n *node, c *soakCounts) map[string]float64 {
 	return s
 }
 
-// procCounts are a process's resident memory (KiB), open fds, inotify
+// procCounts are a process's resident memory (KiB), its anonymous part, open fds, inotify
 // instances among them, and threads; -1 where unreadable.
-type procCounts struct{ rss, fds, inotify, threads float64 }
+type procCounts struct{ rss, anon, fds, inotify, threads float64 }
 
 func readProc(pid int) procCounts {
-	p := procCounts{-1, -1, -1, -1}
+	p := procCounts{-1, -1, -1, -1, -1}
 	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			k, v, _ := strings.Cut(line, ":")
@@ -685,6 +689,8 @@ func readProc(pid int) procCounts {
 			switch k {
 			case "VmRSS":
 				p.rss, _ = strconv.ParseFloat(f[0], 64)
+			case "RssAnon":
+				p.anon, _ = strconv.ParseFloat(f[0], 64)
 			case "Threads":
 				p.threads, _ = strconv.ParseFloat(f[0], 64)
 			}
@@ -736,10 +742,12 @@ func soakSummary(samples []map[string]float64, dur time.Duration) (string, []str
 			result = "FAIL (no samples)"
 		case start < 0 || end < 0:
 			result = "FAIL (not read)"
+		case m.info:
+			result = "info"
 		case end-start > bound:
 			result = "FAIL"
 		}
-		if result != "pass" {
+		if result != "pass" && result != "info" {
 			failed = append(failed, m.name)
 		}
 		fmt.Fprintf(&b, "%-26s %12.1f %12.1f %+12.1f %12s  %s\n", m.name, start, end, end-start, "+"+strconv.FormatFloat(bound, 'f', 0, 64), result)
@@ -787,7 +795,7 @@ func TestSoakSummary(t *testing.T) {
 		var samples []map[string]float64
 		for m := 1; m <= 120; m++ {
 			rss, fds := at(m)
-			s := map[string]float64{"elapsed_s": float64(m * 60), "noderun_rss_kib": rss, "noderun_fds": fds}
+			s := map[string]float64{"elapsed_s": float64(m * 60), "noderun_rss_anon_kib": rss, "noderun_fds": fds}
 			for _, metric := range soakMetrics {
 				if _, ok := s[metric.name]; !ok {
 					s[metric.name] = 10
@@ -814,8 +822,22 @@ func TestSoakSummary(t *testing.T) {
 		}
 		return 40 << 10, 30
 	}
-	if table, failed := run(grown); !slices.Equal(failed, []string{"noderun_rss_kib", "noderun_fds"}) {
+	if table, failed := run(grown); !slices.Equal(failed, []string{"noderun_rss_anon_kib", "noderun_fds"}) {
 		t.Errorf("growth beyond the bounds: failed %v, want RSS and fds:\n%s", failed, table)
+	}
+	// Total RSS growing (the binary's pages paged in) is shown, not failed.
+	var samples []map[string]float64
+	for m := 1; m <= 120; m++ {
+		s := map[string]float64{"elapsed_s": float64(m * 60), "noderun_rss_kib": float64(20<<10 + m*100)}
+		for _, metric := range soakMetrics {
+			if _, ok := s[metric.name]; !ok {
+				s[metric.name] = 10
+			}
+		}
+		samples = append(samples, s)
+	}
+	if table, failed := soakSummary(samples, dur); len(failed) > 0 || !strings.Contains(table, "info") {
+		t.Errorf("total RSS growth: failed %v, want it shown as info:\n%s", failed, table)
 	}
 	// The collector's RSS as seen in a run: two levels, in changing mix.
 	levels := func(m int) (float64, float64) {
@@ -833,7 +855,7 @@ func TestSoakSummary(t *testing.T) {
 		}
 		return 40 << 10, 30
 	}
-	if table, failed := run(unread); !slices.Equal(failed, []string{"noderun_rss_kib"}) || !strings.Contains(table, "FAIL (not read)") {
+	if table, failed := run(unread); !slices.Equal(failed, []string{"noderun_rss_anon_kib"}) || !strings.Contains(table, "FAIL (not read)") {
 		t.Errorf("a sample not read at the end: failed %v, want RSS, not read:\n%s", failed, table)
 	}
 }
