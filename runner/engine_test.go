@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 type engineFixture struct {
@@ -43,7 +44,7 @@ func startEngineWith(t *testing.T, set func(*Config), preload ...ContainerStatus
 		f.rt.containers[preload[i].ID] = &preload[i]
 	}
 	dir := t.TempDir()
-	t.Cleanup(func() { _ = unmountAll(dir) })
+	t.Cleanup(func() { _ = volume.UnmountAll(dir) })
 	cfg := Config{
 		NodeName: "n1", HostIP: "192.0.2.1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,

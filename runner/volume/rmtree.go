@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"errors"
@@ -16,12 +16,12 @@ import (
 // path), which is not noderun's to delete.
 var ErrMountPoint = errors.New("is a mount point; not removing what is mounted there")
 
-// removeOnMount removes path and everything below it, as os.RemoveAll does,
+// RemoveOnMount removes path and everything below it, as os.RemoveAll does,
 // but never descends into a directory on another mount than its parent's:
 // it fails with ErrMountPoint instead. The mount is compared on the handle
 // it then reads, so nothing can be swapped in between; links are removed,
 // never followed. A mount on a file is safe: unlink fails with EBUSY.
-func removeOnMount(path string) error {
+func RemoveOnMount(path string) error {
 	path = filepath.Clean(path)
 	pfd, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
