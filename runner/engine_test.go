@@ -563,6 +563,16 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Links a pod planted in its log dir go, not what they name.
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "precious"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{filepath.Join(logs, "0.log"): filepath.Join(host, "precious"), filepath.Join(logs, "side"): host} {
+		if err := os.Symlink(target, name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.e = New(cfg, f.rt, f.net)
 	go f.e.Run(t.Context(), f.snaps, 1)
 	f.send()
@@ -573,6 +583,9 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 	})
 	if _, err := os.Stat(other); err != nil {
 		t.Fatalf("another pod's logs went too: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
+		t.Errorf("removing the logs reached through a planted link: %v", err)
 	}
 }
 

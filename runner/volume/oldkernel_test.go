@@ -100,7 +100,7 @@ func denySyscalls(names []string) error {
 // volumeTests are what subPath, downwardAPI and fsGroup rest on.
 var volumeTests = []string{
 	"TestOpenSubPathRefusesEscapes", "TestOpenSubPathInsideVolume", "TestBindSubPathPinsTarget",
-	"TestWritePayloadNeverFollowsPlantedLinks", "TestWalkBeneath",
+	"TestWritePayloadNeverFollowsPlantedLinks", "TestWalkBeneath", "TestRemoveFilesInFollowsNoLinks",
 	"TestApplyFSGroupSkipsLinks", "TestApplyFSGroupOnRootMismatch", "TestApplyFSGroupNeverOpensEntries",
 }
 

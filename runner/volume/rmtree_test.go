@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -169,5 +170,43 @@ func TestFdinfoMountIDTellsABindApart(t *testing.T) {
 	}
 	if ids[mnt] == ids[dir] {
 		t.Errorf("a bind: mount ID %d, the same as its parent's", ids[mnt])
+	}
+}
+
+// RemoveFilesIn removes the selected entries as os.Remove does, links as
+// links, and refuses a dir reached through a link or on another mount.
+func TestRemoveFilesInFollowsNoLinks(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	mkfileT(t, filepath.Join(host, "old"))
+	dir := filepath.Join(root, "pod", "c")
+	mkfileT(t, filepath.Join(dir, "old"))
+	mkfileT(t, filepath.Join(dir, "keep"))
+	if err := os.Symlink(filepath.Join(host, "old"), filepath.Join(dir, "old-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(root, "pod", "link")); err != nil {
+		t.Fatal(err)
+	}
+	old := func(n string) bool { return strings.HasPrefix(n, "old") }
+	if err := RemoveFilesIn(root, dir, old); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != "keep" {
+		t.Errorf("left %v, want keep alone", ents)
+	}
+	for _, d := range []string{filepath.Join(root, "pod", "link"), host, filepath.Join(root, "pod", "link", "x")} {
+		if err := RemoveFilesIn(root, d, old); err == nil {
+			t.Errorf("%s: removed through a link or outside root", d)
+		}
+	}
+	if os.Geteuid() == 0 {
+		mnt := filepath.Join(root, "pod", "mnt")
+		bind(t, host, mnt)
+		if err := RemoveFilesIn(root, mnt, old); !errors.Is(err, ErrMountPoint) {
+			t.Errorf("across a bind: %v, want %v", err, ErrMountPoint)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(host, "old")); err != nil {
+		t.Errorf("the host's file was reached: %v", err)
 	}
 }
