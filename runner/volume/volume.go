@@ -17,6 +17,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
+// SetupEmptyDir makes the emptyDir at dir, world-writable as Kubernetes
+// makes it, on a tmpfs of its own for medium Memory; repeating it is
+// harmless.
 func SetupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
 	if err := os.MkdirAll(dir, 0o777); err != nil {
 		return err
@@ -36,6 +39,8 @@ func SetupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
 	return os.Chmod(dir, 0o777)
 }
 
+// SetupHostPath checks the hostPath's type, or creates it for the
+// DirectoryOrCreate and FileOrCreate types.
 func SetupHostPath(hp *v1.HostPathVolumeSource) error {
 	t := v1.HostPathUnset
 	if hp.Type != nil {
