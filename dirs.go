@@ -9,7 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 // dirFlags name the directories noderun makes things in and removes them
@@ -42,7 +42,7 @@ func resolveDirs(c *cli.Context, create bool) error {
 				return fmt.Errorf("--%s: %w", name, err)
 			}
 		}
-		r, err := runner.ResolvePath(dir)
+		r, err := volume.ResolvePath(dir)
 		if err != nil {
 			return fmt.Errorf("--%s %s: %w", name, dir, err)
 		}

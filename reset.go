@@ -20,6 +20,7 @@ import (
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 // stateInputs are what an admin puts in the state dir for noderun to read
@@ -236,11 +237,11 @@ func removeOwned(dir string, owned, inputs []string) (kept []string, err error) 
 		p := filepath.Join(dir, e.Name())
 		switch {
 		case ownedName(e.Name(), owned):
-			errs = append(errs, runner.RemoveTree(p))
+			errs = append(errs, volume.RemoveTree(p))
 		case slices.Contains(inputs, e.Name()) && !isEmpty(p):
 			kept = append(kept, p+": put there for noderun to read")
 		case slices.Contains(inputs, e.Name()):
-			errs = append(errs, runner.RemoveTree(p))
+			errs = append(errs, volume.RemoveTree(p))
 		default:
 			other = append(other, e.Name())
 		}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 type engineFixture struct {
@@ -43,7 +44,7 @@ func startEngineWith(t *testing.T, set func(*Config), preload ...ContainerStatus
 		f.rt.containers[preload[i].ID] = &preload[i]
 	}
 	dir := t.TempDir()
-	t.Cleanup(func() { _ = unmountAll(dir) })
+	t.Cleanup(func() { _ = volume.UnmountAll(dir) })
 	cfg := Config{
 		NodeName: "n1", HostIP: "192.0.2.1", StateDir: filepath.Join(dir, "state"), RunDir: filepath.Join(dir, "run"),
 		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
@@ -562,6 +563,16 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Links a pod planted in its log dir go, not what they name.
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "precious"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{filepath.Join(logs, "0.log"): filepath.Join(host, "precious"), filepath.Join(logs, "side"): host} {
+		if err := os.Symlink(target, name); err != nil {
+			t.Fatal(err)
+		}
+	}
 	f.e = New(cfg, f.rt, f.net)
 	go f.e.Run(t.Context(), f.snaps, 1)
 	f.send()
@@ -572,6 +583,9 @@ func TestEngineRemovesLogsOfAnOrphanKnownByUIDOnly(t *testing.T) {
 	})
 	if _, err := os.Stat(other); err != nil {
 		t.Fatalf("another pod's logs went too: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
+		t.Errorf("removing the logs reached through a planted link: %v", err)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/runner/prober"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 // minKillGrace is the least a container gets to stop, whatever its grace
@@ -193,17 +194,12 @@ func (w *podWorker) forgetOldRuns(name string, restart int) {
 // one's (kubectl logs --previous), and removes older runs with their
 // containers.
 func (w *podWorker) pruneLogs(pod *v1.Pod, name string, restart int) {
-	dir := filepath.Join(w.podLogDir(pod), name)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
-	}
-	for _, e := range ents {
-		run, _, _ := strings.Cut(e.Name(), ".")
-		if r, err := strconv.Atoi(run); err == nil && r < restart-1 {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
+	// A pod with a hostPath over the pod log dir may plant links there.
+	_ = volume.RemoveFilesIn(w.env.cfg.PodLogDir, filepath.Join(w.podLogDir(pod), name), func(n string) bool {
+		run, _, _ := strings.Cut(n, ".")
+		r, err := strconv.Atoi(run)
+		return err == nil && r < restart-1
+	})
 }
 
 // readCapped reads the last n bytes at most of a regular file, never following a

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/manifests"
@@ -399,6 +400,54 @@ func TestLogTailFollowsNoLinks(t *testing.T) {
 	for _, p := range []string{filepath.Join(dir, "1.log"), filepath.Join(root, "ns_pod_uid", "d", "secret")} {
 		if got := logTail(root, p, 10, 1024); got != "" {
 			t.Errorf("logTail(%s) = %q through a link", p, got)
+		}
+	}
+}
+
+// Pruning a container's old logs follows no link planted below the pod
+// log dir (a pod with a hostPath there can plant one) and crosses no
+// mount: it removes a planted link, never what the link or mount shows.
+func TestPruneLogsFollowsNoLinks(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	for _, name := range []string{"0.log", "1.log", "secret"} {
+		if err := os.WriteFile(filepath.Join(host, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &podWorker{env: &podEnv{cfg: &Config{PodLogDir: root}}, uid: "u1"}
+	pod := testPod("u1", "web", v1.RestartPolicyAlways)
+	podDir := w.podLogDir(pod)
+	own := filepath.Join(podDir, "main")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"0.log": filepath.Join(host, "secret"), "1.log": host} {
+		if err := os.Symlink(target, filepath.Join(own, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(host, filepath.Join(podDir, "side")); err != nil {
+		t.Fatal(err)
+	}
+	w.pruneLogs(pod, "side", 5) // a link to a directory in place of a container's
+	w.pruneLogs(pod, "main", 5) // planted links among the old runs' logs
+	if ents, err := os.ReadDir(own); err != nil || len(ents) != 0 {
+		t.Errorf("the links planted as old logs: %v %v, want removed", ents, err)
+	}
+	if os.Geteuid() == 0 {
+		mnt := filepath.Join(podDir, "mounted")
+		if err := os.Mkdir(mnt, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount(host, mnt, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
+		w.pruneLogs(pod, "mounted", 5)
+	}
+	for _, name := range []string{"0.log", "1.log", "secret"} {
+		if _, err := os.Stat(filepath.Join(host, name)); err != nil {
+			t.Errorf("pruning the logs reached the host's %s: %v", name, err)
 		}
 	}
 }

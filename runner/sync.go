@@ -19,6 +19,7 @@ import (
 
 	"github.com/noderun/noderun/internal/atomicfile"
 	"github.com/noderun/noderun/internal/bandwidth"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 // sync brings one pod to its spec, the way the kubelet's SyncPod does:
@@ -460,7 +461,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	}
 	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
 	wg.Wait()
-	errs = append(errs, unmountVolumes(w.podStateDir()), RemovePodFiles(w.podRunDir()), unmountAll(w.podRunDir()))
+	errs = append(errs, volume.UnmountAll(w.podStateDir()), RemovePodFiles(w.podRunDir()), volume.UnmountAll(w.podRunDir()))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
@@ -470,10 +471,10 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	// Nothing is mounted below them now; should a mount remain, its
 	// removal stops there rather than delete what it shows.
 	errs = append(errs,
-		removeOnMount(w.podStateDir()),
-		removeOnMount(w.podRunDir()))
+		volume.RemoveOnMount(w.podStateDir()),
+		volume.RemoveOnMount(w.podRunDir()))
 	for _, dir := range w.podLogDirs() {
-		errs = append(errs, removeOnMount(dir))
+		errs = append(errs, volume.RemoveOnMount(dir))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return err

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/internal/expansion"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 func emptyDirPath(podDir, name string) string {
@@ -35,12 +35,12 @@ func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 		switch {
 		case v.EmptyDir != nil:
 			dir := emptyDirPath(podDir, v.Name)
-			err = setupEmptyDir(dir, v.EmptyDir)
+			err = volume.SetupEmptyDir(dir, v.EmptyDir)
 			if err == nil {
-				err = applyFSGroup(dir, pod.Spec.SecurityContext)
+				err = volume.ApplyFSGroup(dir, pod.Spec.SecurityContext)
 			}
 		case v.HostPath != nil:
-			err = setupHostPath(v.HostPath)
+			err = volume.SetupHostPath(v.HostPath)
 		case v.DownwardAPI != nil:
 			err = w.writeDownwardAPI(downwardAPIPath(podDir, v.Name), pod, v.DownwardAPI)
 		default:
@@ -49,68 +49,6 @@ func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 		if err != nil {
 			return fmt.Errorf("volume %q: %w", v.Name, err)
 		}
-	}
-	return nil
-}
-
-func setupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
-	if err := os.MkdirAll(dir, 0o777); err != nil {
-		return err
-	}
-	if src.Medium == v1.StorageMediumMemory && !isMountPoint(dir) {
-		opts := "mode=0777"
-		if src.SizeLimit != nil && !src.SizeLimit.IsZero() {
-			opts += ",size=" + strconv.FormatInt(src.SizeLimit.Value(), 10)
-		}
-		if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
-			return err
-		}
-	}
-	// Kubernetes makes emptyDirs world-writable so any container user can
-	// use them. The directory is noderun's (its parents no container can
-	// write), so the path is safe to use.
-	return os.Chmod(dir, 0o777)
-}
-
-func setupHostPath(hp *v1.HostPathVolumeSource) error {
-	t := v1.HostPathUnset
-	if hp.Type != nil {
-		t = *hp.Type
-	}
-	fi, err := os.Stat(hp.Path)
-	switch t {
-	case v1.HostPathUnset:
-		return nil
-	case v1.HostPathDirectoryOrCreate:
-		if os.IsNotExist(err) {
-			return os.MkdirAll(hp.Path, 0o755)
-		}
-	case v1.HostPathFileOrCreate:
-		if os.IsNotExist(err) {
-			if err := os.MkdirAll(filepath.Dir(hp.Path), 0o755); err != nil {
-				return err
-			}
-			f, err := os.OpenFile(hp.Path, os.O_CREATE|os.O_WRONLY, 0o644)
-			if err != nil {
-				return err
-			}
-			return f.Close()
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("hostPath %s: %w", hp.Path, err)
-	}
-	want := map[v1.HostPathType]func(os.FileMode) bool{
-		v1.HostPathDirectoryOrCreate: os.FileMode.IsDir,
-		v1.HostPathDirectory:         os.FileMode.IsDir,
-		v1.HostPathFileOrCreate:      os.FileMode.IsRegular,
-		v1.HostPathFile:              os.FileMode.IsRegular,
-		v1.HostPathSocket:            func(m os.FileMode) bool { return m&os.ModeSocket != 0 },
-		v1.HostPathCharDev:           func(m os.FileMode) bool { return m&os.ModeCharDevice != 0 },
-		v1.HostPathBlockDev:          func(m os.FileMode) bool { return m&os.ModeDevice != 0 && m&os.ModeCharDevice == 0 },
-	}[t]
-	if want != nil && !want(fi.Mode()) {
-		return fmt.Errorf("hostPath %s is not of type %s", hp.Path, t)
 	}
 	return nil
 }
@@ -126,7 +64,7 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
 		gid = int(*sc.FSGroup)
 	}
-	payload := map[string]payloadFile{}
+	payload := map[string]volume.PayloadFile{}
 	for _, item := range src.Items {
 		var val string
 		var err error
@@ -146,9 +84,9 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 		if gid != -1 {
 			m |= 0o040 // the fsGroup may read, as the kubelet's SetVolumeOwnership gives
 		}
-		payload[filepath.Clean(item.Path)] = payloadFile{data: []byte(val), mode: m & 0o7777}
+		payload[filepath.Clean(item.Path)] = volume.PayloadFile{Data: []byte(val), Mode: m & 0o7777}
 	}
-	return writeAtomic(dir, payload, gid)
+	return volume.WritePayload(dir, payload, gid)
 }
 
 // downwardFieldFile renders metadata.labels and metadata.annotations as
@@ -199,7 +137,7 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) 
 		}
 		if m.SubPath != "" {
 			target := filepath.Join(w.podStateDir(), "volume-subpaths", m.Name, c.Name, strconv.Itoa(i))
-			if err := pinSubPath(src, m.SubPath, target); err != nil {
+			if err := volume.PinSubPath(src, m.SubPath, target); err != nil {
 				return nil, fmt.Errorf("volumeMount %q: subPath %q: %w", m.Name, m.SubPath, err)
 			}
 			src = target
@@ -224,39 +162,6 @@ func propagation(m v1.VolumeMount) v1.MountPropagationMode {
 		return v1.MountPropagationNone
 	}
 	return *m.MountPropagation
-}
-
-// pinSubPath resolves subPath inside the volume at root, refusing any
-// resolution that leaves it, and binds the result on target.
-func pinSubPath(root, subPath, target string) error {
-	if filepath.IsAbs(subPath) || hasDotDot(subPath) {
-		return fmt.Errorf("must be a relative path inside the volume")
-	}
-	h, err := openSubPath(root, subPath)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	return bindSubPath(h, target)
-}
-
-func hasDotDot(p string) bool {
-	return slices.Contains(strings.Split(p, "/"), "..")
-}
-
-// unmountVolumes unmounts everything below podDir (tmpfs emptyDirs, pinned
-// subPaths) before it is removed, so the removal stays inside it.
-func unmountVolumes(podDir string) error {
-	return unmountAll(podDir)
-}
-
-// isMountPoint compares the device with the parent's, enough for tmpfs.
-func isMountPoint(dir string) bool {
-	var st, parent unix.Stat_t
-	if unix.Stat(dir, &st) != nil || unix.Stat(filepath.Dir(dir), &parent) != nil {
-		return false
-	}
-	return st.Dev != parent.Dev
 }
 
 // memTotal is the node's memory in bytes, from /proc/meminfo.

@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/images"
 
-	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/runner/volume"
 )
 
 // ConnectForReset connects to the containerd noderun recorded, for `noderun
@@ -55,7 +55,7 @@ func (c *Conn) StopManaged(ctx context.Context) error {
 	waitExit(ctx, c.proc)
 	var errs []error
 	for _, dir := range []string{filepath.Join(c.cfg.StateDir, "containerd"), filepath.Join(c.cfg.RunDir, "containerd")} {
-		errs = append(errs, runner.RemoveTree(dir))
+		errs = append(errs, volume.RemoveTree(dir))
 	}
 	return errors.Join(errs...)
 }

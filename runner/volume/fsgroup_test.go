@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"fmt"
@@ -43,7 +43,7 @@ func TestApplyFSGroupNeverOpensEntries(t *testing.T) {
 	opens := watchOpens(t, sub, "null")
 
 	gid := int64(4545)
-	if err := applyFSGroup(vol, &v1.PodSecurityContext{FSGroup: &gid}); err != nil {
+	if err := ApplyFSGroup(vol, &v1.PodSecurityContext{FSGroup: &gid}); err != nil {
 		t.Fatal(err)
 	}
 	if writer.released() {

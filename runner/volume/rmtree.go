@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"errors"
@@ -16,12 +16,12 @@ import (
 // path), which is not noderun's to delete.
 var ErrMountPoint = errors.New("is a mount point; not removing what is mounted there")
 
-// removeOnMount removes path and everything below it, as os.RemoveAll does,
+// RemoveOnMount removes path and everything below it, as os.RemoveAll does,
 // but never descends into a directory on another mount than its parent's:
 // it fails with ErrMountPoint instead. The mount is compared on the handle
 // it then reads, so nothing can be swapped in between; links are removed,
 // never followed. A mount on a file is safe: unlink fails with EBUSY.
-func removeOnMount(path string) error {
+func RemoveOnMount(path string) error {
 	path = filepath.Clean(path)
 	pfd, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -52,14 +52,7 @@ func removeOnMountAt(pfd int, name, path string) error {
 	}
 	dir := os.NewFile(uintptr(fd), path)
 	defer dir.Close()
-	same, err := sameMount(pfd, fd)
-	if err != nil {
-		return &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if !same {
-		return fmt.Errorf("%s %w", path, ErrMountPoint)
-	}
-	names, err := dir.Readdirnames(-1)
+	names, err := namesOnMount(pfd, dir)
 	if err != nil {
 		return err
 	}
@@ -74,6 +67,19 @@ func removeOnMountAt(pfd int, name, path string) error {
 		return &os.PathError{Op: "rmdir", Path: path, Err: err}
 	}
 	return nil
+}
+
+// namesOnMount lists the entries of dir, which must be on the mount of
+// the directory pfd (ErrMountPoint).
+func namesOnMount(pfd int, dir *os.File) ([]string, error) {
+	same, err := sameMount(pfd, int(dir.Fd()))
+	if err != nil {
+		return nil, &os.PathError{Op: "stat", Path: dir.Name(), Err: err}
+	}
+	if !same {
+		return nil, fmt.Errorf("%s %w", dir.Name(), ErrMountPoint)
+	}
+	return dir.Readdirnames(-1)
 }
 
 // sameMount reports whether the two open files are on one mount, by the
@@ -116,4 +122,55 @@ func fdinfoMountID(fd int) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("fd %d: no mnt_id in /proc/self/fdinfo", fd)
+}
+
+// RemoveFilesIn removes the entries of dir that match selects, each as
+// os.Remove does (a file, a link, an empty directory), where a process
+// other than noderun may write below root (a pod log dir under a pod's
+// hostPath): dir is reached following no link below root and must be on
+// root's mount, and each entry is unlinked relative to dir's handle, so a
+// link or mount planted on the way leads nowhere.
+func RemoveFilesIn(root, dir string, match func(name string) bool) error {
+	rel, err := filepath.Rel(root, dir)
+	if err != nil || !filepath.IsLocal(rel) {
+		return fmt.Errorf("%s is not below %s", dir, root)
+	}
+	rootFD, err := openDir(root)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(rootFD)
+	fd, err := openat2(rootFD, rel, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	d := os.NewFile(uintptr(fd), dir)
+	defer d.Close()
+	names, err := namesOnMount(rootFD, d)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range names {
+		if match(n) {
+			errs = append(errs, removeEntry(fd, n, filepath.Join(dir, n)))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// removeEntry removes name in the directory fd as os.Remove does; an empty
+// directory that is a mount point stays (EBUSY).
+func removeEntry(fd int, name, path string) error {
+	err := unix.Unlinkat(fd, name, 0)
+	if errors.Is(err, unix.EISDIR) {
+		err = unix.Unlinkat(fd, name, unix.AT_REMOVEDIR)
+	}
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "remove", Path: path, Err: err}
+	}
+	return nil
 }

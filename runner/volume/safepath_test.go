@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"errors"
@@ -95,10 +95,10 @@ func TestBindSubPathPinsTarget(t *testing.T) {
 	}
 	vol, _ := hostileVolume(t)
 	target := filepath.Join(t.TempDir(), "pins", "0")
-	if err := pinSubPath(vol, "real", target); err != nil {
+	if err := PinSubPath(vol, "real", target); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = unmountAll(filepath.Dir(target)) })
+	t.Cleanup(func() { _ = UnmountAll(filepath.Dir(target)) })
 	if err := os.WriteFile(filepath.Join(vol, "real", "marker"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -111,10 +111,10 @@ func TestBindSubPathPinsTarget(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(target, "marker")); err != nil {
 		t.Errorf("pinned subPath lost its directory: %v", err)
 	}
-	if err := pinSubPath(vol, "real", target); !errors.Is(err, errEscapes) {
+	if err := PinSubPath(vol, "real", target); !errors.Is(err, errEscapes) {
 		t.Errorf("re-pinning through the planted link: %v, want %v", err, errEscapes)
 	}
-	if err := unmountAll(filepath.Dir(target)); err != nil {
+	if err := UnmountAll(filepath.Dir(target)); err != nil {
 		t.Fatal(err)
 	}
 	if left, err := mountsUnder(filepath.Dir(target)); err != nil || len(left) != 0 {
@@ -122,15 +122,15 @@ func TestBindSubPathPinsTarget(t *testing.T) {
 	}
 }
 
-func TestWriteAtomicNeverFollowsPlantedLinks(t *testing.T) {
+func TestWritePayloadNeverFollowsPlantedLinks(t *testing.T) {
 	dir := t.TempDir()
 	vol := filepath.Join(dir, "podinfo")
 	shadow := filepath.Join(dir, "shadow")
 	if err := os.WriteFile(shadow, []byte("root:secret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	payload := map[string]payloadFile{"labels": {data: []byte("app=\"web\"\n"), mode: 0o644}, "sub/name": {data: []byte("web"), mode: 0o600}}
-	if err := writeAtomic(vol, payload, -1); err != nil {
+	payload := map[string]PayloadFile{"labels": {Data: []byte("app=\"web\"\n"), Mode: 0o644}, "sub/name": {Data: []byte("web"), Mode: 0o600}}
+	if err := WritePayload(vol, payload, -1); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, filepath.Join(vol, "labels"), "app=\"web\"\n", 0o644)
@@ -138,7 +138,7 @@ func TestWriteAtomicNeverFollowsPlantedLinks(t *testing.T) {
 	gen := currentGenerationOf(t, vol)
 
 	// Unchanged content keeps the generation.
-	if err := writeAtomic(vol, payload, -1); err != nil {
+	if err := WritePayload(vol, payload, -1); err != nil {
 		t.Fatal(err)
 	}
 	if g := currentGenerationOf(t, vol); g != gen {
@@ -155,7 +155,7 @@ func TestWriteAtomicNeverFollowsPlantedLinks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := writeAtomic(vol, payload, -1); err != nil {
+	if err := WritePayload(vol, payload, -1); err != nil {
 		t.Fatal(err)
 	}
 	assertFile(t, shadow, "root:secret\n", 0o600)
@@ -211,7 +211,7 @@ func TestApplyFSGroupSkipsLinks(t *testing.T) {
 	}
 	gid := int64(4242)
 	always := v1.FSGroupChangeAlways
-	if err := applyFSGroup(vol, &v1.PodSecurityContext{FSGroup: &gid, FSGroupChangePolicy: &always}); err != nil {
+	if err := ApplyFSGroup(vol, &v1.PodSecurityContext{FSGroup: &gid, FSGroupChangePolicy: &always}); err != nil {
 		t.Fatal(err)
 	}
 	for path, want := range map[string]uint32{vol: 0o2775, filepath.Join(vol, "d"): 0o2775, filepath.Join(vol, "d", "f"): 0o660} {
@@ -250,7 +250,7 @@ func TestApplyFSGroupOnRootMismatch(t *testing.T) {
 	gid := int64(4343)
 	policy := v1.FSGroupChangeOnRootMismatch
 	sc := &v1.PodSecurityContext{FSGroup: &gid, FSGroupChangePolicy: &policy}
-	if err := applyFSGroup(vol, sc); err != nil {
+	if err := ApplyFSGroup(vol, sc); err != nil {
 		t.Fatal(err)
 	}
 	var st unix.Stat_t
@@ -262,7 +262,7 @@ func TestApplyFSGroupOnRootMismatch(t *testing.T) {
 	if err := os.Chown(f, -1, 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyFSGroup(vol, sc); err != nil {
+	if err := ApplyFSGroup(vol, sc); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Stat(f, &st); err != nil || st.Gid != 0 {
@@ -270,7 +270,7 @@ func TestApplyFSGroupOnRootMismatch(t *testing.T) {
 	}
 	always := v1.FSGroupChangeAlways
 	sc.FSGroupChangePolicy = &always
-	if err := applyFSGroup(vol, sc); err != nil {
+	if err := ApplyFSGroup(vol, sc); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Stat(f, &st); err != nil || st.Gid != uint32(gid) {

@@ -1,17 +1,13 @@
-package runner
+package volume
 
 import (
-	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
-	v1 "k8s.io/api/core/v1"
-
-	"github.com/noderun/noderun/manifests"
 )
 
 func requireRoot(t *testing.T) {
@@ -57,7 +53,7 @@ func TestRemoveOnMountStopsAtMounts(t *testing.T) {
 				t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
 				mkfileT(t, filepath.Join(mnt, "precious"))
 			}
-			err := removeOnMount(tree)
+			err := RemoveOnMount(tree)
 			if !errors.Is(err, ErrMountPoint) {
 				t.Fatalf("removing across a %s: %v, want %v", kind, err, ErrMountPoint)
 			}
@@ -81,7 +77,7 @@ func TestRemoveOnMountRemovesLinks(t *testing.T) {
 	if err := os.Symlink(host, filepath.Join(tree, "link")); err != nil {
 		t.Fatal(err)
 	}
-	if err := removeOnMount(tree); err != nil {
+	if err := RemoveOnMount(tree); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(tree); !os.IsNotExist(err) {
@@ -90,7 +86,7 @@ func TestRemoveOnMountRemovesLinks(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
 		t.Errorf("the link's target was reached: %v", err)
 	}
-	if err := removeOnMount(tree); err != nil {
+	if err := RemoveOnMount(tree); err != nil {
 		t.Errorf("again: %v", err)
 	}
 }
@@ -142,86 +138,6 @@ func mkfileT(t *testing.T, path string) {
 	}
 }
 
-// A state dir reached through a link: a container with a hostPath subPath
-// restarts (its old pin is found and replaced), and removing the pod
-// unmounts the pin and the Memory emptyDir instead of deleting through
-// them into the host path.
-func TestStateDirThroughLinkKeepsHostPathData(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	real := filepath.Join(dir, "data-disk", "noderun")
-	if err := os.MkdirAll(real, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	state := filepath.Join(dir, "var-lib-noderun")
-	if err := os.Symlink(real, state); err != nil {
-		t.Fatal(err)
-	}
-	subPathPodLifecycle(t, dir, state, real)
-}
-
-// A relative state dir is the same case: the mount table has absolute
-// paths.
-func TestRelativeStateDirKeepsHostPathData(t *testing.T) {
-	requireRoot(t)
-	dir := t.TempDir()
-	t.Chdir(dir)
-	subPathPodLifecycle(t, dir, "state", filepath.Join(dir, "state"))
-}
-
-// subPathPodLifecycle runs a pod with a hostPath subPath and a Memory
-// emptyDir on an engine whose StateDir is state (real once resolved),
-// crashes its container, removes its manifest, and checks the host data,
-// the restart and that nothing stays mounted.
-func subPathPodLifecycle(t *testing.T, dir, state, real string) {
-	host := filepath.Join(dir, "host-srv")
-	precious := filepath.Join(host, "db", "precious.sqlite")
-	mkfileT(t, precious)
-	t.Cleanup(func() { _ = unmountAll(real) })
-	clock := newFakeClock()
-	f := &engineFixture{rt: newFakeRuntime(clock), net: &fakeNetwork{}, clock: clock, snaps: make(chan manifests.Snapshot)}
-	f.e = New(Config{
-		NodeName: "n1", HostIP: "192.0.2.1", StateDir: state, RunDir: filepath.Join(dir, "run"),
-		PodLogDir: filepath.Join(dir, "logs"), ResolvConf: filepath.Join(dir, "missing-resolv.conf"), Clock: clock,
-		NetworkCheck: 5 * time.Minute,
-	}, f.rt, f.net)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.e.Run(ctx, f.snaps, 1) }()
-	t.Cleanup(func() { cancel(); <-done })
-
-	pod := testPod("u1", "db", v1.RestartPolicyAlways)
-	pod.Spec.Volumes = []v1.Volume{
-		{Name: "srv", VolumeSource: v1.VolumeSource{HostPath: &v1.HostPathVolumeSource{Path: host}}},
-		{Name: "scratch", VolumeSource: v1.VolumeSource{EmptyDir: &v1.EmptyDirVolumeSource{Medium: v1.StorageMediumMemory}}},
-	}
-	pod.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{
-		{Name: "srv", MountPath: "/var/lib/db", SubPath: "db"},
-		{Name: "scratch", MountPath: "/scratch"},
-	}
-	f.send(pod)
-	waitFor(t, "first start", func() bool { return f.rt.startedCount() == 1 })
-	if m, err := mountsUnder(real); err != nil || len(m) != 2 {
-		t.Fatalf("mounts under the state dir while the pod runs: %v %v, want the pin and the tmpfs", m, err)
-	}
-
-	f.rt.exit(f.rt.started[0].ID, 1)
-	waitFor(t, "the restart after the crash", func() bool { return f.rt.startedCount() == 2 })
-
-	f.send()
-	podDir := filepath.Join(real, "pods", "u1")
-	waitFor(t, "the pod's removal", func() bool {
-		_, err := os.Stat(podDir)
-		return os.IsNotExist(err) && f.status("u1") == nil
-	})
-	if _, err := os.Stat(precious); err != nil {
-		t.Errorf("removing the pod reached into the host path: %v", err)
-	}
-	if m, err := mountsUnder(real); err != nil || len(m) != 0 {
-		t.Errorf("mounts left under the state dir: %v %v", m, err)
-	}
-}
-
 // Kernels before 5.8 (and qemu-user) give no STATX_MNT_ID: the fdinfo
 // fallback must tell a bind of the same file system apart just as well.
 func TestFdinfoMountIDTellsABindApart(t *testing.T) {
@@ -254,5 +170,43 @@ func TestFdinfoMountIDTellsABindApart(t *testing.T) {
 	}
 	if ids[mnt] == ids[dir] {
 		t.Errorf("a bind: mount ID %d, the same as its parent's", ids[mnt])
+	}
+}
+
+// RemoveFilesIn removes the selected entries as os.Remove does, links as
+// links, and refuses a dir reached through a link or on another mount.
+func TestRemoveFilesInFollowsNoLinks(t *testing.T) {
+	root, host := t.TempDir(), t.TempDir()
+	mkfileT(t, filepath.Join(host, "old"))
+	dir := filepath.Join(root, "pod", "c")
+	mkfileT(t, filepath.Join(dir, "old"))
+	mkfileT(t, filepath.Join(dir, "keep"))
+	if err := os.Symlink(filepath.Join(host, "old"), filepath.Join(dir, "old-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(host, filepath.Join(root, "pod", "link")); err != nil {
+		t.Fatal(err)
+	}
+	old := func(n string) bool { return strings.HasPrefix(n, "old") }
+	if err := RemoveFilesIn(root, dir, old); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 || ents[0].Name() != "keep" {
+		t.Errorf("left %v, want keep alone", ents)
+	}
+	for _, d := range []string{filepath.Join(root, "pod", "link"), host, filepath.Join(root, "pod", "link", "x")} {
+		if err := RemoveFilesIn(root, d, old); err == nil {
+			t.Errorf("%s: removed through a link or outside root", d)
+		}
+	}
+	if os.Geteuid() == 0 {
+		mnt := filepath.Join(root, "pod", "mnt")
+		bind(t, host, mnt)
+		if err := RemoveFilesIn(root, mnt, old); !errors.Is(err, ErrMountPoint) {
+			t.Errorf("across a bind: %v, want %v", err, ErrMountPoint)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(host, "old")); err != nil {
+		t.Errorf("the host's file was reached: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"errors"
@@ -199,9 +199,9 @@ func ResolvePath(p string) (string, error) {
 	}
 }
 
-// unmountAll detaches every mount at or below dir, so that removing dir can
+// UnmountAll detaches every mount at or below dir, so that removing dir can
 // never descend into a volume or host path bound there.
-func unmountAll(dir string) error {
+func UnmountAll(dir string) error {
 	mps, err := mountsUnder(dir)
 	if err != nil {
 		return err
@@ -233,9 +233,9 @@ func RemoveTree(dir string) error {
 		return err
 	}
 	if st.IsDir() {
-		if err := unmountAll(real); err != nil {
+		if err := UnmountAll(real); err != nil {
 			return err
 		}
 	}
-	return removeOnMount(real)
+	return RemoveOnMount(real)
 }

@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"errors"
@@ -10,14 +10,14 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// applyFSGroup gives a volume to the pod's fsGroup as the kubelet's
+// ApplyFSGroup gives a volume to the pod's fsGroup as the kubelet's
 // SetVolumeOwnership does: every entry group-owned by it and group
 // read-write, directories also setgid and group-searchable, so files
 // created there belong to the group. OnRootMismatch skips the walk when the
 // root already looks right. Links are never followed: the walk goes from
 // directory handle to directory handle, since a container may swap any
 // entry for a link while it runs.
-func applyFSGroup(dir string, sc *v1.PodSecurityContext) error {
+func ApplyFSGroup(dir string, sc *v1.PodSecurityContext) error {
 	if sc == nil || sc.FSGroup == nil {
 		return nil
 	}

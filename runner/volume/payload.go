@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"bytes"
@@ -15,24 +15,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// payloadFile is one file of an API-data volume (downwardAPI).
-type payloadFile struct {
-	data []byte
-	mode uint32
+// PayloadFile is one file of an API-data volume (downwardAPI).
+type PayloadFile struct {
+	Data []byte
+	Mode uint32 // permission bits
 }
 
 // dataLink is the symlink that names the current generation, as in the
 // kubelet's AtomicWriter: readers see either the old or the new files.
 const dataLink = "..data"
 
-// writeAtomic publishes payload (relative path → file) in dir the way the
+// WritePayload publishes payload (relative path → file) in dir the way the
 // kubelet's AtomicWriter does: a new "..<timestamp>" generation directory
 // is filled, then the "..data" link is renamed over, and every top-level
 // name is a link "name -> ..data/name". Nothing is ever opened, written or
 // chmodded through an existing entry, so links planted in dir lead nowhere.
 // gid, when not -1, owns the files (fsGroup). An unchanged payload is left
 // alone.
-func writeAtomic(dir string, payload map[string]payloadFile, gid int) error {
+func WritePayload(dir string, payload map[string]PayloadFile, gid int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -79,7 +79,7 @@ func currentGeneration(dfd int) string {
 
 // generationHolds reports whether gen already has exactly payload's
 // content, modes and group, reading without following any link.
-func generationHolds(dfd int, gen string, payload map[string]payloadFile, gid int) bool {
+func generationHolds(dfd int, gen string, payload map[string]PayloadFile, gid int) bool {
 	for rel, f := range payload {
 		fd, err := openat2(dfd, gen+"/"+rel, &unix.OpenHow{
 			Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
@@ -91,10 +91,10 @@ func generationHolds(dfd int, gen string, payload map[string]payloadFile, gid in
 		file := os.NewFile(uintptr(fd), rel)
 		var st unix.Stat_t
 		err = unix.Fstat(fd, &st)
-		data, rerr := io.ReadAll(io.LimitReader(file, int64(len(f.data))+1))
+		data, rerr := io.ReadAll(io.LimitReader(file, int64(len(f.Data))+1))
 		file.Close()
-		if err != nil || rerr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != f.mode ||
-			(gid != -1 && int(st.Gid) != gid) || !bytes.Equal(data, f.data) {
+		if err != nil || rerr != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Mode&0o7777 != f.Mode ||
+			(gid != -1 && int(st.Gid) != gid) || !bytes.Equal(data, f.Data) {
 			return false
 		}
 	}
@@ -103,7 +103,7 @@ func generationHolds(dfd int, gen string, payload map[string]payloadFile, gid in
 
 // writeGeneration creates gen with every payload file, each created anew
 // (O_EXCL, O_NOFOLLOW) in directories it made itself.
-func writeGeneration(dfd int, gen string, payload map[string]payloadFile, gid int) error {
+func writeGeneration(dfd int, gen string, payload map[string]PayloadFile, gid int) error {
 	if err := unix.Mkdirat(dfd, gen, 0o755); err != nil {
 		return fmt.Errorf("mkdir %s: %w", gen, err)
 	}
@@ -124,12 +124,12 @@ func writeGeneration(dfd int, gen string, payload map[string]payloadFile, gid in
 			return fmt.Errorf("create %s: %w", rel, err)
 		}
 		file := os.NewFile(uintptr(fd), rel)
-		_, err = file.Write(f.data)
+		_, err = file.Write(f.Data)
 		if err == nil && gid != -1 {
 			err = file.Chown(-1, gid)
 		}
 		if err == nil {
-			err = unix.Fchmod(fd, f.mode)
+			err = unix.Fchmod(fd, f.Mode)
 		}
 		if cerr := file.Close(); err == nil {
 			err = cerr
@@ -152,7 +152,7 @@ func ancestors(gen, dir string) []string {
 
 // ensureUserLinks makes each top-level payload name a link into ..data,
 // replacing whatever else sits there.
-func ensureUserLinks(dfd int, payload map[string]payloadFile) error {
+func ensureUserLinks(dfd int, payload map[string]PayloadFile) error {
 	for _, top := range topNames(payload) {
 		want := dataLink + "/" + top
 		buf := make([]byte, len(want)+1)
@@ -183,7 +183,7 @@ func removeAt(dfd int, name string) error {
 }
 
 // removeStale removes older generations and names no longer published.
-func removeStale(dir string, dfd int, gen string, payload map[string]payloadFile) error {
+func removeStale(dir string, dfd int, gen string, payload map[string]PayloadFile) error {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
@@ -201,7 +201,7 @@ func removeStale(dir string, dfd int, gen string, payload map[string]payloadFile
 	return errors.Join(errs...)
 }
 
-func topNames(payload map[string]payloadFile) []string {
+func topNames(payload map[string]PayloadFile) []string {
 	var out []string
 	for rel := range payload {
 		top, _, _ := strings.Cut(rel, "/")

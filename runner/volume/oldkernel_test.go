@@ -1,4 +1,4 @@
-package runner
+package volume
 
 import (
 	"fmt"
@@ -100,7 +100,7 @@ func denySyscalls(names []string) error {
 // volumeTests are what subPath, downwardAPI and fsGroup rest on.
 var volumeTests = []string{
 	"TestOpenSubPathRefusesEscapes", "TestOpenSubPathInsideVolume", "TestBindSubPathPinsTarget",
-	"TestWriteAtomicNeverFollowsPlantedLinks", "TestWalkBeneath",
+	"TestWritePayloadNeverFollowsPlantedLinks", "TestWalkBeneath", "TestRemoveFilesInFollowsNoLinks",
 	"TestApplyFSGroupSkipsLinks", "TestApplyFSGroupOnRootMismatch", "TestApplyFSGroupNeverOpensEntries",
 }
 
