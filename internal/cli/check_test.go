@@ -129,10 +129,10 @@ func TestPrintSources(t *testing.T) {
 	}
 	var b bytes.Buffer
 	printSources(&b, sources, now)
-	want := `SOURCE                    READ       ETAG   PODS   ERRORS
-file:/etc/pods            3m0s ago   -      1      1
-http:https://fleet/pods   45s ago    "v1"   1      0
-http:https://down/pods    never      -      0      1
+	want := `SOURCE                    READ      ETAG   PODS   ERRORS
+file:/etc/pods            3m ago    -      1      1
+http:https://fleet/pods   45s ago   "v1"   1      0
+http:https://down/pods    never     -      0      1
 
 POD              UID   FROM
 default/web-n1   u1    /etc/pods/web.yaml:1 (last known good)

@@ -34,9 +34,3 @@ func statusSocket(c *cli.Context) string {
 	}
 	return kubeapi.StatusSocket(c.String("run-dir"))
 }
-
-// apiDir holds the API's CA, serving certificate and tokens.
-func apiDir(c *cli.Context) string { return kubeapi.CredentialsDir(c.String("state-dir")) }
-
-// apiServerFile records the URL the running noderun serves the API on.
-func apiServerFile(c *cli.Context) string { return kubeapi.ServerFile(c.String("run-dir")) }

@@ -1,11 +1,8 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,23 +23,22 @@ func kubeconfigCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			server := c.String("server")
 			if server == "" {
-				b, err := os.ReadFile(apiServerFile(c))
-				if errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("no %s: noderun is not running (or not with this --run-dir); give --server https://HOST:PORT", apiServerFile(c))
-				}
-				if err != nil {
+				var err error
+				var nr *notRunning
+				if server, err = serverURL(c); errors.As(err, &nr) {
+					return fmt.Errorf("%w; give --server https://HOST:PORT", err)
+				} else if err != nil {
 					return err
 				}
-				server = string(bytes.TrimSpace(b))
 			}
-			cfg, err := kubeapi.Kubeconfig(server, apiDir(c), c.Bool("admin"))
+			cfg, err := kubeapi.Kubeconfig(server, kubeapi.CredentialsDir(c.String("state-dir")), c.Bool("admin"))
 			if err != nil {
 				return err
 			}
 			if out := c.String("output"); out != "" {
 				return atomicfile.WriteFile(out, cfg, 0o600)
 			}
-			_, err = os.Stdout.Write(cfg)
+			_, err = c.App.Writer.Write(cfg)
 			return err
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/duration"
 
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
@@ -19,7 +20,7 @@ func manifestsCommand() *cli.Command {
 		Description: "See docs/operating.md, Manifest sources, and docs/troubleshooting.md.",
 		Action: func(c *cli.Context) error {
 			var list kubeapi.ManifestSources
-			if err := apiGet(c.Context, statusSocket(c), "/manifests", &list); err != nil {
+			if err := statusClient(c).get(c.Context, "/manifests", nil, &list); err != nil {
 				return err
 			}
 			printSources(c.App.Writer, list.Sources, time.Now())
@@ -74,7 +75,7 @@ func ago(t, now time.Time) string {
 	if t.IsZero() {
 		return "never"
 	}
-	return shortDuration(now.Sub(t)) + " ago"
+	return duration.HumanDuration(now.Sub(t)) + " ago"
 }
 
 func orNone(s string) string {
