@@ -34,6 +34,8 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/logdriver":            {"crilog", "internal/atomicfile"},
 		"internal/logdriver/driver":     {"crilog"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
+		// client commands talk to the node over its two APIs only
+		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile"},
 	}
 	// Production imports only: tests may use any helper package.
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()

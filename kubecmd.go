@@ -1,14 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -27,12 +22,6 @@ func apiFlags() []cli.Flag {
 	}
 }
 
-// apiDir holds the API's CA, serving certificate and tokens.
-func apiDir(c *cli.Context) string { return filepath.Join(c.String("state-dir"), "api") }
-
-// apiServerFile records the URL the running noderun serves the API on.
-func apiServerFile(c *cli.Context) string { return filepath.Join(c.String("run-dir"), "api-server") }
-
 // startKubeAPI opens the Kubernetes API's listener and serves it; until the
 // engine is handed over (Ready) it answers 503.
 func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv *kubeapi.Server, stop func() error, err error) {
@@ -43,7 +32,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv
 	if !kubeapi.IsLoopback(addr) {
 		log.Warn("the Kubernetes API listens beyond loopback; whoever reaches it needs only a token", "address", addr)
 	}
-	creds, err := kubeapi.LoadCredentials(apiDir(c), kubeapi.Hosts(addr), time.Now())
+	creds, err := kubeapi.LoadCredentials(kubeapi.CredentialsDir(c.String("state-dir")), kubeapi.Hosts(addr), time.Now())
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes API credentials: %w", err)
 	}
@@ -52,7 +41,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv
 		return nil, nil, fmt.Errorf("kubernetes API (--api-address, --api-port): %w", err)
 	}
 	url := kubeapi.ServerURL(l.Addr())
-	if err := atomicfile.WriteFile(apiServerFile(c), []byte(url+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(kubeapi.ServerFile(c.String("run-dir")), []byte(url+"\n"), 0o644); err != nil {
 		l.Close()
 		return nil, nil, err
 	}
@@ -69,38 +58,3 @@ type kubeBackend struct {
 }
 
 func (b kubeBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
-
-func kubeconfigCommand() *cli.Command {
-	return &cli.Command{
-		Name:        "kubeconfig",
-		Usage:       "print a kubeconfig for kubectl: the view token (read-only), or with --admin the admin token (adds exec, attach, port-forward)",
-		Description: "See docs/kubectl.md.",
-		Flags: []cli.Flag{
-			&cli.BoolFlag{Name: "admin", Usage: "use the admin token"},
-			&cli.StringFlag{Name: "server", Usage: "the API's URL (default: where the running noderun serves it)"},
-			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write it to this file (mode 0600) instead of stdout"},
-		},
-		Action: func(c *cli.Context) error {
-			server := c.String("server")
-			if server == "" {
-				b, err := os.ReadFile(apiServerFile(c))
-				if errors.Is(err, fs.ErrNotExist) {
-					return fmt.Errorf("no %s: noderun is not running (or not with this --run-dir); give --server https://HOST:PORT", apiServerFile(c))
-				}
-				if err != nil {
-					return err
-				}
-				server = string(bytes.TrimSpace(b))
-			}
-			cfg, err := kubeapi.Kubeconfig(server, apiDir(c), c.Bool("admin"))
-			if err != nil {
-				return err
-			}
-			if out := c.String("output"); out != "" {
-				return atomicfile.WriteFile(out, cfg, 0o600)
-			}
-			_, err = os.Stdout.Write(cfg)
-			return err
-		},
-	}
-}

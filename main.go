@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -16,6 +15,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/crilog"
+	nrcli "github.com/noderun/noderun/internal/cli"
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/systemd"
 )
 
@@ -43,22 +44,14 @@ func newApp() *cli.App {
 		Version: version,
 		Flags:   flags(),
 		Action:  longLived(runNode),
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			{Name: "version", Usage: "print the version", Description: "See docs/operating.md, Updates.", Action: func(*cli.Context) error {
 				fmt.Println("noderun", version)
 				return nil
 			}},
-			podsCommand(),
-			manifestsCommand(),
-			checkCommand(),
 			imagesCommand(),
 			resetCommand(),
-			kubeconfigCommand(),
-			logsCommand(),
-			execCommand(),
 			installCommand(),
-			describeCommand(),
-			eventsCommand(),
 			{
 				// containerd's shim runs this as the containers' log driver.
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
@@ -76,7 +69,7 @@ func newApp() *cli.App {
 				Name: "pause", Hidden: true, ArgsUsage: "ROOT",
 				Action: longLived(func(c *cli.Context) error { return runPause(c.Args().First()) }),
 			},
-		},
+		}, nrcli.Commands()...),
 	}
 }
 
@@ -92,21 +85,13 @@ func longLived(action cli.ActionFunc) cli.ActionFunc {
 	}
 }
 
-func defaultNodeName() string {
-	h, err := os.Hostname()
-	if err != nil {
-		return "localhost"
-	}
-	return strings.ToLower(h)
-}
-
 func flags() []cli.Flag {
 	env := func(name string) []string { return []string{"NODERUN_" + name} }
 	return append([]cli.Flag{
 		&cli.StringSliceFlag{Name: "manifests", Usage: "directory or file of Pod manifests (repeatable)", EnvVars: env("MANIFESTS")},
 		&cli.StringSliceFlag{Name: "manifest-url", Usage: "http(s) URL of Pod manifests, polled (repeatable)", EnvVars: env("MANIFEST_URL")},
 		&cli.DurationFlag{Name: "url-check-interval", Value: defaultRelist, Usage: "poll manifest URLs this often", EnvVars: env("URL_CHECK_INTERVAL")},
-		&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
+		&cli.StringFlag{Name: "node-name", Value: nrcli.DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
 		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
 		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", Usage: "the containerd to use; if it does not answer, noderun waits for it", EnvVars: env("CONTAINERD_ADDRESS")},
 		&cli.BoolFlag{Name: "containerd-managed", Usage: "run a private containerd under --state-dir and --run-dir instead of using --containerd-address (chosen by itself, once, when no containerd is installed)", EnvVars: env("CONTAINERD_MANAGED")},
@@ -137,7 +122,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
-	}, append(urlFlags(), apiFlags()...)...)
+	}, append(nrcli.URLFlags(), apiFlags()...)...)
 }
 
 func newLogger(c *cli.Context) (*slog.Logger, error) {
@@ -169,5 +154,5 @@ func statusSocket(c *cli.Context) string {
 	if s := c.String("status-socket"); s != "" {
 		return s
 	}
-	return c.String("run-dir") + "/noderun.sock"
+	return kubeapi.StatusSocket(c.String("run-dir"))
 }

@@ -24,7 +24,19 @@ import (
 	"github.com/noderun/noderun/internal/atomicfile"
 )
 
-// The files under the API's directory (<state-dir>/api), all root-only.
+// CredentialsDir is the API's directory under noderun's state dir: its CA,
+// serving certificate and tokens, all root-only.
+func CredentialsDir(stateDir string) string { return filepath.Join(stateDir, "api") }
+
+// ServerFile, under noderun's run dir, records the URL the running noderun
+// serves the API on, for `noderun kubeconfig` and the client commands.
+func ServerFile(runDir string) string { return filepath.Join(runDir, "api-server") }
+
+// StatusSocket is the status API's socket under noderun's run dir, unless
+// --status-socket names another.
+func StatusSocket(runDir string) string { return filepath.Join(runDir, "noderun.sock") }
+
+// The files under the API's directory (CredentialsDir), all root-only.
 const (
 	caCertFile     = "ca.crt"
 	caKeyFile      = "ca.key"

@@ -115,6 +115,25 @@ func TestKubeconfig(t *testing.T) {
 	}
 }
 
+// The client commands read what the kubeconfig points kubectl at: the CA
+// and the token of the role asked for.
+func TestClientCredentials(t *testing.T) {
+	dir := CredentialsDir(t.TempDir())
+	creds, err := LoadCredentials(dir, Hosts("127.0.0.1"), time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for admin, want := range map[bool]string{false: creds.ViewToken, true: creds.AdminToken} {
+		cfg, token, err := ClientCredentials(dir, admin)
+		if err != nil || token != want || cfg.RootCAs == nil {
+			t.Errorf("admin=%v: %v, token %q, want %q", admin, err, token, want)
+		}
+	}
+	if _, _, err := ClientCredentials(t.TempDir(), false); err == nil {
+		t.Error("no error without the API's CA")
+	}
+}
+
 func TestSemver(t *testing.T) {
 	for in, want := range map[string]string{
 		"v1.2.3": "v1.2.3", "1.2.3": "v1.2.3", "v1.2.3-rc.1": "v1.2.3-rc.1",

@@ -1,6 +1,9 @@
 package kubeapi
 
 import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"net/url"
@@ -55,11 +58,11 @@ func Kubeconfig(server, dir string, admin bool) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("the API's CA: %w (noderun makes it when it starts)", err)
 	}
-	user, token := "noderun-view", ViewTokenFile
+	user := "noderun-view"
 	if admin {
-		user, token = "noderun-admin", AdminTokenFile
+		user = "noderun-admin"
 	}
-	abs, err := filepath.Abs(filepath.Join(dir, token))
+	abs, err := filepath.Abs(filepath.Join(dir, tokenFile(admin)))
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +79,32 @@ func Kubeconfig(server, dir string, admin bool) ([]byte, error) {
 	x.Context.Cluster, x.Context.User, x.Context.Namespace = "noderun", user, "default"
 	cfg.Clusters, cfg.Users, cfg.Contexts = []namedCluster{c}, []namedUser{u}, []namedContext{x}
 	return yaml.Marshal(&cfg)
+}
+
+func tokenFile(admin bool) string {
+	if admin {
+		return AdminTokenFile
+	}
+	return ViewTokenFile
+}
+
+// ClientCredentials reads what a client of the API needs from dir (the
+// API's directory, CredentialsDir): TLS that trusts the API's CA, and the
+// view token, or the admin token.
+func ClientCredentials(dir string, admin bool) (*tls.Config, string, error) {
+	caPEM, err := os.ReadFile(filepath.Join(dir, caCertFile))
+	if err != nil {
+		return nil, "", fmt.Errorf("the API's CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(caPEM) {
+		return nil, "", fmt.Errorf("the API's CA in %s holds no certificate", dir)
+	}
+	tok, err := os.ReadFile(filepath.Join(dir, tokenFile(admin)))
+	if err != nil {
+		return nil, "", fmt.Errorf("the API's token: %w", err)
+	}
+	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, string(bytes.TrimSpace(tok)), nil
 }
 
 // ServerURL is the URL clients use for an API listening on addr (a

@@ -8,6 +8,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -44,7 +45,16 @@ func StatusHandler(b StatusBackend) http.Handler {
 		}
 		fmt.Fprintln(rw, "ok")
 	})
-	mux.HandleFunc("GET /pods", func(rw http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /pods", func(rw http.ResponseWriter, r *http.Request) {
+		table, include, err := negotiateTable(r)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusNotAcceptable)
+			return
+		}
+		if table {
+			writeJSON(rw, http.StatusOK, statusPodTable(b.Pods(), include, time.Now()))
+			return
+		}
 		list := v1.PodList{TypeMeta: metav1.TypeMeta{Kind: "PodList", APIVersion: "v1"}, Items: b.Pods()}
 		for i := range list.Items {
 			list.Items[i].TypeMeta = metav1.TypeMeta{Kind: "Pod", APIVersion: "v1"}
@@ -70,6 +80,23 @@ func StatusHandler(b StatusBackend) http.Handler {
 		}
 		mux.ServeHTTP(rw, r)
 	})
+}
+
+// statusPodTable is the pods as the API's pod printer shows them, for
+// `noderun pods`. The status socket keeps no first-seen times, so a pod's
+// age is from its start, as the API's is for a pod adopted after a restart.
+func statusPodTable(pods []v1.Pod, include metav1.IncludeObjectPolicy, now time.Time) *metav1.Table {
+	pods = slices.Clone(pods) // the backend's may be shared
+	for i := range pods {
+		if p := &pods[i]; p.CreationTimestamp.IsZero() && p.Status.StartTime != nil {
+			p.CreationTimestamp = *p.Status.StartTime
+		}
+	}
+	res := &resource[v1.Pod]{
+		kind: "Pod", columns: podColumns, cells: podCells, conditions: podConditions, now: func() time.Time { return now },
+		store: &store[v1.Pod]{meta: func(p *v1.Pod) *metav1.ObjectMeta { return &p.ObjectMeta }},
+	}
+	return res.table(pods, 0, include)
 }
 
 // ListenUnix opens the API socket with mode 0600, replacing a stale one. It

@@ -8,8 +8,10 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderun/noderun/manifests"
 )
@@ -54,5 +56,36 @@ func TestStatusHandler(t *testing.T) {
 	var ms ManifestSources
 	if err := json.Unmarshal(rec.Body.Bytes(), &ms); err != nil || len(ms.Sources) != 1 || ms.Sources[0].Errors[0] != "x.yaml: bad" {
 		t.Fatalf("GET /manifests: %s (%v)", rec.Body, err)
+	}
+}
+
+// `noderun pods` asks the status socket for a Table: the API's pod columns,
+// the namespace in the rows' metadata, and an age from the pod's start.
+func TestStatusHandlerPodTable(t *testing.T) {
+	p := testPod("kube-system", "dns")
+	start := metav1.NewTime(time.Now().Add(-90 * time.Second))
+	p.Status = v1.PodStatus{Phase: v1.PodRunning, StartTime: &start, PodIP: "10.0.0.7", PodIPs: []v1.PodIP{{IP: "10.0.0.7"}}}
+	b := &fakeStatus{fakeBackend: fakeBackend{pods: []v1.Pod{p}}}
+	rec := statusGet(StatusHandler(b), "/pods", "Accept", "application/json;as=Table;g=meta.k8s.io;v=v1")
+	var tab metav1.Table
+	if err := json.Unmarshal(rec.Body.Bytes(), &tab); err != nil || rec.Code != http.StatusOK {
+		t.Fatalf("GET /pods as a Table: %d %s (%v)", rec.Code, rec.Body, err)
+	}
+	if len(tab.ColumnDefinitions) != len(podColumns) || len(tab.Rows) != 1 {
+		t.Fatalf("table = %+v", tab)
+	}
+	var m metav1.PartialObjectMetadata
+	if err := json.Unmarshal(tab.Rows[0].Object.Raw, &m); err != nil || m.Namespace != "kube-system" {
+		t.Errorf("row metadata = %s (%v), want the namespace", tab.Rows[0].Object.Raw, err)
+	}
+	cells := tab.Rows[0].Cells
+	if cells[0] != "dns" || cells[2] != "Running" || cells[4] != "90s" || cells[5] != "10.0.0.7" {
+		t.Errorf("cells = %q", cells)
+	}
+	if !b.pods[0].CreationTimestamp.IsZero() {
+		t.Error("the table set the backend's own pod's creationTimestamp")
+	}
+	if rec := statusGet(StatusHandler(b), "/pods", "Accept", "application/yaml"); rec.Code != http.StatusNotAcceptable {
+		t.Errorf("Accept: application/yaml: %d, want 406", rec.Code)
 	}
 }

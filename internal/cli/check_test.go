@@ -1,11 +1,10 @@
-package main
+package cli
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,9 +19,11 @@ import (
 )
 
 // runCLI runs `noderun args...` in-process with the check command and
-// returns stdout, stderr and the error main would exit 1 on.
+// returns stdout, stderr and the error main would exit 1 on. It runs in
+// the repository's root, where the paths the tests print are short.
 func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	t.Helper()
+	chdirRoot(t)
 	var out, errOut bytes.Buffer
 	app := &cli.App{Name: "noderun", Commands: []*cli.Command{checkCommand()}, Writer: &out, ErrWriter: &errOut}
 	err = app.RunContext(context.Background(), append([]string{"noderun"}, args...))
@@ -30,6 +31,7 @@ func runCLI(t *testing.T, args ...string) (stdout, stderr string, err error) {
 }
 
 func TestCheckCommand(t *testing.T) {
+	chdirRoot(t)
 	srv := httptest.NewServer(http.FileServer(http.Dir("manifests/testdata")))
 	defer srv.Close()
 	tests := []struct {
@@ -127,10 +129,10 @@ func TestPrintSources(t *testing.T) {
 	}
 	var b bytes.Buffer
 	printSources(&b, sources, now)
-	want := `SOURCE                    READ       ETAG   PODS   ERRORS
-file:/etc/pods            3m0s ago   -      1      1
-http:https://fleet/pods   45s ago    "v1"   1      0
-http:https://down/pods    never      -      0      1
+	want := `SOURCE                    READ      ETAG   PODS   ERRORS
+file:/etc/pods            3m ago    -      1      1
+http:https://fleet/pods   45s ago   "v1"   1      0
+http:https://down/pods    never     -      0      1
 
 POD              UID   FROM
 default/web-n1   u1    /etc/pods/web.yaml:1 (last known good)
@@ -143,6 +145,14 @@ error: https://down/pods: connection refused
 	}
 }
 
+// chdirRoot makes the repository's root the working directory, as it is
+// for main's tests: manifests/testdata is there.
+func chdirRoot(t *testing.T) {
+	if _, err := os.Stat("manifests/testdata"); err != nil {
+		t.Chdir("../..")
+	}
+}
+
 func abs(t *testing.T, p string) string {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -151,80 +161,9 @@ func abs(t *testing.T, p string) string {
 	return strings.TrimSuffix(wd, "/") + "/" + p
 }
 
-func TestNewURLSources(t *testing.T) {
-	tests := []struct {
-		args    []string
-		want    int
-		wantErr bool
-	}{
-		{args: []string{"--manifest-url", "http://127.0.0.1:1/p", "--manifest-url", "https://h/q", "--manifest-url", "http://127.0.0.1:1/p"}, want: 2},
-		{args: []string{"--manifest-url", "/etc/pods"}, wantErr: true},
-		{args: []string{"--manifest-url", "http://h/p", "--manifest-url-header", "no colon"}, wantErr: true},
-		{args: []string{"--manifest-url", "http://a:1@h/p", "--manifest-url", "http://b:2@h/p"}, wantErr: true},
-		{args: []string{"--manifest-url", "http://h/p?t=1", "--manifest-url", "http://h/p?t=1#x"}, wantErr: true},
-		{args: []string{"--manifest-url", "http://h/p?t=1", "--manifest-url", "http://h/p?t=2"}, want: 2},
-		{args: nil, want: 0},
-	}
-	for _, tt := range tests {
-		var got []*manifests.URLSource
-		app := &cli.App{Flags: flags(), Action: func(c *cli.Context) (err error) {
-			got, err = newURLSources(c, "n1", t.TempDir(), nil)
-			return err
-		}}
-		err := app.Run(append([]string{"noderun"}, tt.args...))
-		if (err != nil) != tt.wantErr || len(got) != tt.want {
-			t.Errorf("%q: %d sources, err %v", tt.args, len(got), err)
-		}
-	}
-}
-
-// The engine starts once it has one snapshot per source name (runner
-// Engine.Run): URLs that show alike once query values are hidden must still
-// give distinct names, or noderun waits forever, and must keep distinct state.
-func TestNewURLSourcesDistinctNames(t *testing.T) {
-	srv := httptest.NewServer(http.FileServer(http.Dir("manifests/testdata")))
-	defer srv.Close()
-	stateDir := t.TempDir()
-	var sources []*manifests.URLSource
-	app := &cli.App{Flags: flags(), Action: func(c *cli.Context) (err error) {
-		sources, err = newURLSources(c, "n1", stateDir, nil)
-		return err
-	}}
-	args := []string{"noderun", "--manifest-url", srv.URL + "/list.json?token=a", "--manifest-url", srv.URL + "/list.json?token=b",
-		"--manifest-url", srv.URL + "/web.yaml"}
-	if err := app.Run(args); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	snaps := make(chan manifests.Snapshot)
-	for _, s := range sources {
-		go func() { _ = s.Run(ctx, snaps) }()
-	}
-	names := map[string]bool{}
-	for range sources {
-		select {
-		case snap := <-snaps:
-			names[snap.Source] = true
-			if strings.Contains(snap.Source, "token=a") || strings.Contains(snap.Source, "token=b") {
-				t.Errorf("source name %q shows a query value", snap.Source)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("a source sent nothing")
-		}
-	}
-	want := map[string]bool{"http:" + srv.URL + "/list.json?token=xxxxx": true, "http:" + srv.URL + "/list.json?token=xxxxx#2": true,
-		"http:" + srv.URL + "/web.yaml": true}
-	if !maps.Equal(names, want) {
-		t.Errorf("source names %v, want %v", names, want)
-	}
-	if files, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(files) != 3 {
-		t.Errorf("state files %v, want one per URL", files)
-	}
-}
-
 // Header lines from a file reach the server, for `check` as for the node.
 func TestCheckHeaderFile(t *testing.T) {
+	chdirRoot(t)
 	var got http.Header
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got = r.Header.Clone()

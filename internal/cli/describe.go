@@ -1,17 +1,10 @@
-package main
+package cli
 
 import (
-	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -19,142 +12,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
-
-	"github.com/noderun/noderun/kubeapi"
 )
-
-// kubeClient talks to the running noderun's Kubernetes API as `noderun
-// kubeconfig` would set kubectl up: its URL from the run dir, the CA and
-// the view token from the state dir (root only).
-type kubeClient struct {
-	server, token string
-	hc            *http.Client
-}
-
-func newKubeClient(c *cli.Context) (*kubeClient, error) {
-	server, err := os.ReadFile(apiServerFile(c))
-	if err != nil {
-		return nil, fmt.Errorf("%w (is noderun running, with this --run-dir?)", err)
-	}
-	ca, err := os.ReadFile(filepath.Join(apiDir(c), "ca.crt"))
-	if err != nil {
-		return nil, err
-	}
-	tok, err := os.ReadFile(filepath.Join(apiDir(c), kubeapi.ViewTokenFile))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("%s: no certificate", filepath.Join(apiDir(c), "ca.crt"))
-	}
-	return &kubeClient{
-		server: strings.TrimSpace(string(server)), token: strings.TrimSpace(string(tok)),
-		hc: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}},
-	}, nil
-}
-
-// get fetches path (with query) into v; accept "" is plain JSON.
-func (k *kubeClient) get(ctx context.Context, path string, query url.Values, accept string, v any) error {
-	u := k.server + path
-	if len(query) > 0 {
-		u += "?" + query.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+k.token)
-	if accept != "" {
-		req.Header.Set("Accept", accept)
-	}
-	resp, err := k.hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		var st metav1.Status
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-		if json.Unmarshal(b, &st) == nil && st.Message != "" {
-			return fmt.Errorf("%s", st.Message)
-		}
-		return fmt.Errorf("%s: %s", path, resp.Status)
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
-
-const tableAccept = "application/json;as=Table;g=meta.k8s.io;v=v1"
-
-// printTable prints a server-side Table as kubectl does: upper-case
-// headers, priority-0 columns, an optional NAMESPACE column first.
-func printTable(w io.Writer, t *metav1.Table, namespaces bool) {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	var cols []int
-	var head []string
-	if namespaces {
-		head = append(head, "NAMESPACE")
-	}
-	for i, c := range t.ColumnDefinitions {
-		if c.Priority == 0 {
-			cols = append(cols, i)
-			head = append(head, strings.ToUpper(c.Name))
-		}
-	}
-	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	for _, r := range t.Rows {
-		var cells []string
-		if namespaces {
-			var m metav1.PartialObjectMetadata
-			_ = json.Unmarshal(r.Object.Raw, &m)
-			cells = append(cells, m.Namespace)
-		}
-		for _, i := range cols {
-			cells = append(cells, fmt.Sprint(r.Cells[i]))
-		}
-		fmt.Fprintln(tw, strings.Join(cells, "\t"))
-	}
-	tw.Flush()
-}
-
-func eventsCommand() *cli.Command {
-	return &cli.Command{
-		Name:        "events",
-		Usage:       "list events like `kubectl get events`, through the Kubernetes API",
-		Description: "See docs/kubectl.md.",
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", Usage: "the events of this namespace"},
-			&cli.BoolFlag{Name: "all-namespaces", Aliases: []string{"A"}, Usage: "the events of every namespace"},
-			&cli.StringFlag{Name: "for", Usage: "only the events of this pod"},
-		},
-		Action: func(c *cli.Context) error {
-			k, err := newKubeClient(c)
-			if err != nil {
-				return err
-			}
-			path := "/api/v1/namespaces/" + url.PathEscape(c.String("namespace")) + "/events"
-			if c.Bool("all-namespaces") {
-				path = "/api/v1/events"
-			}
-			q := url.Values{}
-			if pod := c.String("for"); pod != "" {
-				q.Set("fieldSelector", "involvedObject.kind=Pod,involvedObject.name="+pod)
-			}
-			var t metav1.Table
-			if err := k.get(c.Context, path, q, tableAccept, &t); err != nil {
-				return err
-			}
-			if len(t.Rows) == 0 {
-				fmt.Fprintln(os.Stderr, "No events found.")
-				return nil
-			}
-			printTable(os.Stdout, &t, c.Bool("all-namespaces"))
-			return nil
-		},
-	}
-}
 
 func describeCommand() *cli.Command {
 	return &cli.Command{
@@ -167,21 +26,21 @@ func describeCommand() *cli.Command {
 			if c.NArg() != 1 {
 				return fmt.Errorf("describe: give one pod name (as `noderun pods` shows it)")
 			}
-			k, err := newKubeClient(c)
+			k, err := apiClient(c, false)
 			if err != nil {
 				return err
 			}
 			ns, name := c.String("namespace"), c.Args().First()
 			var pod v1.Pod
-			if err := k.get(c.Context, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, "", &pod); err != nil {
+			if err := k.get(c.Context, "/api/v1/namespaces/"+url.PathEscape(ns)+"/pods/"+url.PathEscape(name), nil, &pod); err != nil {
 				return err
 			}
 			var events v1.EventList
 			q := url.Values{"fieldSelector": {"involvedObject.name=" + name + ",involvedObject.namespace=" + ns + ",involvedObject.uid=" + string(pod.UID)}}
-			if err := k.get(c.Context, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", q, "", &events); err != nil {
+			if err := k.get(c.Context, "/api/v1/namespaces/"+url.PathEscape(ns)+"/events", q, &events); err != nil {
 				return err
 			}
-			describePod(os.Stdout, &pod, events.Items, time.Now())
+			describePod(c.App.Writer, &pod, events.Items, time.Now())
 			return nil
 		},
 	}

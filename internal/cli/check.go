@@ -1,20 +1,16 @@
-package main
+package cli
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"slices"
-	"strconv"
+	"os"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 )
 
@@ -22,9 +18,9 @@ import (
 // so the process exits 1.
 var errCheckFailed = errors.New("manifests have errors")
 
-// urlFlags are the URL source's request settings, shared by the node and
+// URLFlags are the URL source's request settings, shared by the node and
 // `noderun check`; a function, since a flag value cannot be shared.
-func urlFlags() []cli.Flag {
+func URLFlags() []cli.Flag {
 	env := func(name string) []string { return []string{"NODERUN_" + name} }
 	return []cli.Flag{
 		&cli.StringSliceFlag{Name: "manifest-url-header", Usage: `"Name: value" header for manifest URL requests (repeatable; visible in ps, so use --manifest-url-header-file for tokens)`, EnvVars: env("MANIFEST_URL_HEADER")},
@@ -36,8 +32,8 @@ func urlFlags() []cli.Flag {
 	}
 }
 
-// urlOptions turns urlFlags into URLSource options.
-func urlOptions(c *cli.Context) ([]manifests.URLOption, error) {
+// URLOptions turns URLFlags into URLSource options.
+func URLOptions(c *cli.Context) ([]manifests.URLOption, error) {
 	opts := []manifests.URLOption{
 		manifests.WithTimeout(c.Duration("url-timeout")),
 		manifests.WithTLSFiles(c.String("url-ca-file"), c.String("url-client-cert"), c.String("url-client-key")),
@@ -63,44 +59,14 @@ func urlOptions(c *cli.Context) ([]manifests.URLOption, error) {
 	return opts, nil
 }
 
-// newURLSources builds one source per --manifest-url; the last good response
-// of each is kept under stateDir.
-func newURLSources(c *cli.Context, nodeName, stateDir string, log *slog.Logger) ([]*manifests.URLSource, error) {
-	opts, err := urlOptions(c)
+// DefaultNodeName is the hostname, lowercased: the node's name and the one
+// `check` names pods for.
+func DefaultNodeName() string {
+	h, err := os.Hostname()
 	if err != nil {
-		return nil, err
+		return "localhost"
 	}
-	opts = append(opts, manifests.WithCheckInterval(c.Duration("url-check-interval")),
-		manifests.WithStateDir(stateDir), manifests.WithURLLogger(log))
-	var out []*manifests.URLSource
-	var seen []string
-	shown := map[string]int{} // redacted URL -> how many show as it
-	for _, u := range c.StringSlice("manifest-url") {
-		if slices.Contains(seen, u) {
-			continue
-		}
-		// The engine waits for one snapshot per distinct source name, and
-		// the name hides credentials and query values: two URLs that
-		// differ only there must not share one, or it would wait forever.
-		display := manifests.RedactURL(u)
-		for _, prev := range seen {
-			if manifests.SameURL(prev, u) {
-				return nil, fmt.Errorf("--manifest-url %s is given twice, differing only in credentials or #fragment; give it once", display)
-			}
-		}
-		seen = append(seen, u)
-		srcOpts := opts
-		if shown[display]++; shown[display] > 1 {
-			// Differing query values name different resources.
-			srcOpts = append(slices.Clip(opts), manifests.WithDisplayTag(strconv.Itoa(shown[display])))
-		}
-		s, err := manifests.NewURLSource(u, nodeName, srcOpts...)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, s)
-	}
-	return out, nil
+	return strings.ToLower(h)
 }
 
 func checkCommand() *cli.Command {
@@ -111,8 +77,8 @@ func checkCommand() *cli.Command {
 		ArgsUsage:   "PATH|URL...",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
-			&cli.StringFlag{Name: "node-name", Value: defaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
-		}, urlFlags()...),
+			&cli.StringFlag{Name: "node-name", Value: DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
+		}, URLFlags()...),
 		Action: runCheck,
 	}
 }
@@ -125,7 +91,7 @@ func runCheck(c *cli.Context) error {
 	if output != "text" && output != "json" {
 		return fmt.Errorf("check: --output %q is neither text nor json", output)
 	}
-	opts, err := urlOptions(c)
+	opts, err := URLOptions(c)
 	if err != nil {
 		return err
 	}
@@ -220,76 +186,4 @@ func printCheck(w, errw io.Writer, results []checkResult) {
 		}
 		fmt.Fprintln(w)
 	}
-}
-
-func manifestsCommand() *cli.Command {
-	return &cli.Command{
-		Name:        "manifests",
-		Usage:       "list manifest sources with their files or URL, pods and errors, from the status API",
-		Description: "See docs/operating.md, Manifest sources, and docs/troubleshooting.md.",
-		Action: func(c *cli.Context) error {
-			var list kubeapi.ManifestSources
-			if err := apiGet(c.Context, statusSocket(c), "/manifests", &list); err != nil {
-				return err
-			}
-			printSources(c.App.Writer, list.Sources, time.Now())
-			return nil
-		},
-	}
-}
-
-// printSources writes a table of sources, then their pods, then errors.
-func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
-	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tREAD\tETAG\tPODS\tERRORS")
-	for _, s := range sources {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Source, ago(lastRead(s), now), orNone(s.ETag), len(s.Pods), len(s.Errors))
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
-	fmt.Fprintln(tw, "POD\tUID\tFROM")
-	for _, s := range sources {
-		for _, p := range s.Pods {
-			from := s.URL
-			if p.File != "" {
-				from = fmt.Sprintf("%s:%d", p.File, p.Line)
-			}
-			if p.LastKnownGood {
-				from += " (last known good)"
-			}
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from)
-		}
-	}
-	tw.Flush()
-	for _, s := range sources {
-		for _, e := range s.Errors {
-			fmt.Fprintf(w, "error: %s\n", e)
-		}
-	}
-}
-
-// lastRead is when a source last read new content: its latest file or body.
-func lastRead(s manifests.SourceInfo) time.Time {
-	t := s.ReadAt
-	for _, f := range s.Files {
-		if f.ReadAt.After(t) {
-			t = f.ReadAt
-		}
-	}
-	return t
-}
-
-func ago(t, now time.Time) string {
-	if t.IsZero() {
-		return "never"
-	}
-	return shortDuration(now.Sub(t)) + " ago"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }

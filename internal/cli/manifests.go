@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/util/duration"
+
+	"github.com/noderun/noderun/kubeapi"
+	"github.com/noderun/noderun/manifests"
+)
+
+func manifestsCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "manifests",
+		Usage:       "list manifest sources with their files or URL, pods and errors, from the status API",
+		Description: "See docs/operating.md, Manifest sources, and docs/troubleshooting.md.",
+		Action: func(c *cli.Context) error {
+			var list kubeapi.ManifestSources
+			if err := statusClient(c).get(c.Context, "/manifests", nil, &list); err != nil {
+				return err
+			}
+			printSources(c.App.Writer, list.Sources, time.Now())
+			return nil
+		},
+	}
+}
+
+// printSources writes a table of sources, then their pods, then errors.
+func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tREAD\tETAG\tPODS\tERRORS")
+	for _, s := range sources {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", s.Source, ago(lastRead(s), now), orNone(s.ETag), len(s.Pods), len(s.Errors))
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "POD\tUID\tFROM")
+	for _, s := range sources {
+		for _, p := range s.Pods {
+			from := s.URL
+			if p.File != "" {
+				from = fmt.Sprintf("%s:%d", p.File, p.Line)
+			}
+			if p.LastKnownGood {
+				from += " (last known good)"
+			}
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from)
+		}
+	}
+	tw.Flush()
+	for _, s := range sources {
+		for _, e := range s.Errors {
+			fmt.Fprintf(w, "error: %s\n", e)
+		}
+	}
+}
+
+// lastRead is when a source last read new content: its latest file or body.
+func lastRead(s manifests.SourceInfo) time.Time {
+	t := s.ReadAt
+	for _, f := range s.Files {
+		if f.ReadAt.After(t) {
+			t = f.ReadAt
+		}
+	}
+	return t
+}
+
+func ago(t, now time.Time) string {
+	if t.IsZero() {
+		return "never"
+	}
+	return duration.HumanDuration(now.Sub(t)) + " ago"
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
