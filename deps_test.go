@@ -30,12 +30,15 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/kernel":               nil,
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
-		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "runner/containerd"},
+		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd"},
 		"internal/logdriver":            {"crilog", "internal/atomicfile"},
 		"internal/logdriver/driver":     {"crilog"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
 		// client commands talk to the node over its two APIs only
 		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile"},
+		// The node under test of e2e and bench: it builds noderun, runs it
+		// on a containerd of its own and cleans up as noderun would.
+		"internal/testnode": {"internal/logdriver", "internal/ociimage", "runner/containerd"},
 	}
 	// Production imports only: tests may use any helper package.
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
