@@ -29,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/testnode"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
@@ -512,13 +513,7 @@ func (cd *ownContainerd) clear() {
 	}
 	ctx, cancel := context.WithTimeout(namespaces.WithNamespace(context.Background(), cd.ns), time.Minute)
 	defer cancel()
-	cs, _ := cd.c.Containers(ctx)
-	for _, c := range cs {
-		if task, err := c.Task(ctx, nil); err == nil {
-			_, _ = task.Delete(ctx, containerd.WithProcessKill)
-		}
-		_ = c.Delete(ctx, containerd.WithSnapshotCleanup)
-	}
+	_ = testnode.RemoveContainers(ctx, cd.c)
 }
 
 // A shim killed under a pod: that pod's container runs again (and its old

@@ -15,24 +15,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/testnode"
 )
 
 // collectorPIDs finds the node's log collectors by their command line.
 func (n *node) collectorPIDs() []int {
-	want := []string{noderunBin, "log-collector", filepath.Join(n.run, "log-collector.sock")}
-	ents, _ := os.ReadDir("/proc")
-	var pids []int
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if err == nil && slices.Equal(strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00"), want) {
-			pids = append(pids, pid)
-		}
-	}
-	return pids
+	return testnode.CollectorPIDs(noderunBin, n.run)
 }
 
 // collectorPID is the node's log collector; 0 when none runs.

@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/testnode"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
@@ -723,7 +724,7 @@ func exists(path string) bool {
 // cgroupRoots lists the mount points of the cgroup hierarchies.
 func cgroupRoots(t *testing.T) []string {
 	t.Helper()
-	return hostMounts(t, func(m hostMount) bool { return m.fstype == "cgroup" || m.fstype == "cgroup2" })
+	return hostMounts(t, "/", func(m testnode.Mount) bool { return m.FSType == "cgroup" || m.FSType == "cgroup2" })
 }
 
 // Container logs keep being written while noderun is down: the log

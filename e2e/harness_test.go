@@ -7,9 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,20 +25,19 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/snapshots"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
-	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/internal/ociimage"
 	"github.com/noderun/noderun/internal/testenv"
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
 const (
 	nodeName    = "e2e"
-	cniBinDir   = "/usr/lib/cni"
+	cniBinDir   = testnode.CNIBinDir
 	snapshotter = "overlayfs" // what noderun uses
 	pollEvery   = 100 * time.Millisecond
 	waitTimeout = 30 * time.Second
@@ -84,7 +81,7 @@ func runTests(m *testing.M) int {
 	if testing.Short() {
 		return m.Run()
 	}
-	if missing = missingPrerequisite(); missing != "" {
+	if missing = testnode.MissingPrerequisite(); missing != "" {
 		return m.Run()
 	}
 	// A short path: containerd's socket lives here and must fit sun_path.
@@ -103,26 +100,6 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-func missingPrerequisite() string {
-	if os.Geteuid() != 0 {
-		return "root"
-	}
-	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ip", "iptables", "go"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " in PATH"
-		}
-	}
-	for _, f := range []string{"bridge", "host-local", "portmap", "bandwidth", "loopback"} {
-		if _, err := os.Stat(filepath.Join(cniBinDir, f)); err != nil {
-			return "CNI plugin " + filepath.Join(cniBinDir, f)
-		}
-	}
-	if _, err := os.Stat(ociimage.BusyboxPath); err != nil {
-		return "static busybox at " + ociimage.BusyboxPath
-	}
-	return ""
-}
-
 func setup(dir string) (stop func(), err error) {
 	workDir = dir
 	noderunBin = filepath.Join(dir, "noderun")
@@ -133,13 +110,8 @@ func setup(dir string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := logdriver.Build(context.Background(), root); err != nil {
+	if _, err := testnode.Build(context.Background(), root, noderunBin); err != nil {
 		return nil, err
-	}
-	build := exec.Command("go", "build", "-tags", "grpcnotrace,urfave_cli_no_docs,noderun_logdriver", "-o", noderunBin, "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("go build: %w\n%s", err, out)
 	}
 	var imgs []ociimage.Image
 	for _, name := range imageNames {
@@ -154,28 +126,20 @@ func setup(dir string) (stop func(), err error) {
 		return nil, err
 	}
 	ctx := context.Background()
-	d, err := ctrdrt.StartDaemon(ctx, filepath.Join(dir, "root"), filepath.Join(dir, "state"),
+	d, c, err := testnode.StartContainerd(ctx, filepath.Join(dir, "root"), filepath.Join(dir, "state"),
 		filepath.Join(dir, "c.sock"), filepath.Join(dir, "containerd.log"))
 	if err != nil {
 		return nil, err
 	}
-	stopDaemon := func() {
+	startKubectlBuild()
+	ctrdSocket, client = d.Address(), c
+	return func() {
+		client.Close()
 		ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 		defer cancel()
 		if err := d.Stop(ctx); err != nil {
 			fmt.Fprintln(os.Stderr, "stop containerd:", err)
 		}
-	}
-	startKubectlBuild()
-	ctrdSocket = d.Address()
-	client, err = containerd.New(ctrdSocket, containerd.WithTimeout(10*time.Second))
-	if err != nil {
-		stopDaemon()
-		return nil, err
-	}
-	return func() {
-		client.Close()
-		stopDaemon()
 	}, nil
 }
 
@@ -202,11 +166,10 @@ type node struct {
 	root, state, run, logs, images, podsDir string
 	cniConf, socket, out                    string
 	bridge, subnet, netName                 string
-	api                                     *http.Client
+	api                                     *testnode.StatusClient
 	extraArgs                               []string // more noderun flags
 
-	proc *exec.Cmd
-	done chan struct{} // closed when proc has exited
+	proc *testnode.Process
 }
 
 // Bridges and subnets are handed out per test so parallel tests never share
@@ -222,21 +185,11 @@ func allocNet(t *testing.T) int {
 	t.Helper()
 	netMu.Lock()
 	defer netMu.Unlock()
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		t.Fatal(err)
-	}
 	for ; netUsed < 254; netUsed++ {
 		n := 1 + netNext%254
 		netNext++
-		if _, err := net.InterfaceByName(fmt.Sprintf("nre2e%d", n)); err == nil {
-			continue // left by an interrupted run, or another suite's
-		}
-		_, subnet, _ := net.ParseCIDR(fmt.Sprintf("10.211.%d.0/24", n))
-		if slices.ContainsFunc(addrs, func(a net.Addr) bool {
-			ipn, ok := a.(*net.IPNet)
-			return ok && (subnet.Contains(ipn.IP) || ipn.Contains(subnet.IP))
-		}) {
+		// A bridge there is left by an interrupted run, or another suite's.
+		if testnode.NetworkFree(fmt.Sprintf("nre2e%d", n), fmt.Sprintf("10.211.%d.0/24", n)) != nil {
 			continue
 		}
 		netUsed++
@@ -307,12 +260,7 @@ func prepareNode(t *testing.T, extraArgs ...string) *node {
 		extraArgs: extraArgs,
 	}
 	n.socket = filepath.Join(n.run, "noderun.sock")
-	n.api = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DisableKeepAlives: true, // a restarted noderun must not meet a stale connection
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", n.socket)
-		},
-	}}
+	n.api = testnode.NewStatusClient(n.socket, 5*time.Second, false)
 	t.Cleanup(n.cleanup)
 	for _, d := range []string{n.images, n.podsDir, n.cniConf} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -380,28 +328,19 @@ func (n *node) ipamDir() string { return filepath.Join(n.state, "cni", "networks
 
 // flags are the node's noderun flags; subcommands take them too.
 func (n *node) flags() []string {
-	args := []string{
-		"--manifests", n.podsDir,
-		"--node-name", nodeName,
-		"--state-dir", n.state,
-		"--run-dir", n.run,
-		"--pod-log-dir", n.logs,
-		"--images-dir", n.images,
-		"--containerd-address", ctrdSocket,
-		"--containerd-namespace", n.ns,
-		"--cni-conf-dir", n.cniConf,
-		"--cni-bin-dir", cniBinDir,
-		"--pod-cidr", n.subnet,
-		"--pod-bridge", n.bridge,
-		"--status-socket", n.socket,
-		// Parallel nodes each get a port (`noderun kubeconfig` finds it).
-		"--api-port", "0",
+	args := testnode.Flags{
+		Manifests: n.podsDir, NodeName: nodeName,
+		StateDir: n.state, RunDir: n.run, LogDir: n.logs, ImagesDir: n.images,
+		ContainerdAddress: ctrdSocket, Namespace: n.ns,
+		CNIConfDir: n.cniConf, PodCIDR: n.subnet, PodBridge: n.bridge,
+		StatusSocket: n.socket, LogLevel: "debug",
+	}.Args()
+	args = append(args,
 		// Nothing from the host's registry setup leaks into a test.
 		"--registry-config-dir", filepath.Join(n.root, "certs.d"),
 		"--registry-auth-file", filepath.Join(n.state, "config.json"),
 		"--file-check-interval", "2s",
-		"--log-level", "debug",
-	}
+	)
 	return append(args, n.extraArgs...)
 }
 
@@ -409,28 +348,16 @@ func (n *node) flags() []string {
 func (n *node) start() {
 	t := n.t
 	t.Helper()
-	f, err := os.OpenFile(n.out, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close() // the child has its own copy
 	cmd := exec.Command(n.bin, n.flags()...)
 	// Tests reach nothing off this machine: a pull from a public registry
 	// (imagePullPolicy Always) meets a proxy nothing listens on instead
 	// (loopback registries are never proxied).
 	cmd.Env = append(os.Environ(), "HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9")
-	cmd.Stdout, cmd.Stderr = f, f
-	// Should the test binary die without cleanup, noderun goes with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	proc, err := testnode.Start(cmd, n.out, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	n.proc, n.done = cmd, done
+	n.proc = proc
 	n.waitHealthy()
 	if !slices.Contains(n.extraArgs, "--containerd-address") { // a test's own daemon: its business
 		n.waitImages()
@@ -459,43 +386,21 @@ func (n *node) waitImages() {
 	}
 }
 
-func (n *node) running() bool {
-	if n.proc == nil {
-		return false
-	}
-	select {
-	case <-n.done:
-		return false
-	default:
-		return true
-	}
-}
+func (n *node) running() bool { return n.proc.Running() }
 
 func (n *node) waitHealthy() {
-	t := n.t
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	var last error
-	for time.Now().Before(deadline) {
-		if !n.running() {
-			t.Fatalf("noderun exited during start: %v", n.proc.ProcessState)
-		}
-		var body string
-		if last = n.get("/healthz", &body); last == nil {
-			return
-		}
-		time.Sleep(pollEvery)
+	n.t.Helper()
+	if err := testnode.WaitHealthy(context.Background(), n.proc, n.api, waitTimeout, pollEvery); err != nil {
+		n.t.Fatal(err)
 	}
-	t.Fatalf("noderun not healthy after %s: %v", waitTimeout, last)
 }
 
 // kill9 kills noderun the hard way, as a crash would.
 func (n *node) kill9() {
 	n.t.Helper()
-	if err := n.proc.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := n.proc.Kill9(); err != nil {
 		n.t.Fatal(err)
 	}
-	<-n.done
 }
 
 // stop asks noderun to exit (pods keep running) and kills it if it does not.
@@ -503,35 +408,23 @@ func (n *node) stop() {
 	if !n.running() {
 		return
 	}
-	_ = n.proc.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-		// It says what stopped it, so that a stop nobody asked for can
-		// be traced.
-		if b, err := os.ReadFile(n.out); err != nil || !strings.Contains(string(b), `cause="terminated signal received"`) {
-			n.t.Errorf("noderun's log does not name SIGTERM as the cause of its stop (%v)", err)
-		}
-	case <-time.After(15 * time.Second):
-		n.t.Errorf("noderun ignored SIGTERM for 15s; killing it")
-		_ = n.proc.Process.Kill()
-		<-n.done
+	if !n.proc.Stop(15 * time.Second) {
+		n.t.Errorf("noderun ignored SIGTERM for 15s; killed it")
+		return
+	}
+	// It says what stopped it, so that a stop nobody asked for can be
+	// traced.
+	if b, err := os.ReadFile(n.out); err != nil || !strings.Contains(string(b), `cause="terminated signal received"`) {
+		n.t.Errorf("noderun's log does not name SIGTERM as the cause of its stop (%v)", err)
 	}
 }
 
 // get fetches a status API path; v is a *string for plain text or a value
 // to decode JSON into.
 func (n *node) get(path string, v any) error {
-	resp, err := n.api.Get("http://noderun" + path)
+	b, _, err := n.api.Fetch(context.Background(), path)
 	if err != nil {
 		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
 	}
 	if s, ok := v.(*string); ok {
 		*s = string(b)
@@ -607,10 +500,8 @@ func statusJSON(p *v1.Pod) string {
 	return string(b)
 }
 
-func running(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) > 0 &&
-		!slices.ContainsFunc(p.Status.ContainerStatuses, func(cs v1.ContainerStatus) bool { return cs.State.Running == nil })
-}
+// running is the condition most waits are for.
+var running = testnode.PodRunning
 
 // writeManifest writes via a dot-file and a rename, so noderun (which skips
 // dot-files) never reads half a manifest.
@@ -761,36 +652,27 @@ func (n *node) heldSandboxes() []string {
 	return nil
 }
 
-// hostMount is a line of the host's mount table: mount point and filesystem
-// type.
-type hostMount struct{ point, fstype string }
-
-// hostMounts lists the mounts that match keep, in mount order.
-func hostMounts(t *testing.T, keep func(hostMount) bool) []string {
+// hostMounts lists the points of the mounts at or below dir ("/" for all)
+// that match keep, in mount order.
+func hostMounts(t *testing.T, dir string, keep func(testnode.Mount) bool) []string {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	ms, err := testnode.MountsUnder(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out []string
-	for _, line := range strings.Split(string(b), "\n") {
-		pre, post, _ := strings.Cut(line, " - ")
-		if f, fs := strings.Fields(pre), strings.Fields(post); len(f) > 4 && len(fs) > 0 && keep(hostMount{f[4], fs[0]}) {
-			out = append(out, f[4])
+	for _, m := range ms {
+		if keep(m) {
+			out = append(out, m.Point)
 		}
 	}
 	return out
 }
 
-// under reports whether m is at or below dir.
-func (m hostMount) under(dir string) bool {
-	return m.point == dir || strings.HasPrefix(m.point, dir+"/")
-}
-
 // mountsUnder lists mount points at or below dir.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	return hostMounts(t, func(m hostMount) bool { return m.under(dir) })
+	return hostMounts(t, dir, func(testnode.Mount) bool { return true })
 }
 
 // cleanup removes every manifest and lets noderun tear the pods down; what
@@ -822,12 +704,8 @@ func (n *node) cleanup() {
 		n.forceClean()
 	}
 	// noderun's namespace holder outlives it, as it must.
-	holder := mountsUnder(t, n.holderDir())
-	slices.Reverse(holder) // the pin inside before the dir
-	for _, m := range holder {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
-			t.Errorf("cleanup: unmount %s: %v", m, err)
-		}
+	if err := testnode.UnmountUnder(n.holderDir()); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 	// Like the bridge, the node-wide masquerade outlives noderun (its pods
 	// may run on); only reset removes it.
@@ -863,19 +741,8 @@ func (n *node) forceClean() {
 	t := n.t
 	ctx, cancel := context.WithTimeout(n.ctx(), time.Minute)
 	defer cancel()
-	cs, err := client.Containers(ctx)
-	if err != nil {
-		t.Errorf("cleanup: list containers: %v", err)
-	}
-	for _, c := range cs {
-		if task, err := c.Task(ctx, nil); err == nil {
-			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				t.Errorf("cleanup: delete task %s: %v", c.ID(), err)
-			}
-		}
-		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			t.Errorf("cleanup: delete container %s: %v", c.ID(), err)
-		}
+	if err := testnode.RemoveContainers(ctx, client); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 	mgr, err := cni.New(cni.Config{ConfDir: n.cniConf, BinDirs: []string{cniBinDir}, CacheDir: filepath.Join(n.state, "cni", "cache")})
 	if err != nil {
@@ -893,12 +760,8 @@ func (n *node) forceClean() {
 			t.Errorf("cleanup: %v", err)
 		}
 	}
-	mounts := mountsUnder(t, n.root)
-	slices.Reverse(mounts) // children before parents
-	for _, m := range mounts {
-		if err := unix.Unmount(m, unix.MNT_DETACH); err != nil {
-			t.Errorf("cleanup: unmount %s: %v", m, err)
-		}
+	if err := testnode.UnmountUnder(n.root); err != nil {
+		t.Errorf("cleanup: %v", err)
 	}
 }
 

@@ -27,8 +27,9 @@ func (n *node) apiServer() string {
 	return string(bytes.TrimSpace(b))
 }
 
-// apiClient trusts the node's API CA, as a kubeconfig from it does.
-func (n *node) apiClient() *http.Client {
+// viewCreds are what the node's view kubeconfig gives a client: the API's
+// CA and the view token.
+func (n *node) viewCreds() (ca *x509.CertPool, token string) {
 	n.t.Helper()
 	var cfg struct {
 		Clusters []struct {
@@ -36,6 +37,11 @@ func (n *node) apiClient() *http.Client {
 				CA []byte `json:"certificate-authority-data"`
 			} `json:"cluster"`
 		} `json:"clusters"`
+		Users []struct {
+			User struct {
+				TokenFile string `json:"tokenFile"`
+			} `json:"user"`
+		} `json:"users"`
 	}
 	b, err := os.ReadFile(n.kubeconfig(false))
 	if err != nil {
@@ -44,11 +50,27 @@ func (n *node) apiClient() *http.Client {
 	if err := yaml.Unmarshal(b, &cfg); err != nil {
 		n.t.Fatal(err)
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(cfg.Clusters[0].Cluster.CA) {
-		n.t.Fatal("kubeconfig holds no CA")
+	ca = x509.NewCertPool()
+	if len(cfg.Clusters) == 0 || len(cfg.Users) == 0 || !ca.AppendCertsFromPEM(cfg.Clusters[0].Cluster.CA) {
+		n.t.Fatalf("kubeconfig without a CA or a user:\n%s", b)
 	}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	t, err := os.ReadFile(cfg.Users[0].User.TokenFile)
+	if err != nil {
+		n.t.Fatal(err)
+	}
+	return ca, strings.TrimSpace(string(t))
+}
+
+// apiClient trusts the node's API CA, as a kubeconfig from it does.
+func (n *node) apiClient() *http.Client {
+	n.t.Helper()
+	ca, _ := n.viewCreds()
+	return trustingClient(ca, 10*time.Second)
+}
+
+// trustingClient is an HTTPS client that trusts ca; 0 is no timeout.
+func trustingClient(ca *x509.CertPool, timeout time.Duration) *http.Client {
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: ca}}}
 }
 
 // Who may do what: no token 401, plain HTTP refused, the view token reads

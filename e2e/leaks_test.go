@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
@@ -26,6 +25,7 @@ import (
 	"github.com/containerd/typeurl/v2"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
@@ -172,13 +172,11 @@ func (w *leakWatch) state() hostState {
 // task it served, even when containerd no longer lists the task.
 func (n *node) processes() []string {
 	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || len(b) == 0 {
+	for _, p := range testnode.Processes() {
+		args := p.Args
+		if len(args) == 0 {
 			continue
 		}
-		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
 		shim := strings.HasSuffix(args[0], "containerd-shim-runc-v2") && slices.Contains(args, n.ns)
 		// A driver that found no collector writes the log itself until its
 		// container ends.
@@ -286,7 +284,7 @@ var goroutineTotal = regexp.MustCompile(`goroutine profile: total (\d+)`)
 
 func (n *node) procStats() procStats {
 	n.t.Helper()
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", n.proc.Process.Pid))
+	fds, _, err := testnode.FDs(n.proc.Process.Pid)
 	if err != nil {
 		n.t.Fatalf("noderun's fds: %v", err)
 	}
@@ -299,11 +297,11 @@ func (n *node) procStats() procStats {
 		n.t.Fatalf("no goroutine total in the profile:\n%.300s", body)
 	}
 	g, _ := strconv.Atoi(m[1])
-	var cfds []os.DirEntry
+	var cfds int
 	if pid := n.collectorPID(); pid != 0 {
-		cfds, _ = os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		cfds, _, _ = testnode.FDs(pid)
 	}
-	return procStats{fds: len(fds), goroutines: g, collectorFDs: len(cfds)}
+	return procStats{fds: fds, goroutines: g, collectorFDs: cfds}
 }
 
 // Growth allowed between two quiet moments with the same pods: connections
@@ -330,37 +328,18 @@ func (n *node) waitProcSettled(base procStats, timeout time.Duration) (procStats
 // shimOf is the containerd shim that is the parent of a task's process.
 func shimOf(t *testing.T, pid uint32) int {
 	t.Helper()
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	v, err := testnode.StatusValues(int(pid), "PPid")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "PPid:"); ok {
-			ppid, err := strconv.Atoi(strings.TrimSpace(v))
-			if err != nil {
-				t.Fatal(err)
-			}
-			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
-			if !strings.Contains(string(cmd), "containerd-shim") {
-				t.Fatalf("parent %d of task pid %d is %q, not a shim", ppid, pid, cmd)
-			}
-			return ppid
-		}
+	ppid := int(v["PPid"])
+	cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", ppid))
+	if !strings.Contains(string(cmd), "containerd-shim") {
+		t.Fatalf("parent %d of task pid %d is %q, not a shim", ppid, pid, cmd)
 	}
-	t.Fatalf("no PPid in /proc/%d/status", pid)
-	return 0
+	return ppid
 }
 
 // alive reports whether pid is a process that has not exited (a zombie
 // has).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	// The state follows the command, which is in parentheses.
-	_, rest, _ := strings.Cut(string(b), ") ")
-	return !strings.HasPrefix(rest, "Z")
-}
+var alive = testnode.Alive

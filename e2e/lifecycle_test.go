@@ -21,7 +21,6 @@ import (
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/typeurl/v2"
 	v1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
 	"github.com/noderun/noderun/crilog"
 )
@@ -128,25 +127,8 @@ type metricsReader struct {
 
 func (n *node) metricsReader() *metricsReader {
 	n.t.Helper()
-	var cfg struct {
-		Users []struct {
-			User struct {
-				TokenFile string `json:"tokenFile"`
-			} `json:"user"`
-		} `json:"users"`
-	}
-	b, err := os.ReadFile(n.kubeconfig(false))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil || len(cfg.Users) == 0 {
-		n.t.Fatalf("kubeconfig: %v", err)
-	}
-	token, err := os.ReadFile(cfg.Users[0].User.TokenFile)
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	return &metricsReader{n: n, url: n.apiServer() + "/metrics", token: strings.TrimSpace(string(token)), client: n.apiClient()}
+	ca, token := n.viewCreds()
+	return &metricsReader{n: n, url: n.apiServer() + "/metrics", token: token, client: trustingClient(ca, 10*time.Second)}
 }
 
 func (m *metricsReader) read() string {

@@ -13,6 +13,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/internal/testenv"
+	"github.com/noderun/noderun/internal/testnode"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -346,5 +347,5 @@ spec:
 // table.
 func nsfsUnder(t *testing.T, dir string) []string {
 	t.Helper()
-	return hostMounts(t, func(m hostMount) bool { return m.fstype == "nsfs" && m.under(dir) })
+	return hostMounts(t, dir, func(m testnode.Mount) bool { return m.FSType == "nsfs" })
 }

@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/csv"
 	"errors"
 	"fmt"
@@ -25,8 +23,8 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/snapshots"
 	v1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/yaml"
 
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
@@ -432,36 +430,9 @@ type soakAPI struct {
 
 func soakAPIClient(n *node) *soakAPI {
 	n.t.Helper()
-	var cfg struct {
-		Clusters []struct {
-			Cluster struct {
-				CA []byte `json:"certificate-authority-data"`
-			} `json:"cluster"`
-		} `json:"clusters"`
-		Users []struct {
-			User struct {
-				TokenFile string `json:"tokenFile"`
-			} `json:"user"`
-		} `json:"users"`
-	}
-	b, err := os.ReadFile(n.kubeconfig(false))
-	if err != nil {
-		n.t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		n.t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	if len(cfg.Clusters) == 0 || len(cfg.Users) == 0 || !pool.AppendCertsFromPEM(cfg.Clusters[0].Cluster.CA) {
-		n.t.Fatalf("kubeconfig without a CA or a user:\n%s", b)
-	}
-	token, err := os.ReadFile(cfg.Users[0].User.TokenFile)
-	if err != nil {
-		n.t.Fatal(err)
-	}
+	ca, token := n.viewCreds()
 	// No client timeout: streams are ended by their contexts.
-	return &soakAPI{server: n.apiServer(), token: strings.TrimSpace(string(token)),
-		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
+	return &soakAPI{server: n.apiServer(), token: token, hc: trustingClient(ca, 0)}
 }
 
 // stream GETs path and reads the body until ctx ends it; it returns the
@@ -679,31 +650,11 @@ type procCounts struct{ rss, anon, fds, inotify, threads float64 }
 
 func readProc(pid int) procCounts {
 	p := procCounts{-1, -1, -1, -1, -1}
-	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			k, v, _ := strings.Cut(line, ":")
-			f := strings.Fields(v)
-			if len(f) == 0 {
-				continue
-			}
-			switch k {
-			case "VmRSS":
-				p.rss, _ = strconv.ParseFloat(f[0], 64)
-			case "RssAnon":
-				p.anon, _ = strconv.ParseFloat(f[0], 64)
-			case "Threads":
-				p.threads, _ = strconv.ParseFloat(f[0], 64)
-			}
-		}
+	if v, err := testnode.StatusValues(pid, "VmRSS", "RssAnon", "Threads"); err == nil {
+		p.rss, p.anon, p.threads = v["VmRSS"], v["RssAnon"], v["Threads"]
 	}
-	dir := fmt.Sprintf("/proc/%d/fd", pid)
-	if ents, err := os.ReadDir(dir); err == nil {
-		p.fds, p.inotify = float64(len(ents)), 0
-		for _, e := range ents {
-			if l, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && l == "anon_inode:inotify" {
-				p.inotify++
-			}
-		}
+	if fds, inotify, err := testnode.FDs(pid); err == nil {
+		p.fds, p.inotify = float64(fds), float64(inotify)
 	}
 	return p
 }
