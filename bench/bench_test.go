@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/noderun/noderun/internal/testenv"
+	"github.com/noderun/noderun/internal/testnode"
 )
 
 // TestSmoke runs the whole harness at its smallest (2 pods, 1 repetition)
@@ -80,13 +81,13 @@ func checkCleanedUp(t *testing.T, rep *Report, bridges ...string) {
 	if _, err := os.Stat(rep.dir + ".img"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the bench dir's filesystem image left behind: %v", err)
 	}
-	procs, err := processes()
+	procs, err := testnode.Processes()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range procs {
-		if len(p.args) > 0 && strings.HasPrefix(p.args[0], rep.dir+"/") {
-			t.Errorf("process %d still runs the bench's binary: %q", p.pid, p.args)
+		if len(p.Args) > 0 && strings.HasPrefix(p.Args[0], rep.dir+"/") {
+			t.Errorf("process %d still runs the bench's binary: %q", p.PID, p.Args)
 		}
 	}
 	if err := syscall.Kill(rep.containerdPID, 0); !errors.Is(err, syscall.ESRCH) {
@@ -97,17 +98,17 @@ func checkCleanedUp(t *testing.T, rep *Report, bridges ...string) {
 			t.Errorf("bridge %s left behind", bridge)
 		}
 	}
-	ms, err := mountsUnder("/")
+	ms, err := testnode.MountsUnder("/")
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if strings.HasPrefix(m.point, rep.dir+"/") {
-			t.Errorf("mount left: %s", m.point)
+		if strings.HasPrefix(m.Point, rep.dir+"/") {
+			t.Errorf("mount left: %s", m.Point)
 		}
-		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
-			if _, err := os.Stat(filepath.Join(m.point, floorCgroup(rep.dir))); !errors.Is(err, os.ErrNotExist) {
-				t.Errorf("floor cgroup left in %s: %v", m.point, err)
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			if _, err := os.Stat(filepath.Join(m.Point, floorCgroup(rep.dir))); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("floor cgroup left in %s: %v", m.Point, err)
 			}
 		}
 	}

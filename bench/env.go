@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -15,19 +14,17 @@ import (
 	"time"
 
 	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containernetworking/cni/libcni"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
-	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/internal/ociimage"
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
 const (
-	cniBinDir   = "/usr/lib/cni"
 	snapshotter = "overlayfs" // what noderun uses
 	imageRef    = "docker.io/library/busybox:1.36"
 	floorNS     = "nrbench-floor"
@@ -36,26 +33,8 @@ const (
 )
 
 // missingPrerequisite names the first thing the bench cannot run without,
-// or returns "".
-func missingPrerequisite() string {
-	if os.Geteuid() != 0 {
-		return "root"
-	}
-	for _, bin := range []string{"containerd", "containerd-shim-runc-v2", "runc", "iptables", "ip", "go", "mkfs.ext4", "mount"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			return bin + " in PATH"
-		}
-	}
-	for _, p := range []string{"bridge", "host-local", "portmap", "loopback"} {
-		if _, err := os.Stat(filepath.Join(cniBinDir, p)); err != nil {
-			return "CNI plugin " + filepath.Join(cniBinDir, p)
-		}
-	}
-	if _, err := os.Stat(ociimage.BusyboxPath); err != nil {
-		return "static busybox at " + ociimage.BusyboxPath
-	}
-	return ""
-}
+// or returns "": a node's, and what diskState needs.
+func missingPrerequisite() string { return testnode.MissingPrerequisite("mkfs.ext4", "mount") }
 
 // env is everything the bench runs on: one temp dir holding the noderun
 // binary, the image tarball, a private containerd and the CNI config.
@@ -77,10 +56,10 @@ type env struct {
 }
 
 func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
-	if err := checkNetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
+	if err := testnode.NetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
 		return nil, err
 	}
-	if err := checkNetworkFree(nodeBridgeName(cfg.Bridge), cfg.Subnet); err != nil {
+	if err := testnode.NetworkFree(nodeBridgeName(cfg.Bridge), cfg.Subnet); err != nil {
 		return nil, err
 	}
 	// Under /tmp and short: containerd's socket path must fit sun_path.
@@ -123,12 +102,8 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err := e.runState(filepath.Join(dir, "ctrd", "state")); err != nil {
 		return e, err
 	}
-	e.daemon, err = ctrdrt.StartDaemon(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
+	e.daemon, e.client, err = testnode.StartContainerd(ctx, filepath.Join(dir, "ctrd", "root"), filepath.Join(dir, "ctrd", "state"),
 		filepath.Join(dir, "c.sock"), filepath.Join(dir, "containerd.log"))
-	if err != nil {
-		return e, err
-	}
-	e.client, err = containerd.New(e.daemon.Address(), containerd.WithTimeout(10*time.Second))
 	return e, err
 }
 
@@ -145,11 +120,11 @@ func (e *env) runState(dir string) error {
 	if e.cfg.RunStateOnDisk {
 		return nil
 	}
-	ms, err := mountsUnder(dir)
+	ms, err := testnode.MountsUnder(dir)
 	if err != nil {
 		return err
 	}
-	if slices.ContainsFunc(ms, func(m mount) bool { return m.point == dir }) {
+	if slices.ContainsFunc(ms, func(m testnode.Mount) bool { return m.Point == dir }) {
 		return nil // a node started again in its dir keeps its run-time state, as on a host
 	}
 	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
@@ -197,44 +172,11 @@ func buildNoderun(ctx context.Context, out, driver string) error {
 	if err != nil {
 		return fmt.Errorf("go env GOMOD: %w", err)
 	}
-	root := filepath.Dir(strings.TrimSpace(string(gomod)))
-	drv, err := logdriver.Build(ctx, root)
+	drv, err := testnode.Build(ctx, filepath.Dir(strings.TrimSpace(string(gomod))), out, "-trimpath", "-ldflags", "-s -w")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(driver, drv, 0o755); err != nil {
-		return err
-	}
-	// As the Makefile builds it.
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-tags", "grpcnotrace,urfave_cli_no_docs,noderun_logdriver", "-ldflags", "-s -w", "-o", out, ".")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build noderun: %w\n%s", err, b)
-	}
-	return nil
-}
-
-// checkNetworkFree refuses a bridge that exists (another bench, or one left
-// by a killed run) or a subnet the host already routes.
-func checkNetworkFree(bridge, subnet string) error {
-	if _, err := net.InterfaceByName(bridge); err == nil {
-		return fmt.Errorf("bridge %s exists: another bench runs, or remove it with `ip link del %s`", bridge, bridge)
-	}
-	_, want, err := net.ParseCIDR(subnet)
-	if err != nil {
-		return err
-	}
-	addrs, err := net.InterfaceAddrs()
-	if err != nil {
-		return err
-	}
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && (want.Contains(ipn.IP) || ipn.Contains(want.IP)) {
-			return fmt.Errorf("subnet %s overlaps the host's %s", subnet, ipn)
-		}
-	}
-	return nil
+	return os.WriteFile(driver, drv, 0o755)
 }
 
 // nodeBridgeName is the bridge of noderun's network: the floor's name with
@@ -283,7 +225,7 @@ func (e *env) close() error {
 	var errs []error
 	if e.client != nil {
 		for _, ns := range []string{floorNS, noderunNS} {
-			errs = append(errs, removeContainers(namespaces.WithNamespace(ctx, ns), e.client))
+			errs = append(errs, testnode.RemoveContainers(namespaces.WithNamespace(ctx, ns), e.client))
 		}
 	}
 	errs = append(errs,
@@ -298,7 +240,7 @@ func (e *env) close() error {
 	if e.daemon != nil {
 		errs = append(errs, e.daemon.Stop(ctx))
 	}
-	errs = append(errs, unmountUnder(e.dir))
+	errs = append(errs, testnode.UnmountUnder(e.dir))
 	for _, br := range []string{e.cfg.Bridge, nodeBridgeName(e.cfg.Bridge)} {
 		if _, err := net.InterfaceByName(br); err == nil {
 			if out, err := exec.Command("ip", "link", "del", br).CombinedOutput(); err != nil {
@@ -309,27 +251,6 @@ func (e *env) close() error {
 	errs = append(errs, os.RemoveAll(e.dir))
 	if e.img != "" {
 		errs = append(errs, os.Remove(e.img))
-	}
-	return errors.Join(errs...)
-}
-
-// removeContainers deletes every container in ctx's namespace with its task
-// and snapshot; the shims exit with their tasks.
-func removeContainers(ctx context.Context, client *containerd.Client) error {
-	cs, err := client.Containers(ctx)
-	if err != nil {
-		return fmt.Errorf("list containers: %w", err)
-	}
-	var errs []error
-	for _, c := range cs {
-		if task, err := c.Task(ctx, nil); err == nil {
-			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
-			}
-		}
-		if err := c.Delete(ctx, containerd.WithSnapshotCleanup); err != nil && !errdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete container %s: %w", c.ID(), err))
-		}
 	}
 	return errors.Join(errs...)
 }
@@ -348,7 +269,7 @@ func detachLeftovers(ctx context.Context, conf, cacheDir, podsDir string) error 
 	if err != nil {
 		return err
 	}
-	plugins := libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, cacheDir, nil)
+	plugins := libcni.NewCNIConfigWithCacheDir([]string{testnode.CNIBinDir}, cacheDir, nil)
 	var errs []error
 	for _, sb := range sandboxes {
 		dir := filepath.Join(podsDir, sb.Name())
@@ -362,54 +283,13 @@ func detachLeftovers(ctx context.Context, conf, cacheDir, podsDir string) error 
 	return errors.Join(errs...)
 }
 
-// mount is one line of /proc/self/mountinfo, the parts the bench needs.
-type mount struct{ point, fstype string }
-
-// mountsUnder lists the mounts at or below dir ("/" for all), in mount order.
-func mountsUnder(dir string) ([]mount, error) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var out []mount
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		// Fields: id parent maj:min root mountpoint opts ... - fstype source superopts
-		pre, post, ok := strings.Cut(sc.Text(), " - ")
-		fields, fstype := strings.Fields(pre), strings.Fields(post)
-		if !ok || len(fields) < 5 || len(fstype) == 0 {
-			continue
-		}
-		if p := fields[4]; dir == "/" || p == dir || strings.HasPrefix(p, dir+"/") {
-			out = append(out, mount{p, fstype[0]})
-		}
-	}
-	return out, sc.Err()
-}
-
-func unmountUnder(dir string) error {
-	ms, err := mountsUnder(dir)
-	if err != nil {
-		return err
-	}
-	slices.Reverse(ms) // children before parents
-	var errs []error
-	for _, m := range ms {
-		if err := unix.Unmount(m.point, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", m.point, err))
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // removeCgroup removes a cgroup dir (empty by now) from every hierarchy, as
 // noderun does with its pod cgroups.
 func removeCgroup(path string) {
-	ms, _ := mountsUnder("/")
+	ms, _ := testnode.MountsUnder("/")
 	for _, m := range ms {
-		if m.fstype == "cgroup" || m.fstype == "cgroup2" {
-			_ = unix.Rmdir(filepath.Join(m.point, path))
+		if m.FSType == "cgroup" || m.FSType == "cgroup2" {
+			_ = unix.Rmdir(filepath.Join(m.Point, path))
 		}
 	}
 }

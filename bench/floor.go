@@ -22,6 +22,7 @@ import (
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
@@ -64,7 +65,7 @@ func newFloor(ctx context.Context, e *env) (*floor, error) {
 		runcRoot:  filepath.Join(dir, "runc"),
 		logDriver: e.driver,
 		cgroup:    floorCgroup(e.dir),
-		plugins:   libcni.NewCNIConfigWithCacheDir([]string{cniBinDir}, filepath.Join(dir, "cni"), nil),
+		plugins:   libcni.NewCNIConfigWithCacheDir([]string{testnode.CNIBinDir}, filepath.Join(dir, "cni"), nil),
 	}
 	for _, d := range []string{f.podsDir, f.runcRoot} {
 		if err := e.runState(d); err != nil {

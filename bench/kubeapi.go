@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/noderun/noderun/internal/testnode"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -198,7 +199,7 @@ func (n *node) watchRunning(ctx context.Context, names []string, timeout time.Du
 			if !slices.Contains(names, name) {
 				continue
 			}
-			running[name] = ev.Type != "DELETED" && podRunning(&ev.Object)
+			running[name] = ev.Type != "DELETED" && testnode.PodRunning(&ev.Object)
 			ok := 0
 			for _, r := range running {
 				if r {

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/noderun/noderun/internal/testnode"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -33,16 +34,8 @@ func (n *node) collectorSocket() string { return filepath.Join(n.dir, "run", "lo
 
 // collectorPID finds the node's log collector in /proc.
 func (n *node) collectorPID() (int, error) {
-	procs, err := processes()
-	if err != nil {
-		return 0, err
-	}
-	sock := n.collectorSocket()
-	for _, pr := range procs {
-		pid, args := pr.pid, pr.args
-		if len(args) == 3 && args[0] == n.cmd.Path && args[1] == "log-collector" && args[2] == sock {
-			return pid, nil
-		}
+	if pids := testnode.CollectorPIDs(n.proc.Path, filepath.Join(n.dir, "run")); len(pids) > 0 {
+		return pids[0], nil
 	}
 	return 0, errors.New("no log collector runs")
 }
@@ -103,7 +96,7 @@ func (b *bench) loggingCounters(collector int) (read int64, cpu time.Duration, e
 	if err != nil {
 		return 0, 0, err
 	}
-	c1, err := procCPU(collector)
+	c1, err := testnode.CPUTime(collector)
 	if err != nil {
 		return 0, 0, err
 	}

@@ -171,7 +171,7 @@ func (b *bench) stopNode() error {
 	defer cancel()
 	b.node.removeAllManifests()
 	var err error
-	if b.node.running() {
+	if b.node.proc.Running() {
 		err = b.node.waitNoPods(ctx, time.Minute)
 	}
 	b.node.stop()

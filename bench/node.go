@@ -1,25 +1,19 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/noderun/noderun/internal/testnode"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -36,9 +30,8 @@ var podCommand = []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 360
 type node struct {
 	dir, manifests, podsDir, socket string
 	stateDir                        string // its --state-dir
-	cmd                             *exec.Cmd
-	done                            chan struct{} // closed once noderun has exited
-	api                             *http.Client
+	proc                            *testnode.Process
+	api                             *testnode.StatusClient
 }
 
 func startNode(ctx context.Context, e *env) (*node, error) {
@@ -55,14 +48,9 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		stateDir:  filepath.Join(dir, "state"),
 		podsDir:   filepath.Join(dir, "run", "pods"), // where noderun pins pod namespaces
 		socket:    filepath.Join(dir, "run", "noderun.sock"),
-		done:      make(chan struct{}),
 	}
 	// Long enough for a CPU profile, which answers only at its end.
-	n.api = &http.Client{Timeout: 5 * time.Minute, Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", n.socket)
-		},
-	}}
+	n.api = testnode.NewStatusClient(n.socket, 5*time.Minute, true)
 	if err := e.runState(filepath.Join(dir, "run")); err != nil {
 		return nil, err
 	}
@@ -82,140 +70,44 @@ func startNodeIn(ctx context.Context, e *env, dir, ns string, tars []string) (*n
 		// Debug level: the timings of each pod's start phases.
 		logPath, level = e.cfg.NodeLog, "debug"
 	}
-	out, err := os.Create(logPath)
-	if err != nil {
+	args := testnode.Flags{
+		Manifests: n.manifests, NodeName: nodeName,
+		StateDir: n.stateDir, RunDir: filepath.Join(dir, "run"), LogDir: filepath.Join(dir, "logs"), ImagesDir: images,
+		ContainerdAddress: e.daemon.Address(), Namespace: ns,
+		CNIConfDir: e.nodeCNIDir, PodCIDR: e.nodeSubnet, PodBridge: e.nodeBridge,
+		StatusSocket: n.socket, LogLevel: level,
+	}.Args()
+	var err error
+	if n.proc, err = testnode.Start(exec.Command(e.bin, args...), logPath, true); err != nil {
 		return nil, err
 	}
-	defer out.Close() // the child has its own copy
-	n.cmd = exec.Command(e.bin, "--log-level", level,
-		"--manifests", n.manifests,
-		"--node-name", nodeName,
-		"--state-dir", n.stateDir,
-		"--run-dir", filepath.Join(dir, "run"),
-		"--pod-log-dir", filepath.Join(dir, "logs"),
-		"--images-dir", images,
-		"--containerd-address", e.daemon.Address(),
-		"--containerd-namespace", ns,
-		"--cni-conf-dir", e.nodeCNIDir,
-		"--pod-cidr", e.nodeSubnet,
-		"--pod-bridge", e.nodeBridge,
-		"--cni-bin-dir", cniBinDir,
-		"--status-socket", n.socket,
-		"--api-port", "0", // never the port of a noderun running on the host
-	)
-	n.cmd.Stdout, n.cmd.Stderr = out, out
-	// Should the bench die without cleaning up, noderun goes with it.
-	n.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started := make(chan error, 1)
-	go func() {
-		// Pdeathsig fires when the forking thread exits, and the floor ends
-		// threads (cni.CreateNamespaces discards the one it unshares on).
-		// This thread stays locked, and alive, until noderun exits.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := n.cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = n.cmd.Wait()
-		close(n.done)
-	}()
-	if err := <-started; err != nil {
-		return nil, err
-	}
-	if err := n.waitHealthy(ctx, time.Minute); err != nil {
-		return n, err
+	if err := testnode.WaitHealthy(ctx, n.proc, n.api, time.Minute, 50*time.Millisecond); err != nil {
+		return n, fmt.Errorf("%w; see %s", err, logPath)
 	}
 	return n, nil
 }
 
-func (n *node) pid() int { return n.cmd.Process.Pid }
-
-func (n *node) running() bool {
-	select {
-	case <-n.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (n *node) waitHealthy(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		if !n.running() {
-			return fmt.Errorf("noderun exited during start: %s; see %s", n.cmd.ProcessState, filepath.Join(n.dir, "noderun.log"))
-		}
-		_, _, err := n.get(ctx, "/healthz")
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("noderun not healthy after %s: %w", timeout, err)
-		}
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+func (n *node) pid() int { return n.proc.Process.Pid }
 
 // stop asks noderun to exit (its pods would keep running) and kills it by
 // PID if it does not.
 func (n *node) stop() {
-	if !n.running() {
+	if !n.proc.Running() {
 		return
 	}
-	_ = n.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-n.done:
-	case <-time.After(20 * time.Second):
-		_ = n.cmd.Process.Kill()
-		<-n.done
-	}
+	n.proc.Stop(20 * time.Second)
 	// The collector outlives noderun, as it should on a host (it logs
 	// while noderun restarts); the bench's node ends with it, or it would
 	// keep the bench dir's filesystem busy.
 	if pid, err := n.collectorPID(); err == nil {
-		endProcess(pid, 10*time.Second)
+		testnode.EndProcess(pid, 10*time.Second)
 	}
-}
-
-// endProcess sends pid SIGTERM and waits until it is gone (init reaps it),
-// or kills it after timeout.
-func endProcess(pid int, timeout time.Duration) {
-	_ = syscall.Kill(pid, syscall.SIGTERM)
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-	}
-	_ = syscall.Kill(pid, syscall.SIGKILL)
 }
 
 // get fetches a status API path and returns the body and when it had all
 // arrived.
 func (n *node) get(ctx context.Context, path string) ([]byte, time.Time, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://noderun"+path, nil)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	resp, err := n.api.Do(req)
-	if err != nil {
-		return nil, time.Time{}, err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	at := time.Now()
-	if err != nil {
-		return nil, at, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, at, fmt.Errorf("GET %s: %s: %s", path, resp.Status, bytes.TrimSpace(b))
-	}
-	return b, at, nil
+	return n.api.Fetch(ctx, path)
 }
 
 // save writes what a status API path answers (a profile) to file.
@@ -227,19 +119,7 @@ func (n *node) save(ctx context.Context, path, file string) error {
 	return os.WriteFile(file, b, 0o644)
 }
 
-func (n *node) pods(ctx context.Context) ([]v1.Pod, time.Time, error) {
-	b, at, err := n.get(ctx, "/pods")
-	if err != nil {
-		return nil, at, err
-	}
-	var list v1.PodList
-	return list.Items, at, json.Unmarshal(b, &list)
-}
-
-func podRunning(p *v1.Pod) bool {
-	return p.Status.Phase == v1.PodRunning && len(p.Status.ContainerStatuses) > 0 &&
-		!slices.ContainsFunc(p.Status.ContainerStatuses, func(cs v1.ContainerStatus) bool { return cs.State.Running == nil })
-}
+func (n *node) pods(ctx context.Context) ([]v1.Pod, time.Time, error) { return n.api.Pods(ctx) }
 
 // waitRunning polls the status API every `every` until each named pod is
 // Running, and returns when the answer saying so arrived.
@@ -252,7 +132,7 @@ func (n *node) waitRunning(ctx context.Context, names []string, every, timeout t
 		}
 		ok := 0
 		for i := range pods {
-			if slices.Contains(names, strings.TrimSuffix(pods[i].Name, "-"+nodeName)) && podRunning(&pods[i]) {
+			if slices.Contains(names, strings.TrimSuffix(pods[i].Name, "-"+nodeName)) && testnode.PodRunning(&pods[i]) {
 				ok++
 			}
 		}
@@ -366,32 +246,11 @@ const mib = 1 << 20
 // anonymous part (RssAnon: heap, stacks, runtime), the rest being mostly the
 // binary's pages.
 func (n *node) memory() (rss, anon float64, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", n.pid()))
+	kb, err := testnode.StatusValues(n.pid(), "VmRSS", "RssAnon")
 	if err != nil {
 		return 0, 0, err
 	}
-	defer f.Close()
-	fields := map[string]*float64{"VmRSS:": &rss, "RssAnon:": &anon}
-	found := 0
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text()) // e.g. "VmRSS:", "38124", "kB"
-		if len(f) < 2 {
-			continue
-		}
-		if dst, ok := fields[f[0]]; ok {
-			kb, err := strconv.ParseFloat(f[1], 64)
-			if err != nil {
-				return 0, 0, fmt.Errorf("/proc status %s: %w", f[0], err)
-			}
-			*dst = kb / 1024
-			found++
-		}
-	}
-	if found != len(fields) {
-		return 0, 0, errors.New("no VmRSS or RssAnon in /proc status")
-	}
-	return rss, anon, sc.Err()
+	return kb["VmRSS"] / 1024, kb["RssAnon"] / 1024, nil
 }
 
 // liveHeap is noderun's Go heap in MiB right after a GC (HeapAlloc), from
@@ -410,33 +269,5 @@ func (n *node) liveHeap(ctx context.Context) (float64, error) {
 	return 0, errors.New("heap profile has no HeapAlloc")
 }
 
-// userHZ is the unit of /proc/stat and /proc/<pid>/stat times; the kernel fixes it at 100
-// for user space.
-const userHZ = 100
-
 // cpuTime is noderun's user+system CPU time so far.
-func (n *node) cpuTime() (time.Duration, error) { return procCPU(n.pid()) }
-
-// procCPU is a process's user+system CPU time so far.
-func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// After the parenthesised command name (which may hold ')'): state is
-	// field 3, utime 14, stime 15.
-	i := bytes.LastIndexByte(b, ')')
-	fields := strings.Fields(string(b[i+1:]))
-	if i < 0 || len(fields) < 13 {
-		return 0, errors.New("short /proc stat")
-	}
-	var ticks uint64
-	for _, f := range fields[11:13] {
-		v, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += v
-	}
-	return time.Duration(ticks) * time.Second / userHZ, nil
-}
+func (n *node) cpuTime() (time.Duration, error) { return testnode.CPUTime(n.pid()) }

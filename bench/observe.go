@@ -12,6 +12,7 @@ import (
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/typeurl/v2"
+	"github.com/noderun/noderun/internal/testnode"
 )
 
 // The two containerd events the bench times: a container's process runs,
@@ -118,12 +119,12 @@ func (w *watcher) waitN(ctx context.Context, topic string, n int, timeout time.D
 func waitNoNetNS(ctx context.Context, podsDir string, timeout time.Duration) (time.Time, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		ms, err := mountsUnder(podsDir)
+		ms, err := testnode.MountsUnder(podsDir)
 		if err != nil {
 			return time.Time{}, err
 		}
 		// podsDir itself may be a tmpfs (env.runState).
-		pins := slices.DeleteFunc(ms, func(m mount) bool { return m.fstype != "nsfs" })
+		pins := slices.DeleteFunc(ms, func(m testnode.Mount) bool { return m.FSType != "nsfs" })
 		now := time.Now()
 		if len(pins) == 0 {
 			return now, nil

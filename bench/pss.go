@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/prometheus/procfs"
+	"github.com/noderun/noderun/internal/testnode"
 )
 
 // nodePSS is the proportional set size, in MiB, of every process a noderun
@@ -30,14 +30,14 @@ func (p nodePSS) sum() float64 { return p.noderun + p.logging + p.containerd + p
 // socket.
 func (b *bench) measurePSS() (nodePSS, error) {
 	var out nodePSS
-	procs, err := processes()
+	procs, err := testnode.Processes()
 	if err != nil {
 		return out, err
 	}
-	noderun, ctrd := b.node.cmd.Process.Pid, b.env.daemon.PID()
+	noderun, ctrd := b.node.pid(), b.env.daemon.PID()
 	collector := b.node.collectorSocket()
 	for _, pr := range procs {
-		pid, args := pr.pid, pr.args
+		pid, args := pr.PID, pr.Args
 		var into *float64
 		switch {
 		case pid == noderun:
@@ -59,27 +59,6 @@ func (b *bench) measurePSS() (nodePSS, error) {
 			continue // ended meanwhile
 		}
 		*into += float64(kib) / 1024
-	}
-	return out, nil
-}
-
-// process is a running process and its command line.
-type process struct {
-	pid  int
-	args []string
-}
-
-// processes lists the host's processes with their command lines
-// (prometheus/procfs, which client_golang already brings in).
-func processes() ([]process, error) {
-	all, err := procfs.AllProcs()
-	if err != nil {
-		return nil, err
-	}
-	out := make([]process, 0, len(all))
-	for _, p := range all {
-		args, _ := p.CmdLine() // none for a kernel thread or one gone meanwhile
-		out = append(out, process{p.PID, args})
 	}
 	return out, nil
 }

@@ -311,6 +311,10 @@ func loadAvg() string {
 	return strings.Join(strings.Fields(string(b))[:3], " ")
 }
 
+// userHZ is the unit of /proc/stat times; the kernel fixes it at 100 for
+// user space.
+const userHZ = 100
+
 // hostBusy returns the busy time of all CPUs so far (hostCPU's).
 func hostBusy() (time.Duration, error) {
 	busy, _, err := hostCPU()

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/plugin"
+	"github.com/noderun/noderun/internal/testnode"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -47,12 +48,12 @@ type shimMeasures struct {
 // and sums their PSS.
 func (b *bench) measureShims(ns string) (shimUse, error) {
 	var out shimUse
-	procs, err := processes()
+	procs, err := testnode.Processes()
 	if err != nil {
 		return out, err
 	}
 	for _, pr := range procs {
-		pid, args := pr.pid, pr.args
+		pid, args := pr.PID, pr.Args
 		if len(args) == 0 || filepath.Base(args[0]) != "containerd-shim-runc-v2" || !slices.Contains(args, b.env.daemon.Address()) {
 			continue
 		}

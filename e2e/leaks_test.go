@@ -172,7 +172,8 @@ func (w *leakWatch) state() hostState {
 // task it served, even when containerd no longer lists the task.
 func (n *node) processes() []string {
 	var out []string
-	for _, p := range testnode.Processes() {
+	procs, _ := testnode.Processes()
+	for _, p := range procs {
 		args := p.Args
 		if len(args) == 0 {
 			continue

@@ -68,8 +68,11 @@ type Proc struct {
 }
 
 // Processes lists the host's processes; one gone while read is left out.
-func Processes() []Proc {
-	ents, _ := os.ReadDir("/proc")
+func Processes() ([]Proc, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil, err
+	}
 	var out []Proc
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -86,15 +89,16 @@ func Processes() []Proc {
 		}
 		out = append(out, Proc{pid, args})
 	}
-	return out
+	return out, nil
 }
 
 // CollectorPIDs are the log collectors that the noderun binary bin started
 // for the run dir runDir: noderun leaves it running across its restarts.
 func CollectorPIDs(bin, runDir string) []int {
 	want := []string{bin, "log-collector", filepath.Join(runDir, "log-collector.sock")}
+	procs, _ := Processes() // none: no collector
 	var pids []int
-	for _, p := range Processes() {
+	for _, p := range procs {
 		if slices.Equal(p.Args, want) {
 			pids = append(pids, p.PID)
 		}

@@ -101,8 +101,9 @@ func TestProcReaders(t *testing.T) {
 	if _, err := CPUTime(pid); err != nil {
 		t.Error(err)
 	}
-	if !slices.ContainsFunc(Processes(), func(p Proc) bool { return p.PID == pid && len(p.Args) > 0 }) {
-		t.Error("Processes lists not this one")
+	procs, err := Processes()
+	if err != nil || !slices.ContainsFunc(procs, func(p Proc) bool { return p.PID == pid && slices.Equal(p.Args, os.Args) }) {
+		t.Errorf("Processes does not list this one with its command line %q: %v", os.Args, err)
 	}
 	if ms, err := MountsUnder("/"); err != nil || !slices.ContainsFunc(ms, func(m Mount) bool { return m.Point == "/" }) {
 		t.Errorf("MountsUnder(/) = %v, %v", ms, err)
