@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/internal/ociimage"
+	"github.com/noderun/noderun/internal/testnode"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
@@ -29,16 +29,12 @@ func TestImageGCOnAFullDisk(t *testing.T) {
 		t.Fatalf("tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	d, err := ctrdrt.StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(t.TempDir(), "state"),
+	d, c, err := testnode.StartContainerd(context.Background(), filepath.Join(root, "root"), filepath.Join(t.TempDir(), "state"),
 		filepath.Join(t.TempDir(), "c.sock"), filepath.Join(t.TempDir(), "containerd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Stop(context.Background()) })
-	c, err := containerd.New(d.Address())
-	if err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() { c.Close() })
 
 	// Each image is ~10 % of the disk; what stays (the pod's image and
