@@ -156,6 +156,12 @@ const genAnnotation = "e2e.noderun.dev/gen"
 
 // chaosPod is a pod waiting for TERM; gen tells an edit from its original.
 func chaosPod(name string, gen int) string {
+	return genPod(name, gen, fmt.Sprintf("\n    command: [\"sh\", \"-c\", %q]", fmt.Sprintf("echo gen %d; %s", gen, sleeper)))
+}
+
+// genPod is a pod of generation gen (in its annotation) whose container
+// main has the further lines body.
+func genPod(name string, gen int, body string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata:
@@ -165,9 +171,8 @@ spec:
   terminationGracePeriodSeconds: 2
   containers:
   - name: main
-    image: busybox:1.36
-    command: ["sh", "-c", %q]
-`, name, genAnnotation, gen, fmt.Sprintf("echo gen %d; %s", gen, sleeper))
+    image: busybox:1.36%s
+`, name, genAnnotation, gen, body)
 }
 
 // write adds or replaces a manifest the node should run.

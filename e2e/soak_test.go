@@ -339,17 +339,7 @@ func soakChurnPod(name string, gen, kind int) string {
     command: ["sh", "-c", "trap 'exit 0' TERM; i=0; while :; do i=$((i+1)); echo tick $i; sleep 0.5 & wait; done"]
     readinessProbe: {exec: {command: ["true"]}, periodSeconds: 3}`
 	}
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata:
-  name: %s
-  annotations: {%s: "%d"}
-spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: busybox:1.36%s
-`, name, genAnnotation, gen, body)
+	return genPod(name, gen, body)
 }
 
 const soakChurnSlots = 4
