@@ -12,7 +12,7 @@ import (
 func TestPackageDependencies(t *testing.T) {
 	const mod = "github.com/noderun/noderun"
 	allowed := map[string][]string{
-		"manifests":                     {"internal/atomicfile", "internal/bandwidth"},
+		"manifests":                     {"internal/atomicfile", "internal/bandwidth", "internal/secretfile"},
 		"cni":                           {"internal/atomicfile", "internal/bandwidth"},
 		"crilog":                        nil,
 		"systemd":                       nil,
@@ -24,10 +24,11 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"runner/containerd":             {"runner", "runner/volume", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll"},
+		"runner/containerd":             {"runner", "runner/volume", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll", "internal/secretfile"},
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
 		"internal/kernel":               nil,
+		"internal/secretfile":           nil, // a leaf: the one mode check for files holding secrets, which manifests and runner/containerd share
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd"},

@@ -269,3 +269,50 @@ func TestAdoptedStreamCreatesItsLog(t *testing.T) {
 		t.Errorf("reports %v, want one saying the log's directory is gone", reports)
 	}
 }
+
+// A rotation's tidying goroutine that reports after the writer is done
+// (serve flushed its report queue on return) has its report dropped: sent
+// on the closed queue, it panicked noderun's log driver (make test-loaded).
+// The test holds tidy back until the flush, and makes it fail then.
+func TestTidyReportAfterFlushIsDropped(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pod")
+	path := filepath.Join(dir, "0.log")
+	var mu sync.Mutex
+	var reports []string
+	send, flush := async(func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, err.Error())
+	})
+	w := newRecordWriter(Target{Path: path, Rotation: Rotation{MaxSize: 1024, MaxFiles: 3}}, send)
+	tidied := make(chan struct{})
+	w.rot.report = func(err error) {
+		send(err)
+		close(tidied) // tidy reports once at most here: its directory is gone
+	}
+	if err := w.open(true); err != nil {
+		t.Fatal(err)
+	}
+	w.rot.gz.Lock() // tidy waits for it first
+	for rotated := []string(nil); len(rotated) == 0; rotated, _ = filepath.Glob(path + ".*") {
+		w.write(Stdout, tagFull, []byte(strings.Repeat("x", 100))) // until one rotation, one tidy
+	}
+	if err := w.close(); err != nil {
+		t.Fatal(err)
+	}
+	flush()
+	if err := os.RemoveAll(dir); err != nil { // tidy cannot open it: it reports
+		t.Fatal(err)
+	}
+	w.rot.gz.Unlock()
+	select {
+	case <-tidied:
+	case <-time.After(time.Minute): // only if tidy never runs
+		t.Fatal("tidy did not report")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(reports) != 0 {
+		t.Errorf("reports %q after the flush, want none", reports)
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/noderun/noderun/internal/atomicfile"
+	"github.com/noderun/noderun/internal/secretfile"
 )
 
 // Why a fetch changed nothing; the last good set keeps running.
@@ -255,24 +256,20 @@ func ParseHeader(line string) (name, value string, err error) {
 
 // ErrHeaderFileMode is why a header file that group or others may access is
 // refused: it holds tokens, which is why they are not on the command line.
-var ErrHeaderFileMode = errors.New("is accessible by group or others; chmod 600 it")
+var ErrHeaderFileMode = secretfile.ErrMode
 
 // ReadHeaderFile reads "Name: value" lines, as given to
 // --manifest-url-header-file; blank lines and lines starting with "#" are
 // skipped. Errors name the line but never quote it: it may hold a secret.
 func ReadHeaderFile(path string) (http.Header, error) {
-	f, err := os.Open(path)
+	f, err := secretfile.Open(path)
+	if errors.Is(err, secretfile.ErrMode) {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return nil, fmt.Errorf("%s (mode %#o) %w", path, fi.Mode().Perm(), ErrHeaderFileMode)
-	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize))
 	if err != nil {
 		return nil, err

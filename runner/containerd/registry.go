@@ -21,6 +21,7 @@ import (
 	remoteerrors "github.com/containerd/containerd/remotes/errors"
 	"github.com/containerd/errdefs"
 
+	"github.com/noderun/noderun/internal/secretfile"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -67,7 +68,7 @@ func hostDir(root string) func(string) (string, error) {
 // ErrCredentialsMode is why a docker config.json that group or others may
 // access is refused, as the manifest URL's header file is: it holds
 // registry secrets.
-var ErrCredentialsMode = errors.New("is accessible by group or others; chmod 600 it")
+var ErrCredentialsMode = secretfile.ErrMode
 
 // credentials answers a registry host from the first docker config.json
 // found. Credential helpers (credsStore, credHelpers) are not run: they
@@ -96,18 +97,11 @@ func (r *Runtime) credentials(host string) (string, string, error) {
 
 // readPrivate reads a file only group and others cannot access.
 func readPrivate(path string) ([]byte, error) {
-	f, err := os.Open(path)
+	f, err := secretfile.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
-		return nil, fmt.Errorf("mode %#o %w", perm, ErrCredentialsMode)
-	}
 	return io.ReadAll(f)
 }
 
