@@ -216,6 +216,7 @@ func runNode(c *cli.Context) error {
 		OnProbeResult: func(ns, pod, uid, container, probeType, result string) {
 			metrics.ProbeResult(probeType, result, container, pod, ns, uid)
 		},
+		Metrics: metrics,
 		OnReady: func() {
 			started()
 			log.Info("ready", "node", nodeName, "sources", nSources)
@@ -225,7 +226,7 @@ func runNode(c *cli.Context) error {
 			go watchdog(ctx, engine, log)
 			go podStatus(ctx, engine, log)
 		},
-	}, meteredRuntime{Runtime: rt, m: metrics}, net)
+	}, rt, net)
 	net.changed = engine.NetworkChanged
 	go net.watch(ctx)
 

@@ -65,6 +65,8 @@ type Config struct {
 	// kubelet's prober_probe_total counts it (probeType Liveness,
 	// Readiness or Startup; result successful, failed or unknown).
 	OnProbeResult func(namespace, pod, podUID, container, probeType, result string)
+	// Metrics, if set, is told of every runtime call.
+	Metrics RuntimeMetrics
 }
 
 // Engine reconciles desired pods from sources against the runtime.
@@ -123,6 +125,9 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	}
 	if cfg.GCInterval == 0 {
 		cfg.GCInterval = 10 * time.Minute
+	}
+	if cfg.Metrics != nil {
+		rt = instrumented{rt, cfg.Metrics}
 	}
 	e := &Engine{
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
