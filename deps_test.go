@@ -24,19 +24,21 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"runner/containerd":             {"runner", "runner/volume", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll", "internal/secretfile"},
+		"runner/containerd":             {"runner", "runner/volume", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
 		"internal/kernel":               nil,
 		"internal/secretfile":           nil, // a leaf: the one mode check for files holding secrets, which manifests and runner/containerd share
-		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile"},
+		"internal/execio":               nil, // an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other
+		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile", "internal/execio"},
 		"e2e":                           nil, // tests only
 		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd"},
 		"internal/logdriver":            {"crilog", "internal/atomicfile"},
 		"internal/logdriver/driver":     {"crilog"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
-		// client commands talk to the node over its two APIs only
-		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile"},
+		// client commands talk to the node over its two APIs only (and
+		// hand exec its streams as the API client takes them)
+		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
 		// The node under test of e2e and bench: it builds noderun, runs it
 		// on a containerd of its own and cleans up as noderun would.
 		"internal/testnode": {"internal/logdriver", "internal/ociimage", "runner/containerd"},

@@ -26,11 +26,7 @@ func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, podLogDir, runDir st
 		Pods:      engine.Pods,
 		Changes:   engine.Changes,
 		PodLogDir: podLogDir,
-		Exec: func(ctx context.Context, id string, cmd []string, s kubeapi.ExecIO) (int, error) {
-			return rt.Exec(ctx, id, cmd, runner.ExecIO{
-				Stdin: s.Stdin, Stdout: s.Stdout, Stderr: s.Stderr, TTY: s.TTY, Resize: terminalSizes(ctx, s.Resize),
-			})
-		},
+		Exec:      rt.Exec,
 		DialPod: func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error) {
 			if pod.Spec.HostNetwork {
 				return cni.DialLoopback(ctx, "", port)
@@ -40,25 +36,6 @@ func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, podLogDir, runDir st
 		},
 		Log: log,
 	})
-}
-
-// terminalSizes passes kubeapi's terminal sizes on as the runtime's.
-func terminalSizes(ctx context.Context, in <-chan kubeapi.TerminalSize) <-chan runner.TerminalSize {
-	if in == nil {
-		return nil
-	}
-	out := make(chan runner.TerminalSize)
-	go func() {
-		defer close(out)
-		for sz := range in {
-			select {
-			case out <- runner.TerminalSize(sz):
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return out
 }
 
 // engineStreams hands the API's streaming requests to the StreamServer

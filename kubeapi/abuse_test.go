@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderun/noderun/internal/execio"
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 )
@@ -62,7 +63,7 @@ func TestSPDYExtraStreamsRefusedAndNothingLeaks(t *testing.T) {
 	// the status already sent on another (spdystream's client).
 	var ran atomic.Int64
 	var answered atomic.Pointer[chan struct{}]
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e execio.ExecIO) (int, error) {
 		ran.Add(1)
 		select {
 		case <-*answered.Load():
@@ -133,16 +134,16 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func TestResizeMessagesBounded(t *testing.T) {
 	const endless = 8 << 20
 	src := &countingReader{r: io.MultiReader(strings.NewReader(`{"Width":80,"Height":24}{"Width":"`), strings.NewReader(strings.Repeat("9", endless)))}
-	out := make(chan TerminalSize, 10)
+	out := make(chan execio.TerminalSize, 10)
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
 	readResizes(src, out, nil)
 	runtime.ReadMemStats(&after)
-	var got []TerminalSize
+	var got []execio.TerminalSize
 	for sz := range out {
 		got = append(got, sz)
 	}
-	if len(got) != 1 || got[0] != (TerminalSize{80, 24}) {
+	if len(got) != 1 || got[0] != (execio.TerminalSize{Width: 80, Height: 24}) {
 		t.Errorf("sizes %v, want [{80 24}]", got)
 	}
 	if src.n < endless {
@@ -185,7 +186,7 @@ func spdyControl(typ uint16, payload []byte, declared ...int) []byte {
 // the server hold is bounded by the libraries' frame limits.
 func TestMalformedStreamSessions(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e execio.ExecIO) (int, error) {
 		if e.Stdin != nil {
 			go io.Copy(io.Discard, e.Stdin)
 		}

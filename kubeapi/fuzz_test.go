@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderun/noderun/internal/execio"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
@@ -255,7 +256,7 @@ func FuzzReadResizes(f *testing.F) {
 		f.Add([]byte(seed))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out := make(chan TerminalSize)
+		out := make(chan execio.TerminalSize)
 		go readResizes(bytes.NewReader(b), out, nil)
 		n := 0
 		for range out {

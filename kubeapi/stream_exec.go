@@ -18,6 +18,7 @@ import (
 	"k8s.io/streaming/pkg/httpstream/wsstream"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/execio"
 )
 
 // The remote command subprotocols over SPDY, newest first. v4 carries the
@@ -98,7 +99,7 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 	}
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
-	code, err := s.cfg.Exec(ctx, id, cmd, ExecIO{
+	code, err := s.cfg.Exec(ctx, id, cmd, execio.ExecIO{
 		Stdin: rs.stdin, Stdout: rs.stdout, Stderr: rs.stderr,
 		TTY: opts.tty, Resize: rs.resize,
 	})
@@ -150,7 +151,7 @@ type remoteStreams struct {
 	stdout   io.WriteCloser
 	stderr   io.WriteCloser
 	errors   io.WriteCloser // the status at the end
-	resize   chan TerminalSize
+	resize   chan execio.TerminalSize
 	// gone is closed when the client's connection ends: a hijacked
 	// request's context outlives it.
 	gone  chan struct{}
@@ -227,7 +228,7 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 			case streamTypeStderr:
 				rs.stderr = a.stream
 			case streamTypeResize:
-				rs.resize = make(chan TerminalSize)
+				rs.resize = make(chan execio.TerminalSize)
 				go readResizes(a.stream, rs.resize, rs.gone)
 			}
 			go func() {
@@ -302,7 +303,7 @@ func (s *StreamServer) acceptWebSocket(w http.ResponseWriter, r *http.Request, o
 		rs.stderr = ch[wsStderr]
 	}
 	if opts.tty {
-		rs.resize = make(chan TerminalSize)
+		rs.resize = make(chan execio.TerminalSize)
 	}
 	go func() {
 		readResizes(ch[wsResize], rs.resize, nil)
@@ -340,14 +341,14 @@ const maxResizeMessage = 4 << 10
 // readResizes passes on the terminal sizes the client sends as JSON until
 // the stream ends or breaks the protocol; with out nil it only waits for
 // that end.
-func readResizes(st io.Reader, out chan<- TerminalSize, gone <-chan struct{}) {
+func readResizes(st io.Reader, out chan<- execio.TerminalSize, gone <-chan struct{}) {
 	if out != nil {
 		defer close(out)
 	}
 	in := &budgetReader{r: st}
 	dec := json.NewDecoder(in)
 	for {
-		var sz TerminalSize
+		var sz execio.TerminalSize
 		in.left = maxResizeMessage
 		if err := dec.Decode(&sz); err != nil {
 			if errors.Is(err, errOverBudget) {

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderun/noderun/internal/execio"
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,7 +69,7 @@ func TestExecOverSPDY(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
 	var gotID string
 	var gotCmd []string
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e execio.ExecIO) (int, error) {
 		gotID, gotCmd = id, cmd
 		in, _ := io.ReadAll(e.Stdin)
 		fmt.Fprintf(e.Stdout, "read %q", in)
@@ -80,7 +81,7 @@ func TestExecOverSPDY(t *testing.T) {
 	var out, errOut bytes.Buffer
 	err := RemoteCommand(context.Background(), base+"command=sh&command=-c&command=exit+7&stdin=true&stdout=true&stderr=true",
 		srv.Client().Transport.(*http.Transport).TLSClientConfig, "token",
-		ExecIO{Stdin: strings.NewReader("hello"), Stdout: &out, Stderr: &errOut})
+		execio.ExecIO{Stdin: strings.NewReader("hello"), Stdout: &out, Stderr: &errOut})
 	var exit *ExitError
 	if !errors.As(err, &exit) || exit.Code != 7 {
 		t.Fatalf("err = %v, want exit code 7", err)
@@ -93,10 +94,10 @@ func TestExecOverSPDY(t *testing.T) {
 	}
 
 	// A runtime failure reaches the client as one.
-	s.cfg.Exec = func(context.Context, string, []string, ExecIO) (int, error) {
+	s.cfg.Exec = func(context.Context, string, []string, execio.ExecIO) (int, error) {
 		return 0, errors.New("no such binary")
 	}
-	err = RemoteCommand(context.Background(), base+"command=nope&stdout=true", srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", ExecIO{Stdout: io.Discard})
+	err = RemoteCommand(context.Background(), base+"command=nope&stdout=true", srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", execio.ExecIO{Stdout: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "no such binary") || errors.As(err, &exit) {
 		t.Errorf("err = %v, want the runtime's error", err)
 	}
@@ -313,7 +314,7 @@ func checkForwards(t *testing.T, conn httpstream.Connection) {
 // with its close signal, stdout, stderr and the exit code as a Status.
 func TestExecOverWebSocket(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e execio.ExecIO) (int, error) {
 		in, _ := io.ReadAll(e.Stdin) // ends with the client's close signal
 		fmt.Fprintf(e.Stdout, "read %q", in)
 		io.WriteString(e.Stderr, "to stderr")
@@ -372,7 +373,7 @@ func TestAttach(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- RemoteCommand(context.Background(), srv.URL+"/api/v1/namespaces/default/pods/web/attach?stdout=true&stderr=true",
-			srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", ExecIO{Stdout: out, Stderr: errOut})
+			srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", execio.ExecIO{Stdout: out, Stderr: errOut})
 	}()
 	appendLog := func(s string) {
 		f, _ := os.OpenFile(logFile, os.O_APPEND|os.O_WRONLY, 0)
@@ -431,12 +432,12 @@ func (l *lockedBuffer) String() string {
 // is not a stream of its own.
 func TestExecTerminalOverWebSocket(t *testing.T) {
 	s, _ := newTestStreams(t, streamPod())
-	got := make(chan []TerminalSize, 1)
-	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e ExecIO) (int, error) {
+	got := make(chan []execio.TerminalSize, 1)
+	s.cfg.Exec = func(ctx context.Context, id string, cmd []string, e execio.ExecIO) (int, error) {
 		if !e.TTY || e.Stderr != nil || e.Resize == nil {
 			return 1, fmt.Errorf("tty %t, stderr %v, resize %v", e.TTY, e.Stderr, e.Resize)
 		}
-		var sizes []TerminalSize
+		var sizes []execio.TerminalSize
 		for sz := range e.Resize {
 			if sizes = append(sizes, sz); len(sizes) == 2 {
 				break
@@ -469,7 +470,7 @@ func TestExecTerminalOverWebSocket(t *testing.T) {
 	if err := statusResult([]byte(status)); err != nil {
 		t.Fatalf("status %q: %v", status, err)
 	}
-	want := []TerminalSize{{80, 24}, {120, 40}}
+	want := []execio.TerminalSize{{Width: 80, Height: 24}, {Width: 120, Height: 40}}
 	if sizes := <-got; len(sizes) != 2 || sizes[0] != want[0] || sizes[1] != want[1] {
 		t.Errorf("sizes %v, want %v", sizes, want)
 	}

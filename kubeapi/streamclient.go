@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/noderun/noderun/internal/execio"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
@@ -28,7 +29,7 @@ func (e *ExitError) Error() string {
 // kubectl, with the streams of s. A non-zero exit code is an *ExitError.
 // It is `noderun exec`'s client, so that nodes without kubectl need not
 // link client-go.
-func RemoteCommand(ctx context.Context, url string, tlsConfig *tls.Config, token string, s ExecIO) error {
+func RemoteCommand(ctx context.Context, url string, tlsConfig *tls.Config, token string, s execio.ExecIO) error {
 	conn, err := dialSPDY(ctx, url, tlsConfig, token, remoteCommandV4)
 	if err != nil {
 		return err

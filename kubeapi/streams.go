@@ -3,7 +3,6 @@ package kubeapi
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/noderun/noderun/internal/execio"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -29,28 +29,11 @@ type StreamConfig struct {
 	PodLogDir string
 	// Exec runs a command in a running container with the client's
 	// streams and returns its exit code (the runtime's Exec).
-	Exec func(ctx context.Context, containerID string, cmd []string, s ExecIO) (int, error)
+	Exec func(ctx context.Context, containerID string, cmd []string, s execio.ExecIO) (int, error)
 	// DialPod connects to port on the loopback of the pod's network (the
 	// host's for a hostNetwork pod).
 	DialPod func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error)
 	Log     *slog.Logger
-}
-
-// ExecIO are the streams of an exec: what the command reads and writes,
-// and its terminal.
-type ExecIO struct {
-	Stdin  io.Reader // nil: none
-	Stdout io.Writer // nil: none
-	Stderr io.Writer // nil: none; never used with TTY
-	// TTY gives the command a terminal; its output is all on Stdout.
-	TTY bool
-	// Resize carries the terminal's sizes; nil without a terminal.
-	Resize <-chan TerminalSize
-}
-
-// TerminalSize is a terminal's size in characters, as kubectl sends it.
-type TerminalSize struct {
-	Width, Height uint16
 }
 
 // StreamServer serves the streaming subresources of pods.

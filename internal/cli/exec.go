@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/noderun/noderun/internal/execio"
 	"github.com/noderun/noderun/kubeapi"
 )
 
@@ -42,7 +43,7 @@ func execCommand() *cli.Command {
 				fmt.Fprintln(os.Stderr, "Unable to use a TTY - input is not a terminal or the -i flag is not given")
 			}
 			q := url.Values{"command": args[1:], "stdout": {"true"}}
-			s := kubeapi.ExecIO{Stdout: os.Stdout, TTY: tty}
+			s := execio.ExecIO{Stdout: os.Stdout, TTY: tty}
 			if c.Bool("stdin") {
 				q.Set("stdin", "true")
 				s.Stdin = os.Stdin
@@ -74,7 +75,7 @@ func execCommand() *cli.Command {
 
 // rawTerminal puts the terminal on stdin in raw mode, as kubectl exec -t
 // does, and sends its size now and on each SIGWINCH.
-func rawTerminal() (restore func(), sizes <-chan kubeapi.TerminalSize, err error) {
+func rawTerminal() (restore func(), sizes <-chan execio.TerminalSize, err error) {
 	fd := int(os.Stdin.Fd())
 	old, err := term.MakeRaw(fd)
 	if err != nil {
@@ -82,14 +83,14 @@ func rawTerminal() (restore func(), sizes <-chan kubeapi.TerminalSize, err error
 	}
 	winch := make(chan os.Signal, 1)
 	signal.Notify(winch, syscall.SIGWINCH)
-	out := make(chan kubeapi.TerminalSize, 1)
+	out := make(chan execio.TerminalSize, 1)
 	stop := make(chan struct{})
 	go func() {
 		defer close(out)
 		for {
 			if w, h, err := term.GetSize(fd); err == nil {
 				select {
-				case out <- kubeapi.TerminalSize{Width: uint16(w), Height: uint16(h)}:
+				case out <- execio.TerminalSize{Width: uint16(w), Height: uint16(h)}:
 				case <-stop:
 					return
 				}

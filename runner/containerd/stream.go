@@ -11,9 +11,8 @@ import (
 	ctrd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/errdefs"
+	"github.com/noderun/noderun/internal/execio"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-
-	"github.com/noderun/noderun/runner"
 )
 
 // firstSizeWait bounds the wait for a terminal's first size, which
@@ -26,7 +25,7 @@ const firstSizeWait = time.Second
 // when asked for. It returns the command's exit status once it ended and
 // its output was written. When ctx ends (the client went away) the
 // command is killed.
-func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.ExecIO) (int, error) {
+func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s execio.ExecIO) (int, error) {
 	ctx = r.ctx(ctx)
 	task, spec, err := r.runningTask(ctx, id)
 	if err != nil {
@@ -127,7 +126,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s runner.Ex
 }
 
 // resizeExec passes the client's terminal sizes to the exec's terminal.
-func resizeExec(ctx context.Context, proc ctrd.Process, sizes <-chan runner.TerminalSize) {
+func resizeExec(ctx context.Context, proc ctrd.Process, sizes <-chan execio.TerminalSize) {
 	for {
 		select {
 		case <-ctx.Done():

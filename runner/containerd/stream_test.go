@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/noderun/noderun/internal/execio"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -22,7 +23,7 @@ func TestExec(t *testing.T) {
 	t.Run("stdin, stdout, stderr and exit code", func(t *testing.T) {
 		var out, errOut bytes.Buffer
 		code, err := rt.Exec(context.Background(), cfg.ID, []string{"sh", "-c", "id -u; pwd; cat; echo err >&2; exit 7"},
-			runner.ExecIO{Stdin: strings.NewReader("from stdin\n"), Stdout: &out, Stderr: &errOut})
+			execio.ExecIO{Stdin: strings.NewReader("from stdin\n"), Stdout: &out, Stderr: &errOut})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +44,7 @@ func TestExec(t *testing.T) {
 					in := strings.Repeat("x", (w+i)%3)
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					var out bytes.Buffer
-					code, err := rt.Exec(ctx, cfg.ID, []string{"sh", "-c", "cat; exit 3"}, runner.ExecIO{Stdin: strings.NewReader(in), Stdout: &out})
+					code, err := rt.Exec(ctx, cfg.ID, []string{"sh", "-c", "cat; exit 3"}, execio.ExecIO{Stdin: strings.NewReader(in), Stdout: &out})
 					cancel()
 					if err != nil || code != 3 || out.String() != in {
 						t.Errorf("exec %d.%d: %v, exit %d, output %q; want 3 and %q", w, i, err, code, out.String(), in)
@@ -56,19 +57,19 @@ func TestExec(t *testing.T) {
 	})
 	t.Run("terminal", func(t *testing.T) {
 		var out bytes.Buffer
-		sizes := make(chan runner.TerminalSize, 1)
-		sizes <- runner.TerminalSize{Width: 123, Height: 45}
+		sizes := make(chan execio.TerminalSize, 1)
+		sizes <- execio.TerminalSize{Width: 123, Height: 45}
 		// The first size is the terminal's from the start; a later one
 		// resizes it. Stdin stays open: its end hangs the terminal up.
 		stdin, stdinW := io.Pipe()
 		defer stdinW.Close()
 		go func() {
 			time.Sleep(500 * time.Millisecond)
-			sizes <- runner.TerminalSize{Width: 99, Height: 11}
+			sizes <- execio.TerminalSize{Width: 99, Height: 11}
 		}()
 		code, err := rt.Exec(context.Background(), cfg.ID,
 			[]string{"sh", "-c", `stty size; for i in $(seq 50); do s=$(stty size); [ "$s" = "11 99" ] && break; sleep 0.1; done; echo "$s"; [ -t 0 ] && echo tty; echo err >&2`},
-			runner.ExecIO{Stdin: stdin, Stdout: &out, TTY: true, Resize: sizes})
+			execio.ExecIO{Stdin: stdin, Stdout: &out, TTY: true, Resize: sizes})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -81,7 +82,7 @@ func TestExec(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		start := time.Now()
-		if _, err := rt.Exec(ctx, cfg.ID, []string{"sleep", "60"}, runner.ExecIO{}); err == nil {
+		if _, err := rt.Exec(ctx, cfg.ID, []string{"sleep", "60"}, execio.ExecIO{}); err == nil {
 			t.Fatal("exec outlived its context without an error")
 		}
 		if took := time.Since(start); took > 30*time.Second {
