@@ -9,9 +9,7 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/klog/v2"
 
-	"github.com/go-logr/logr"
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
@@ -79,35 +77,4 @@ func (e *engineStreams) PortForward(w http.ResponseWriter, r *http.Request, ns, 
 	if s := e.get(w); s != nil {
 		s.PortForward(w, r, ns, pod)
 	}
-}
-
-// routeKlog sends what the Kubernetes streaming libraries log through klog
-// to noderun's log, at debug level: the one error they log for every
-// WebSocket session ("Error on socket receive") is how a session ends when
-// the server closes it, and their other messages are answered to clients.
-func routeKlog(log *slog.Logger) {
-	klog.SetLogger(logr.FromSlogHandler(debugHandler{log.Handler()}))
-}
-
-// debugHandler logs every record at debug level.
-type debugHandler struct{ slog.Handler }
-
-func (h debugHandler) Enabled(ctx context.Context, _ slog.Level) bool {
-	return h.Handler.Enabled(ctx, slog.LevelDebug)
-}
-
-func (h debugHandler) Handle(ctx context.Context, r slog.Record) error {
-	if !h.Handler.Enabled(ctx, slog.LevelDebug) {
-		return nil // logr does not ask Enabled before an error
-	}
-	r.Level = slog.LevelDebug
-	return h.Handler.Handle(ctx, r)
-}
-
-func (h debugHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
-	return debugHandler{h.Handler.WithAttrs(attrs)}
-}
-
-func (h debugHandler) WithGroup(name string) slog.Handler {
-	return debugHandler{h.Handler.WithGroup(name)}
 }

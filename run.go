@@ -79,7 +79,7 @@ func runNode(c *cli.Context) error {
 	defer closeAPI()
 	// Logs, exec, attach and port-forward need the engine and runtime;
 	// the API answers 503 until both are there.
-	routeKlog(log)
+	kubeapi.RouteKlog(log)
 	streams := &engineStreams{}
 	kube, closeKube, err := startKubeAPI(c, log, kubeapi.WithStreams(streams))
 	if err != nil {
