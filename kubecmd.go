@@ -24,7 +24,7 @@ func apiFlags() []cli.Flag {
 
 // startKubeAPI opens the Kubernetes API's listener and serves it; until the
 // engine is handed over (Ready) it answers 503.
-func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv *kubeapi.Server, stop func() error, err error) {
+func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
 	addr, port := c.String("api-address"), c.Int("api-port")
 	if port < 0 || port > 65535 {
 		return nil, nil, fmt.Errorf("--api-port %d: want 0 to 65535", port)
@@ -45,7 +45,7 @@ func startKubeAPI(c *cli.Context, log *slog.Logger, opts ...kubeapi.Option) (srv
 		l.Close()
 		return nil, nil, err
 	}
-	srv = kubeapi.New(creds, append([]kubeapi.Option{kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics())}, opts...)...)
+	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics()))
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }

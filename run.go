@@ -77,11 +77,9 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer closeAPI()
-	// Logs, exec, attach and port-forward need the engine and runtime;
-	// the API answers 503 until both are there.
+	// The API answers 503 until the engine and runtime are there (Ready).
 	kubeapi.RouteKlog(log)
-	streams := &engineStreams{}
-	kube, closeKube, err := startKubeAPI(c, log, kubeapi.WithStreams(streams))
+	kube, closeKube, err := startKubeAPI(c, log)
 	if err != nil {
 		return err
 	}
@@ -245,7 +243,6 @@ func runNode(c *cli.Context) error {
 	}
 
 	api.serve(withLogStreams(kubeapi.StatusHandler(engine), logs))
-	streams.set(kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
 		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
@@ -253,7 +250,7 @@ func runNode(c *cli.Context) error {
 			return v.Version, err
 		},
 		Healthy: engine.Healthy,
-	}})
+	}}, kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.

@@ -277,7 +277,7 @@ func TestMalformedStreamSessions(t *testing.T) {
 // nothing, and when the clients go every goroutine goes with them.
 func TestManyWatches(t *testing.T) {
 	s := New(testCreds)
-	s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "a")}})
+	s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "a")}}, nil)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	before := runtime.NumGoroutine()

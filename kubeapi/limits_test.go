@@ -51,7 +51,7 @@ func TestStalledWatchEnds(t *testing.T) {
 	be := &fakeBackend{pods: []v1.Pod{testPod("default", "a")}}
 	s := New(testCreds)
 	s.writeTimeout = time.Second
-	s.Ready(be)
+	s.Ready(be, nil)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	const watchers = 3
@@ -86,7 +86,7 @@ func TestIdleWatchOutlivesTheWriteTimeout(t *testing.T) {
 			be := &fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}}
 			s := New(testCreds)
 			s.writeTimeout = 100 * time.Millisecond
-			s.Ready(be)
+			s.Ready(be, nil)
 			srv := httptest.NewUnstartedServer(s)
 			srv.EnableHTTP2 = h2
 			srv.StartTLS()
@@ -113,7 +113,7 @@ func TestIdleWatchOutlivesTheWriteTimeout(t *testing.T) {
 func TestWatchEndsAfterServerTimeout(t *testing.T) {
 	s := New(testCreds)
 	s.watchTimeout = func() time.Duration { return 100 * time.Millisecond }
-	s.Ready(&fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}})
+	s.Ready(&fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}}, nil)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	ch := watchEvents(t, srv, "/api/v1/pods?watch=true", "")
@@ -166,9 +166,9 @@ func (b blockingStreams) PortForward(w http.ResponseWriter, r *http.Request, _, 
 func TestLongRunningRequestsCappedPerToken(t *testing.T) {
 	var srv *httptest.Server
 	start := func() {
-		s := New(testCreds, WithStreams(blockingStreams{}))
+		s := New(testCreds)
 		s.limits = newLimiter([nLongRunning]int{watches: 2, follows: 2, remoteCalls: 2})
-		s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "web")}})
+		s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "web")}}, blockingStreams{})
 		srv = httptest.NewServer(s)
 		t.Cleanup(srv.Close)
 	}
@@ -272,7 +272,7 @@ func serveTLS(t *testing.T, s *Server, h2 bool) (url string, client *http.Client
 func TestOversizedHeadersRefused(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
 		s := New(testCreds)
-		s.Ready(&fakeBackend{})
+		s.Ready(&fakeBackend{}, nil)
 		url, client, _ := serveTLS(t, s, h2)
 		req, _ := http.NewRequest("GET", url+"/api/v1/pods", nil)
 		req.Header.Set("Authorization", "Bearer "+testCreds.ViewToken)
@@ -295,7 +295,7 @@ func TestOversizedHeadersRefused(t *testing.T) {
 func TestConnectionCap(t *testing.T) {
 	s := New(testCreds)
 	s.maxConns = 2
-	s.Ready(&fakeBackend{})
+	s.Ready(&fakeBackend{}, nil)
 	url, _, tlsCfg := serveTLS(t, s, false)
 	addr := strings.TrimPrefix(url, "https://")
 	var conns []*tls.Conn
@@ -331,7 +331,7 @@ func TestConnectionCap(t *testing.T) {
 func TestRequestBodiesHeldBounded(t *testing.T) {
 	s := New(testCreds)
 	s.limits = newLimiter([nLongRunning]int{watches: 100})
-	s.Ready(&fakeBackend{})
+	s.Ready(&fakeBackend{}, nil)
 	url, _, tlsCfg := serveTLS(t, s, true)
 	const conns = 32
 	before := heapInUse()

@@ -21,7 +21,7 @@ func TestMetrics(t *testing.T) {
 	running := phasePod("web", v1.PodRunning)
 	running.Status.ContainerStatuses = []v1.ContainerStatus{{Name: "main", State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}}
 	be := &fakeBackend{pods: []v1.Pod{running, phasePod("db", v1.PodPending)}}
-	s.Ready(be)
+	s.Ready(be, nil)
 	srv := httptest.NewServer(s)
 	defer srv.Close()
 
@@ -94,7 +94,7 @@ func TestProbeSeriesGoWithTheirPod(t *testing.T) {
 	m := NewMetrics()
 	s := New(testCreds, WithMetrics(m))
 	be := &fakeBackend{}
-	s.Ready(be)
+	s.Ready(be, nil)
 	const churn = 50
 	for i := range churn {
 		p := phasePod(fmt.Sprintf("web-%d", i), v1.PodRunning)

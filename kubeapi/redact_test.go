@@ -37,7 +37,7 @@ func secretPod() v1.Pod {
 // way of reading them; the admin token reads them as they are.
 func TestViewTokenReadsPodsRedacted(t *testing.T) {
 	s := New(testCreds)
-	s.Ready(&fakeBackend{pods: []v1.Pod{secretPod()}})
+	s.Ready(&fakeBackend{pods: []v1.Pod{secretPod()}}, nil)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	read := func(token, path, accept string) string {

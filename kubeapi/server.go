@@ -56,8 +56,8 @@ type Streams interface {
 	PortForward(w http.ResponseWriter, r *http.Request, namespace, pod string)
 }
 
-// Server is the API's handler. Until Ready gives it the backend, it
-// authenticates requests and answers them 503.
+// Server is the API's handler. Until Ready gives it the backend and
+// streams, it authenticates requests and answers them 503.
 type Server struct {
 	creds   *Credentials
 	streams Streams
@@ -84,10 +84,6 @@ type Server struct {
 
 // Option sets an optional part of the Server.
 type Option func(*Server)
-
-// WithStreams serves logs, exec, attach and port-forward through s; without
-// it (or with nil) those subresources answer 404.
-func WithStreams(s Streams) Option { return func(srv *Server) { srv.streams = s } }
 
 // WithLogger logs what the API refuses and what fails while serving.
 func WithLogger(l *slog.Logger) Option { return func(srv *Server) { srv.log = l } }
@@ -116,10 +112,13 @@ func New(creds *Credentials, opts ...Option) *Server {
 	return s
 }
 
-// Ready hands the server the node's backend; requests are served from then
-// on, and the stores follow the backend's changes (for watches that resume
-// and for the pod start metric) until serving ends.
-func (s *Server) Ready(b Backend) {
+// Ready hands the server the node's backend and the streams that serve
+// logs, exec, attach and port-forward (with nil, those answer 404);
+// requests are served from then on, and the stores follow the backend's
+// changes (for watches that resume and for the pod start metric) until
+// serving ends.
+func (s *Server) Ready(b Backend, streams Streams) {
+	s.streams = streams // read only once backend is set: Store publishes it
 	s.backend.Store(&b)
 	go s.follow()
 }

@@ -97,8 +97,8 @@ func testPod(ns, name string) v1.Pod {
 }
 
 func newTestServer(streams Streams) *Server {
-	s := New(testCreds, WithStreams(streams))
-	s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "web-e2e")}})
+	s := New(testCreds)
+	s.Ready(&fakeBackend{pods: []v1.Pod{testPod("default", "web-e2e")}}, streams)
 	return s
 }
 
@@ -212,7 +212,7 @@ func TestServeTLSOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(creds)
-	s.Ready(&fakeBackend{})
+	s.Ready(&fakeBackend{}, nil)
 	l, err := Listen("127.0.0.1", 0)
 	if err != nil {
 		t.Fatal(err)

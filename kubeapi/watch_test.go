@@ -38,7 +38,7 @@ func (c *countingBackend) Pods() []v1.Pod {
 func startAPI(t *testing.T, b Backend) *httptest.Server {
 	t.Helper()
 	s := New(testCreds)
-	s.Ready(b)
+	s.Ready(b, nil)
 	srv := httptest.NewServer(s)
 	t.Cleanup(srv.Close)
 	return srv
@@ -211,7 +211,7 @@ func TestIdleWatchesDoNotPoll(t *testing.T) {
 func TestFollowCoalescesBursts(t *testing.T) {
 	be := &countingBackend{fakeBackend: &fakeBackend{pods: []v1.Pod{phasePod("a", v1.PodPending)}}}
 	s := New(testCreds)
-	s.Ready(be)
+	s.Ready(be, nil)
 	deadline := time.Now().Add(30 * time.Second)
 	for be.lists.Load() == 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

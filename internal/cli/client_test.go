@@ -54,8 +54,8 @@ func serveNode(t *testing.T, node *fakeNode) []string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := kubeapi.New(creds, kubeapi.WithStreams(fakeStreams{}))
-	srv.Ready(node)
+	srv := kubeapi.New(creds)
+	srv.Ready(node, fakeStreams{})
 	l, err := kubeapi.Listen("127.0.0.1", 0)
 	if err != nil {
 		t.Fatal(err)
