@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/atomicfile"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
@@ -50,11 +51,17 @@ func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop f
 	return srv, srv.Serve(l), nil
 }
 
-// kubeBackend is what the Kubernetes API reads: the engine, and the Node
-// object made from the host.
-type kubeBackend struct {
+// apiBackend is what the Kubernetes API and the status socket read: the
+// engine, the Node object made from the host and the log collector's
+// counts.
+type apiBackend struct {
 	*runner.Engine
 	node *kubeapi.NodeReporter
+	logs *crilog.Holder
 }
 
-func (b kubeBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
+func (b apiBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
+
+func (b apiBackend) LogStreams(ctx context.Context) ([]crilog.StreamStats, error) {
+	return b.logs.Streams(ctx)
+}

@@ -2,14 +2,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/noderun/noderun/crilog"
 )
@@ -50,36 +47,4 @@ func runCollector(ctx context.Context, sock string) error {
 	return crilog.RunCollector(ctx, sock, func(path string, err error) {
 		crilog.Syslog("", path)(err)
 	}, relax.activity)
-}
-
-// logStreams serves GET /logs: each running container's dropped log
-// records (a full disk), as the collector counts them.
-func logStreams(h *crilog.Holder) http.HandlerFunc {
-	return func(rw http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
-		defer cancel()
-		streams, err := h.Streams(ctx)
-		if err != nil {
-			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		slices.SortFunc(streams, func(a, b crilog.StreamStats) int { return strings.Compare(a.Key, b.Key) })
-		rw.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(rw).Encode(streams)
-	}
-}
-
-// withLogStreams adds GET /logs to the engine's status API.
-func withLogStreams(engine http.Handler, h *crilog.Holder) http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("/", engine)
-	logs := logStreams(h)
-	mux.HandleFunc("GET /logs", func(rw http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Origin") != "" { // as the engine's routes: no browser page
-			http.Error(rw, "browser requests are refused", http.StatusForbidden)
-			return
-		}
-		logs(rw, r)
-	})
-	return mux
 }

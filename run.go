@@ -72,7 +72,7 @@ func runNode(c *cli.Context) error {
 	defer release()
 	// The status API answers from here on, so that /healthz tells what
 	// startup waits for.
-	api, closeAPI, err := serveStatusAPI(statusSocket(c), log)
+	api, closeAPI, err := kubeapi.ServeStatus(statusSocket(c), log)
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func runNode(c *cli.Context) error {
 			return // ready: /healthz and the log report a later outage
 		}
 		msg := "waiting for containerd: " + err.Error()
-		api.setWaiting(msg)
+		api.SetWaiting(msg)
 		kube.SetWaiting(msg)
 		_, _ = systemd.Status(msg)
 	}
@@ -242,15 +242,16 @@ func runNode(c *cli.Context) error {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 
-	api.serve(withLogStreams(kubeapi.StatusHandler(engine), logs))
-	kube.Ready(kubeBackend{Engine: engine, node: &kubeapi.NodeReporter{
+	backend := apiBackend{Engine: engine, logs: logs, node: &kubeapi.NodeReporter{
 		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
 			v, err := client.Version(ctx)
 			return v.Version, err
 		},
 		Healthy: engine.Healthy,
-	}}, kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
+	}}
+	api.Ready(backend)
+	kube.Ready(backend, kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
 	err = engine.Run(ctx, snaps, nSources)
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.

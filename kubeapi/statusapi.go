@@ -2,18 +2,23 @@ package kubeapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/manifests"
 )
 
@@ -25,6 +30,9 @@ type StatusBackend interface {
 	Events() []v1.Event
 	// Sources returns what each manifest source last reported.
 	Sources() []manifests.SourceInfo
+	// LogStreams returns each running container's log stream as the log
+	// collector counts it: its dropped records (a full disk).
+	LogStreams(ctx context.Context) ([]crilog.StreamStats, error)
 }
 
 // ManifestSources is the answer of GET /manifests.
@@ -32,9 +40,54 @@ type ManifestSources struct {
 	Sources []manifests.SourceInfo `json:"sources"`
 }
 
-// StatusHandler is the local status API on the unix socket (root-only, no
-// tokens), for `noderun pods`, `check`, health checks and profiles.
-func StatusHandler(b StatusBackend) http.Handler {
+// StatusServer is the local status API on the unix socket (root-only, no
+// tokens), for `noderun pods`, `check`, health checks and profiles. Until
+// Ready gives it the backend, it answers every request 503 with what
+// startup waits for, so that /healthz tells it.
+type StatusServer struct {
+	handler atomic.Pointer[http.Handler]
+	waiting atomic.Pointer[string]
+}
+
+// ServeStatus serves the status API on a unix socket at path until stop.
+func ServeStatus(path string, log *slog.Logger) (s *StatusServer, stop func() error, err error) {
+	l, err := ListenUnix(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("status socket: %w", err)
+	}
+	s = &StatusServer{}
+	srv := &http.Server{Handler: s, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("status API", "err", err)
+		}
+	}()
+	return s, srv.Close, nil
+}
+
+// Ready hands the server the node's backend; requests are served from then on.
+func (s *StatusServer) Ready(b StatusBackend) {
+	h := statusHandler(b)
+	s.handler.Store(&h)
+}
+
+// SetWaiting says, in the 503 answers before Ready, what startup waits for.
+func (s *StatusServer) SetWaiting(msg string) { s.waiting.Store(&msg) }
+
+func (s *StatusServer) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
+	if h := s.handler.Load(); h != nil {
+		(*h).ServeHTTP(rw, r)
+		return
+	}
+	msg := "starting"
+	if w := s.waiting.Load(); w != nil {
+		msg = *w
+	}
+	http.Error(rw, msg, http.StatusServiceUnavailable)
+}
+
+// statusHandler serves the status API's routes from b.
+func statusHandler(b StatusBackend) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(rw http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
@@ -68,6 +121,18 @@ func StatusHandler(b StatusBackend) http.Handler {
 	// so a bad manifest is visible without reading logs.
 	mux.HandleFunc("GET /manifests", func(rw http.ResponseWriter, _ *http.Request) {
 		writeJSON(rw, http.StatusOK, ManifestSources{Sources: b.Sources()})
+	})
+	// Each running container's dropped log records (a full disk).
+	mux.HandleFunc("GET /logs", func(rw http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
+		defer cancel()
+		streams, err := b.LogStreams(ctx)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		slices.SortFunc(streams, func(a, b crilog.StreamStats) int { return strings.Compare(a.Key, b.Key) })
+		writeJSON(rw, http.StatusOK, streams)
 	})
 	// Profiles for `make bench-profile`; the socket is root-only.
 	mux.HandleFunc("GET /debug/pprof/", pprof.Index)

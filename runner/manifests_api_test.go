@@ -13,7 +13,7 @@ import (
 	"github.com/noderun/noderun/manifests"
 )
 
-// sources is what GET /manifests shows (kubeapi.StatusHandler).
+// sources is what GET /manifests shows (kubeapi.StatusServer).
 type sources struct {
 	Sources []manifests.SourceInfo `json:"sources"`
 }

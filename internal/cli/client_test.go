@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 )
@@ -32,6 +34,9 @@ func (f *fakeNode) Changes() (uint64, <-chan struct{}) { return 1, nil }
 func (f *fakeNode) Node(context.Context) *v1.Node      { return &v1.Node{} }
 func (f *fakeNode) SourceErrors() map[string][]error   { return nil }
 func (f *fakeNode) Sources() []manifests.SourceInfo    { return nil }
+func (f *fakeNode) LogStreams(context.Context) ([]crilog.StreamStats, error) {
+	return nil, nil
+}
 
 // fakeStreams answers a pod's log with the query it was asked.
 type fakeStreams struct{}
@@ -65,13 +70,12 @@ func serveNode(t *testing.T, node *fakeNode) []string {
 	if err := os.WriteFile(kubeapi.ServerFile(run), []byte(kubeapi.ServerURL(l.Addr())+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ul, err := kubeapi.ListenUnix(kubeapi.StatusSocket(run))
+	status, stopStatus, err := kubeapi.ServeStatus(kubeapi.StatusSocket(run), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	status := &http.Server{Handler: kubeapi.StatusHandler(node)}
-	go status.Serve(ul)
-	t.Cleanup(func() { status.Close() })
+	status.Ready(node)
+	t.Cleanup(func() { stopStatus() })
 	return []string{"--state-dir", state, "--run-dir", run}
 }
 
