@@ -1,7 +1,9 @@
 // Package kubeapi serves a read-only slice of the Kubernetes API for this
 // node over HTTPS with bearer tokens, so kubectl works against noderun
 // unchanged. It reads the engine through Backend and serves pods'
-// streaming subresources through Streams; it never imports runner.
+// streaming subresources through Streams; it never imports runner. It also
+// serves the root-only status socket (StatusServer). Both answer 503 with
+// what startup waits for until Ready.
 package kubeapi
 
 import (
