@@ -436,6 +436,16 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 	if !hasEvent(n.events("ready-http"), "Unhealthy", "Readiness probe failed: HTTP probe failed with statuscode: 503") {
 		t.Errorf("no Unhealthy readiness event for the HTTP probe:%s", eventsText(n.events("ready-http")))
 	}
+	// The engine's runtime calls are measured under the kubelet's names
+	// (runner.Config.Metrics). Whether a container was created ahead of
+	// its start (create_container) depends on its image being at hand
+	// when the pod came: runner's unit tests check that path.
+	m := metrics.read()
+	for _, op := range []string{"start_container", "exec_sync"} {
+		if series := `kubelet_runtime_operations_duration_seconds_count{operation_type="` + op + `"}`; !strings.Contains(m, series) {
+			t.Errorf("/metrics has no %s: %s", series, grepLines(m, "kubelet_runtime_operations_duration_seconds_count"))
+		}
+	}
 }
 
 // TestLifecycleStartupProbeHoldsLiveness: a liveness probe that would fail
