@@ -24,7 +24,8 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/expansion":            nil,
 		"internal/atomicfile":           nil,
 		"internal/bandwidth":            nil,
-		"runner/containerd":             {"runner", "runner/volume", "manifests", "crilog", "internal/atomicfile", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
+		"runner/containerd":             {"runner", "manifests", "crilog", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
+		"runner/containerd/daemon":      {"runner/volume", "internal/atomicfile"}, // finds, starts, supervises containerd; knows no pod (RemoveTree: a managed daemon's dirs hold mounts)
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
 		"internal/kernel":               nil,
@@ -32,7 +33,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/execio":               nil, // an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile", "internal/execio"},
 		"e2e":                           nil, // tests only
-		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd"},
+		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd", "runner/containerd/daemon"},
 		"internal/logdriver":            {"crilog", "internal/atomicfile"},
 		"internal/logdriver/driver":     {"crilog"},
 		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
@@ -41,7 +42,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
 		// The node under test of e2e and bench: it builds noderun, runs it
 		// on a containerd of its own and cleans up as noderun would.
-		"internal/testnode": {"internal/logdriver", "internal/ociimage", "runner/containerd"},
+		"internal/testnode": {"internal/logdriver", "internal/ociimage", "runner/containerd/daemon"},
 	}
 	// Production imports only: tests may use any helper package.
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()

@@ -6,6 +6,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 func imagesCommand() *cli.Command {
@@ -27,7 +28,7 @@ func imagesCommand() *cli.Command {
 					return err
 				}
 				// Never starts a containerd: that is noderun's own choice.
-				client, err := ctrdrt.Dial(c.Context, daemonConfig(c, log))
+				client, err := daemon.Dial(c.Context, daemonConfig(c, log))
 				if err != nil {
 					return err
 				}

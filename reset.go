@@ -20,6 +20,7 @@ import (
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 	"github.com/noderun/noderun/runner/volume"
 )
 
@@ -93,7 +94,7 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 		ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
 		CacheDir: filepath.Join(stateDir, "cni", "cache"), NoDefault: true, Logger: log,
 	}
-	conn, err := ctrdrt.ConnectForReset(ctx, daemonConfig(c, log))
+	conn, err := daemon.ConnectForReset(ctx, daemonConfig(c, log))
 	if err != nil {
 		return err
 	}
@@ -133,7 +134,7 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 
 // resetPods removes every pod through the engine's own teardown, then what
 // noderun keeps in containerd.
-func resetPods(ctx context.Context, c *cli.Context, conn *ctrdrt.Conn, netCfg cni.Config, cg cgroups.Layout, log *slog.Logger) (kept []string, err error) {
+func resetPods(ctx context.Context, c *cli.Context, conn *daemon.Conn, netCfg cni.Config, cg cgroups.Layout, log *slog.Logger) (kept []string, err error) {
 	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
 	exe, err := os.Executable()
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 	"github.com/noderun/noderun/systemd"
 )
 
@@ -105,7 +106,7 @@ func runNode(c *cli.Context) error {
 		kube.SetWaiting(msg)
 		_, _ = systemd.Status(msg)
 	}
-	conn, err := ctrdrt.Connect(ctx, dcfg)
+	conn, err := daemon.Connect(ctx, dcfg)
 	if err != nil && ctx.Err() != nil {
 		return nil // stopped while waiting
 	}
@@ -289,8 +290,8 @@ func podStatus(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
 	}
 }
 
-func daemonConfig(c *cli.Context, log *slog.Logger) ctrdrt.DaemonConfig {
-	return ctrdrt.DaemonConfig{
+func daemonConfig(c *cli.Context, log *slog.Logger) daemon.Config {
+	return daemon.Config{
 		Address: c.String("containerd-address"), Managed: c.Bool("containerd-managed"),
 		StateDir: c.String("state-dir"), RunDir: c.String("run-dir"),
 		Namespace: c.String("containerd-namespace"), Logger: log,

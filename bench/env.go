@@ -21,7 +21,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/internal/ociimage"
 	"github.com/noderun/noderun/internal/testnode"
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	ctrddaemon "github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 const (
@@ -51,7 +51,7 @@ type env struct {
 	// the other half of the subnet, so that it may run only the plugins
 	// each pod needs, as it does for users.
 	nodeCNIDir, nodeSubnet, nodeBridge string
-	daemon                             *ctrdrt.Daemon
+	daemon                             *ctrddaemon.Process
 	client                             *containerd.Client
 }
 

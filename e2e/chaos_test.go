@@ -31,7 +31,7 @@ import (
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/testnode"
 	"github.com/noderun/noderun/runner"
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	ctrddaemon "github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 // chaosLong selects the full sizes of the issue (make chaos); by default
@@ -453,7 +453,7 @@ spec:
 type ownContainerd struct {
 	t                        *testing.T
 	root, state, socket, log string
-	d                        *ctrdrt.Daemon // nil while stopped
+	d                        *ctrddaemon.Process // nil while stopped
 	c                        *containerd.Client
 	ns                       string // the node's namespace, emptied at the end
 }
@@ -493,7 +493,7 @@ func startOwnContainerd(t *testing.T) *ownContainerd {
 
 func (cd *ownContainerd) start() {
 	cd.t.Helper()
-	d, err := ctrdrt.StartDaemon(context.Background(), cd.root, cd.state, cd.socket, cd.log)
+	d, err := ctrddaemon.Start(context.Background(), cd.root, cd.state, cd.socket, cd.log)
 	if err != nil {
 		cd.t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	v1 "k8s.io/api/core/v1"
 
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	ctrddaemon "github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 // A second noderun on the same state and run dirs exits at once, naming
@@ -229,8 +229,8 @@ func TestWaitsForRecordedContainerd(t *testing.T) {
 		t.Fatal(err)
 	}
 	socket := filepath.Join(dir, "d", "c.sock")
-	start := func() (*ctrdrt.Daemon, error) {
-		return ctrdrt.StartDaemon(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"),
+	start := func() (*ctrddaemon.Process, error) {
+		return ctrddaemon.Start(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"),
 			socket, filepath.Join(dir, "containerd.log"))
 	}
 	daemon, err := start()

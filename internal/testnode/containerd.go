@@ -9,13 +9,13 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/containerd/containerd/errdefs"
 
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 // StartContainerd starts a private containerd with the given root, state,
 // socket (a short path: it must fit sun_path) and log, and connects to it.
-func StartContainerd(ctx context.Context, root, state, socket, log string) (*ctrdrt.Daemon, *containerd.Client, error) {
-	d, err := ctrdrt.StartDaemon(ctx, root, state, socket, log)
+func StartContainerd(ctx context.Context, root, state, socket, log string) (*daemon.Process, *containerd.Client, error) {
+	d, err := daemon.Start(ctx, root, state, socket, log)
 	if err != nil {
 		return nil, nil, err
 	}

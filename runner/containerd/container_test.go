@@ -13,6 +13,7 @@ import (
 
 	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 const testImage = "docker.io/library/busybox:test"
@@ -31,7 +32,7 @@ func testRuntime(t *testing.T) *Runtime {
 }
 
 // testRuntimeDaemon is testRuntime with the daemon it runs on.
-func testRuntimeDaemon(t *testing.T) (*Runtime, *Daemon) {
+func testRuntimeDaemon(t *testing.T) (*Runtime, *daemon.Process) {
 	t.Helper()
 	d := startTestDaemon(t)
 	c := clientOf(t, d)

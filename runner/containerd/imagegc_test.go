@@ -15,6 +15,7 @@ import (
 
 	"github.com/noderun/noderun/internal/ociimage"
 	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 // TestGCImagesOnASmallFilesystem fills a containerd whose root is a 160 MiB
@@ -29,7 +30,7 @@ func TestGCImagesOnASmallFilesystem(t *testing.T) {
 		t.Fatalf("tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
-	d, err := StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(t.TempDir(), "state"),
+	d, err := daemon.Start(context.Background(), filepath.Join(root, "root"), filepath.Join(t.TempDir(), "state"),
 		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(t.TempDir(), "containerd.log"))
 	if err != nil {
 		t.Fatal(err)

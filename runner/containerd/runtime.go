@@ -1,4 +1,3 @@
-// Package containerd implements runner.Runtime on containerd's Go client.
 package containerd
 
 import (

@@ -42,6 +42,9 @@ const shimBinary = "containerd-shim-runc-v2"
 // runc v2 shim serves.
 const shimGroupAnnotation = "io.containerd.runc.v2.group"
 
+// pollInterval paces the wait for a killed shim to be gone.
+const pollInterval = 50 * time.Millisecond
+
 // groupAnnotations are the annotations the shim groups by, in the order it
 // reads them (containerd's runtime/v2/runc manager).
 var groupAnnotations = []string{shimGroupAnnotation, "io.kubernetes.cri.sandbox-id"}

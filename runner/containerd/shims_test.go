@@ -18,6 +18,7 @@ import (
 
 	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
+	"github.com/noderun/noderun/runner/containerd/daemon"
 )
 
 // plantShim starts a runc v2 shim for namespace ns and containerd address
@@ -64,7 +65,7 @@ func shimListeningOn(t *testing.T, address, ns, socket string) int {
 }
 
 // shimOf is the pid of the shim running the container's task.
-func shimOf(t *testing.T, d *Daemon, id string) int {
+func shimOf(t *testing.T, d *daemon.Process, id string) int {
 	t.Helper()
 	return shimListeningOn(t, d.Address(), testNamespace, shimSocket(d.Address(), testNamespace, id))
 }

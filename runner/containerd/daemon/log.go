@@ -1,4 +1,4 @@
-package containerd
+package daemon
 
 import (
 	"context"
@@ -61,7 +61,7 @@ func boundLog(path string, max int64) (bool, error) {
 
 // boundDaemonLog checks the managed containerd's log every daemonLogEvery
 // until ctx ends.
-func (cfg DaemonConfig) boundDaemonLog(ctx context.Context) {
+func (cfg Config) boundDaemonLog(ctx context.Context) {
 	t := time.NewTicker(daemonLogEvery)
 	defer t.Stop()
 	for {

@@ -1,4 +1,4 @@
-package containerd
+package daemon
 
 import (
 	"context"
@@ -46,11 +46,11 @@ func shortTempDir(t *testing.T) string {
 }
 
 // startTestDaemon starts a private containerd that is stopped at cleanup.
-func startTestDaemon(t *testing.T) *Daemon {
+func startTestDaemon(t *testing.T) *Process {
 	t.Helper()
 	requireDaemonPrereqs(t)
 	root := t.TempDir()
-	d, err := StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
+	d, err := Start(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
 		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -61,23 +61,6 @@ func startTestDaemon(t *testing.T) *Daemon {
 		}
 	})
 	return d
-}
-
-// testClient returns a client of a fresh private containerd.
-func testClient(t *testing.T) *ctrd.Client {
-	t.Helper()
-	return clientOf(t, startTestDaemon(t))
-}
-
-// clientOf returns a client of d in the test namespace, closed with the test.
-func clientOf(t *testing.T, d *Daemon) *ctrd.Client {
-	t.Helper()
-	c, err := ctrd.New(d.Address(), ctrd.WithDefaultNamespace(testNamespace))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
 }
 
 func testLogger(t *testing.T) *slog.Logger {
@@ -130,7 +113,7 @@ func mustSocketPID(t *testing.T, path string) int {
 func TestConnectStartsThenReuses(t *testing.T) {
 	requireDaemonPrereqs(t)
 	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify")
-	cfg := DaemonConfig{
+	cfg := Config{
 		Address:   "/nonexistent/containerd.sock",
 		StateDir:  t.TempDir(),
 		RunDir:    shortTempDir(t),
@@ -219,7 +202,7 @@ func exitsWithin(p *os.Process, d time.Duration) bool {
 
 func TestConnectWithoutContainerd(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, err := Connect(context.Background(), DaemonConfig{
+	_, err := Connect(context.Background(), Config{
 		Address:  "/nonexistent/containerd.sock",
 		StateDir: t.TempDir(),
 		RunDir:   t.TempDir(),
@@ -240,9 +223,9 @@ func TestStartDaemonEarlyExit(t *testing.T) {
 	// A socket path longer than sun_path makes containerd exit at once.
 	socket := filepath.Join(shortTempDir(t), strings.Repeat("s", 120))
 	logPath := filepath.Join(dir, "containerd.log")
-	_, err := StartDaemon(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"), socket, logPath)
+	_, err := Start(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"), socket, logPath)
 	if err == nil {
-		t.Fatal("StartDaemon succeeded with an unusable socket path")
+		t.Fatal("Start succeeded with an unusable socket path")
 	}
 	if !strings.Contains(err.Error(), logPath) {
 		t.Errorf("error %q does not point at the log", err)
@@ -257,8 +240,8 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 	root := t.TempDir()
 	socketDir := filepath.Join(shortTempDir(t), "d")
 	socket := filepath.Join(socketDir, "c.sock")
-	start := func() *Daemon {
-		d, err := StartDaemon(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
+	start := func() *Process {
+		d, err := Start(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
 			socket, filepath.Join(root, "containerd.log"))
 		if err != nil {
 			t.Fatal(err)
@@ -266,7 +249,7 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 		t.Cleanup(func() { _ = d.Stop(context.Background()) })
 		return d
 	}
-	cfg := DaemonConfig{
+	cfg := Config{
 		Address: socket, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace,
 		Logger: testLogger(t), Root: t.TempDir(),
 	}
@@ -319,10 +302,10 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 
 // connectManaged connects to a managed containerd of private directories,
 // stopped with the test.
-func connectManaged(t *testing.T) (DaemonConfig, *Conn) {
+func connectManaged(t *testing.T) (Config, *Conn) {
 	t.Helper()
 	requireDaemonPrereqs(t)
-	cfg := DaemonConfig{
+	cfg := Config{
 		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
 	}
 	conn, err := Connect(context.Background(), cfg)

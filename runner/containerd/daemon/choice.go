@@ -1,4 +1,4 @@
-package containerd
+package daemon
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 	"github.com/noderun/noderun/internal/atomicfile"
 )
 
-// ErrDaemonChanged means the flags ask for another containerd than the one
+// ErrChanged means the flags ask for another containerd than the one
 // recorded in the state dir.
-var ErrDaemonChanged = errors.New("containerd differs from the recorded one")
+var ErrChanged = errors.New("containerd differs from the recorded one")
 
 // systemdUnitDirs are where systemd looks for a system unit file.
 var systemdUnitDirs = []string{
@@ -106,7 +106,7 @@ func writeChoice(stateDir string, c Choice) error {
 // recorded one. A recorded managed daemon is kept even when the flags do
 // not ask for it: it was chosen because no containerd was installed, and
 // its pods are in it.
-func (cfg DaemonConfig) agrees(c Choice) error {
+func (cfg Config) agrees(c Choice) error {
 	switch {
 	case c.Managed:
 		return nil
@@ -118,10 +118,10 @@ func (cfg DaemonConfig) agrees(c Choice) error {
 	return nil
 }
 
-func (cfg DaemonConfig) changed(c Choice, want string) error {
+func (cfg Config) changed(c Choice, want string) error {
 	return fmt.Errorf("%w: %s records the containerd at %s, the flags ask for %s; noderun does not switch, "+
 		"since the pods in the old one would keep running without an owner: stop them there, then remove %[2]s",
-		ErrDaemonChanged, choicePath(cfg.StateDir), c.Address, want)
+		ErrChanged, choicePath(cfg.StateDir), c.Address, want)
 }
 
 // choose picks the containerd on a start with nothing recorded. A managed
@@ -139,7 +139,7 @@ func (cfg DaemonConfig) changed(c Choice, want string) error {
 //
 // Otherwise it chooses cfg.Address, to be waited for; why says what makes
 // it expect a containerd there.
-func (cfg DaemonConfig) choose(ctx context.Context) (c Choice, why string, err error) {
+func (cfg Config) choose(ctx context.Context) (c Choice, why string, err error) {
 	system := Choice{Address: cfg.Address}
 	managed := Choice{Address: cfg.managedSocket(), Managed: true}
 	if cfg.Managed {

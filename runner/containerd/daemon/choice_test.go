@@ -1,4 +1,4 @@
-package containerd
+package daemon
 
 import (
 	"context"
@@ -96,7 +96,7 @@ func TestChoose(t *testing.T) {
 				path = t.TempDir()
 			}
 			t.Setenv("PATH", path)
-			cfg := DaemonConfig{Address: address, Managed: tc.managed, StateDir: root, RunDir: filepath.Join(root, "r"), Root: host}
+			cfg := Config{Address: address, Managed: tc.managed, StateDir: root, RunDir: filepath.Join(root, "r"), Root: host}
 			got, why, err := cfg.choose(context.Background())
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
@@ -126,7 +126,7 @@ func TestConnectSaysWhatItWaitsFor(t *testing.T) {
 	}
 	var out strings.Builder
 	var mu sync.Mutex
-	cfg := DaemonConfig{Address: filepath.Join(t.TempDir(), "none", "containerd.sock"), StateDir: t.TempDir(), RunDir: t.TempDir(),
+	cfg := Config{Address: filepath.Join(t.TempDir(), "none", "containerd.sock"), StateDir: t.TempDir(), RunDir: t.TempDir(),
 		Root: host, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil))}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
 	defer cancel()
@@ -162,10 +162,10 @@ func TestConnectRefusesAnotherDaemon(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		recorded Choice
-		cfg      DaemonConfig
+		cfg      Config
 	}{
-		{"other address", Choice{Address: "/run/a.sock"}, DaemonConfig{Address: "/run/b.sock"}},
-		{"managed asked for", Choice{Address: "/run/a.sock"}, DaemonConfig{Address: "/run/a.sock", Managed: true}},
+		{"other address", Choice{Address: "/run/a.sock"}, Config{Address: "/run/b.sock"}},
+		{"managed asked for", Choice{Address: "/run/a.sock"}, Config{Address: "/run/a.sock", Managed: true}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.cfg.StateDir, tc.cfg.RunDir = t.TempDir(), t.TempDir()
@@ -174,8 +174,8 @@ func TestConnectRefusesAnotherDaemon(t *testing.T) {
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			if _, err := Connect(ctx, tc.cfg); !errors.Is(err, ErrDaemonChanged) {
-				t.Fatalf("err = %v, want ErrDaemonChanged", err)
+			if _, err := Connect(ctx, tc.cfg); !errors.Is(err, ErrChanged) {
+				t.Fatalf("err = %v, want ErrChanged", err)
 			}
 		})
 	}
@@ -185,7 +185,7 @@ func TestConnectRefusesAnotherDaemon(t *testing.T) {
 // where noderun itself would start a managed one.
 func TestDialNeverStarts(t *testing.T) {
 	t.Setenv("PATH", fakeBinDir(t))
-	cfg := DaemonConfig{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: t.TempDir(),
+	cfg := Config{Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: t.TempDir(),
 		Root: t.TempDir()}
 	if _, err := Dial(context.Background(), cfg); err == nil {
 		t.Fatal("Dial succeeded with no containerd")

@@ -1,4 +1,10 @@
-package containerd
+// Package daemon finds, starts and supervises the containerd noderun uses:
+// it chooses between a system containerd and a managed one of its own
+// (choice.go), records that choice in the state dir and never switches,
+// waits for a recorded daemon that is away, restarts a managed one that
+// dies and bounds its log, and for `noderun reset` stops it again. It
+// knows nothing of pods: runner/containerd uses the client it returns.
+package daemon
 
 import (
 	"context"
@@ -43,8 +49,8 @@ var disabledPlugins = []string{
 	"io.containerd.snapshotter.v1.zfs",
 }
 
-// DaemonConfig says where to find containerd, or where to run a managed one.
-type DaemonConfig struct {
+// Config says where to find containerd, or where to run a managed one.
+type Config struct {
 	Address   string // --containerd-address
 	Managed   bool   // --containerd-managed: run a private containerd
 	StateDir  string // the choice record; managed containerd root = StateDir/containerd
@@ -58,15 +64,15 @@ type DaemonConfig struct {
 	OnWait func(err error)
 }
 
-func (cfg DaemonConfig) managedSocket() string {
+func (cfg Config) managedSocket() string {
 	return filepath.Join(cfg.RunDir, "containerd", "containerd.sock")
 }
 
-func (cfg DaemonConfig) managedLog() string {
+func (cfg Config) managedLog() string {
 	return filepath.Join(cfg.StateDir, "containerd", "containerd.log")
 }
 
-func (cfg DaemonConfig) logger() *slog.Logger {
+func (cfg Config) logger() *slog.Logger {
 	if cfg.Logger == nil {
 		return slog.New(slog.DiscardHandler)
 	}
@@ -77,7 +83,7 @@ func (cfg DaemonConfig) logger() *slog.Logger {
 type Conn struct {
 	Client *ctrd.Client
 	Choice
-	cfg DaemonConfig
+	cfg Config
 	// The managed containerd, held by a pidfd (see ensureManaged).
 	proc *os.Process
 }
@@ -88,7 +94,7 @@ type Conn struct {
 // retries with backoff (until ctx ends), logging each failure. A managed
 // containerd runs in its own session so that it outlives noderun, and a
 // restarted noderun reuses it (and its running containers).
-func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
+func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	log := cfg.logger()
 	choice, recorded, err := readChoice(cfg.StateDir)
 	if err != nil {
@@ -126,7 +132,7 @@ func Connect(ctx context.Context, cfg DaemonConfig) (*Conn, error) {
 
 // open connects to choice's containerd: a managed one is started if it is
 // down, a system one is reached with dialSystem.
-func (cfg DaemonConfig) open(ctx context.Context, choice Choice, dialSystem func(context.Context, string) (*ctrd.Client, error)) (*Conn, error) {
+func (cfg Config) open(ctx context.Context, choice Choice, dialSystem func(context.Context, string) (*ctrd.Client, error)) (*Conn, error) {
 	conn := &Conn{Choice: choice, cfg: cfg}
 	var err error
 	if choice.Managed {
@@ -144,7 +150,7 @@ func (cfg DaemonConfig) open(ctx context.Context, choice Choice, dialSystem func
 // Dial connects to the containerd a noderun on these directories uses (the
 // recorded one, else the one the flags name) and never starts one: for
 // commands run beside noderun.
-func Dial(ctx context.Context, cfg DaemonConfig) (*ctrd.Client, error) {
+func Dial(ctx context.Context, cfg Config) (*ctrd.Client, error) {
 	choice, recorded, err := readChoice(cfg.StateDir)
 	if err != nil {
 		return nil, err
@@ -163,7 +169,7 @@ func Dial(ctx context.Context, cfg DaemonConfig) (*ctrd.Client, error) {
 // ctx ends; the engine then adopts the pods in it, as after any containerd
 // restart (the shims keep the containers running meanwhile). A system
 // containerd is its service manager's business: Supervise returns at once.
-// It also keeps the managed daemon's log bounded (daemonlog.go).
+// It also keeps the managed daemon's log bounded (log.go).
 func (c *Conn) Supervise(ctx context.Context) {
 	if !c.Managed {
 		return
@@ -219,7 +225,7 @@ const (
 
 // retry calls try until it succeeds or ctx ends, doubling the pause after
 // each failure up to retryMax; each failure is logged and given to OnWait.
-func (cfg DaemonConfig) retry(ctx context.Context, what string, try func() error) error {
+func (cfg Config) retry(ctx context.Context, what string, try func() error) error {
 	delay := retryMin
 	for {
 		err := try()
@@ -242,7 +248,7 @@ func (cfg DaemonConfig) retry(ctx context.Context, what string, try func() error
 // waitFor dials address until containerd answers there. The first
 // failure says, once, what noderun waits for and why (which system
 // containerd, what makes it expect one), and what to do if none comes.
-func (cfg DaemonConfig) waitFor(ctx context.Context, address, why, hint string) (c *ctrd.Client, err error) {
+func (cfg Config) waitFor(ctx context.Context, address, why, hint string) (c *ctrd.Client, err error) {
 	said := false
 	err = cfg.retry(ctx, "connect to containerd at "+address, func() error {
 		c, err = dial(ctx, address, cfg.Namespace)
@@ -264,7 +270,7 @@ func (cfg DaemonConfig) waitFor(ctx context.Context, address, why, hint string) 
 // Supervise and StopManaged signal it long after, and on a busy node the
 // pid space turns over within minutes, so a bare pid may name another
 // process by then.
-func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, proc *os.Process, err error) {
+func (cfg Config) ensureManaged(ctx context.Context) (c *ctrd.Client, proc *os.Process, err error) {
 	log := cfg.logger()
 	socket := cfg.managedSocket()
 	logPath := cfg.managedLog()
@@ -282,7 +288,7 @@ func (cfg DaemonConfig) ensureManaged(ctx context.Context) (c *ctrd.Client, proc
 			log.Info("using running managed containerd", "address", socket, "pid", pid)
 			return nil
 		}
-		d, err := StartDaemon(ctx, filepath.Join(cfg.StateDir, "containerd"), filepath.Join(cfg.RunDir, "containerd"), socket, logPath)
+		d, err := Start(ctx, filepath.Join(cfg.StateDir, "containerd"), filepath.Join(cfg.RunDir, "containerd"), socket, logPath)
 		if errors.Is(err, exec.ErrNotFound) {
 			return fmt.Errorf("%w: no containerd binary on PATH to run the managed containerd with: "+
 				"install it (apt-get install containerd runc)", ErrNoContainerd)
@@ -351,19 +357,19 @@ func dial(ctx context.Context, address, namespace string) (*ctrd.Client, error) 
 	return c, nil
 }
 
-// Daemon is a containerd process started by StartDaemon.
-type Daemon struct {
+// Process is a containerd started by Start.
+type Process struct {
 	address string
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed once the process has been reaped
 	waitErr error         // valid after exited is closed
 }
 
-// StartDaemon starts a containerd whose files all live under root, state
+// Start starts a containerd whose files all live under root, state
 // and socket, logging to logPath, and waits until it serves. The process
 // runs in its own session and without NOTIFY_SOCKET, so it neither dies with
 // the caller's terminal nor confuses systemd about who is ready.
-func StartDaemon(ctx context.Context, root, state, socket, logPath string) (*Daemon, error) {
+func Start(ctx context.Context, root, state, socket, logPath string) (*Process, error) {
 	bin, err := exec.LookPath("containerd")
 	if err != nil {
 		return nil, err
@@ -390,7 +396,7 @@ func StartDaemon(ctx context.Context, root, state, socket, logPath string) (*Dae
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start containerd: %w", err)
 	}
-	d := &Daemon{address: socket, cmd: cmd, exited: make(chan struct{})}
+	d := &Process{address: socket, cmd: cmd, exited: make(chan struct{})}
 	go func() {
 		d.waitErr = cmd.Wait()
 		close(d.exited)
@@ -422,7 +428,7 @@ func withoutEnv(env []string, name string) []string {
 	return out
 }
 
-func (d *Daemon) waitReady(ctx context.Context, logPath string) error {
+func (d *Process) waitReady(ctx context.Context, logPath string) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
 	tick := time.NewTicker(pollInterval)
@@ -442,15 +448,15 @@ func (d *Daemon) waitReady(ctx context.Context, logPath string) error {
 }
 
 // Address is the daemon's gRPC socket.
-func (d *Daemon) Address() string { return d.address }
+func (d *Process) Address() string { return d.address }
 
 // PID is the daemon's process id.
-func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+func (d *Process) PID() int { return d.cmd.Process.Pid }
 
 // Stop sends SIGTERM, then SIGKILL once stopTimeout passes or ctx ends, and
 // waits for the process to exit. Containers keep running: their shims are
 // separate processes.
-func (d *Daemon) Stop(ctx context.Context) error {
+func (d *Process) Stop(ctx context.Context) error {
 	select {
 	case <-d.exited:
 		return nil
