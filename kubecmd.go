@@ -25,24 +25,20 @@ func apiFlags() []cli.Flag {
 
 // startKubeAPI opens the Kubernetes API's listener and serves it; until the
 // engine is handed over (Ready) it answers 503.
-func startKubeAPI(c *cli.Context, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
-	addr, port := c.String("api-address"), c.Int("api-port")
-	if port < 0 || port > 65535 {
-		return nil, nil, fmt.Errorf("--api-port %d: want 0 to 65535", port)
+func startKubeAPI(cfg apiConfig, dirs layout, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
+	if !kubeapi.IsLoopback(cfg.address) {
+		log.Warn("the Kubernetes API listens beyond loopback; whoever reaches it needs only a token", "address", cfg.address)
 	}
-	if !kubeapi.IsLoopback(addr) {
-		log.Warn("the Kubernetes API listens beyond loopback; whoever reaches it needs only a token", "address", addr)
-	}
-	creds, err := kubeapi.LoadCredentials(kubeapi.CredentialsDir(c.String("state-dir")), kubeapi.Hosts(addr), time.Now())
+	creds, err := kubeapi.LoadCredentials(dirs.apiDir(), kubeapi.Hosts(cfg.address), time.Now())
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes API credentials: %w", err)
 	}
-	l, err := kubeapi.Listen(addr, port)
+	l, err := kubeapi.Listen(cfg.address, cfg.port)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes API (--api-address, --api-port): %w", err)
 	}
 	url := kubeapi.ServerURL(l.Addr())
-	if err := atomicfile.WriteFile(kubeapi.ServerFile(c.String("run-dir")), []byte(url+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(dirs.apiServerFile(), []byte(url+"\n"), 0o644); err != nil {
 		l.Close()
 		return nil, nil, err
 	}

@@ -30,7 +30,7 @@ func TestInstallLogDriverFallsBackToSelf(t *testing.T) {
 		got := installLogDriver(slog.New(slog.NewTextHandler(&out, nil)), func(d string) (string, error) {
 			dir = d
 			return tc.path, tc.err
-		}, state, "/self")
+		}, layout{state: state}, "/self")
 		if got != tc.want {
 			t.Errorf("%s: driver %q, want %q", tc.name, got, tc.want)
 		}

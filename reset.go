@@ -17,25 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
-	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	"github.com/noderun/noderun/runner/containerd/daemon"
 	"github.com/noderun/noderun/runner/volume"
-)
-
-// stateInputs are what an admin puts in the state dir for noderun to read
-// (image tarballs, Localhost seccomp profiles, registry credentials): reset
-// keeps them, as it keeps the manifests, and removes them only when empty.
-var stateInputs = []string{"images", "seccomp", "config.json"}
-
-// stateOwned and runOwned are the names noderun (and a containerd it
-// manages) makes in --state-dir and --run-dir: reset removes these and
-// nothing else.
-var (
-	stateOwned = []string{"pods", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
-	runOwned   = []string{"pods", "ns", "runc", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
-		"log-collector.sock", "log-collector.sock.lock", "log-collector.stderr"}
 )
 
 func resetCommand() *cli.Command {
@@ -62,21 +46,20 @@ func resetCommand() *cli.Command {
 // reset undoes what noderun did, in the order that lets each step find what
 // it needs: pods first (their teardown reads the state and run dirs and
 // CNI's cache), then containerd's namespace, the default network, the
-// managed daemon, and the directories last.
+// managed daemon, and the directories last. It reads the flags as run
+// does (hostConfigFrom) and removes what the layout names.
 func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
-	if err := resolveDirs(c, false); err != nil {
-		return err
-	}
-	stateDir, runDir, logDir := c.String("state-dir"), c.String("run-dir"), c.String("pod-log-dir")
-	// Before anything is stopped: a misconfigured dir is found out first.
-	if err := checkOwned(stateDir, runDir, c.Bool("force")); err != nil {
-		return err
-	}
-	cg, err := cgroupLayout(c)
+	cfg, err := hostConfigFrom(c, log, false)
 	if err != nil {
 		return err
 	}
-	release, err := lockExisting(stateDir, runDir)
+	cfg.cni.NoDefault = true
+	l := cfg.layout
+	// Before anything is stopped: a misconfigured dir is found out first.
+	if err := checkOwned(l, c.Bool("force")); err != nil {
+		return err
+	}
+	release, err := lockExisting(l.state, l.run)
 	switch {
 	case errors.Is(err, errLocked) && !c.Bool("force"):
 		return fmt.Errorf("%w; stop it first (systemctl stop noderun), or pass --force", err)
@@ -89,24 +72,18 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	defer cancel()
-	var kept []string
-	netCfg := cni.Config{
-		ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
-		CacheDir: filepath.Join(stateDir, "cni", "cache"), NoDefault: true, Logger: log,
-	}
-	conn, err := daemon.ConnectForReset(ctx, daemonConfig(c, log))
+	conn, err := daemon.ConnectForReset(ctx, cfg.daemon)
 	if err != nil {
 		return err
 	}
+	var kept []string
 	if conn != nil {
 		defer conn.Client.Close()
-		k, err := resetPods(ctx, c, conn, netCfg, cg, log)
-		if err != nil {
+		if kept, err = resetPods(ctx, cfg, conn, c.Bool("images")); err != nil {
 			return err
 		}
-		kept = append(kept, k...)
 	}
-	removed, k, err := cni.RemoveDefaultNetwork(netCfg)
+	removed, k, err := cni.RemoveDefaultNetwork(cfg.cni)
 	if err != nil {
 		return err
 	}
@@ -122,7 +99,7 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 			fmt.Fprintln(out, "stopped the managed containerd and removed its directories")
 		}
 	}
-	k, err = removeDirs(stateDir, runDir, logDir, statusSocket(c), out)
+	k, err = removeDirs(l, out)
 	if err != nil {
 		return err
 	}
@@ -134,31 +111,29 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 
 // resetPods removes every pod through the engine's own teardown, then what
 // noderun keeps in containerd.
-func resetPods(ctx context.Context, c *cli.Context, conn *daemon.Conn, netCfg cni.Config, cg cgroups.Layout, log *slog.Logger) (kept []string, err error) {
-	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
+func resetPods(ctx context.Context, cfg hostConfig, conn *daemon.Conn, images bool) (kept []string, err error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	rt := ctrdrt.New(conn.Client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), exe,
-		ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithCgroups(cg))
-	cniMgr, err := cni.New(netCfg)
+	rt := newRuntime(cfg, conn, exe)
+	net, err := newSandboxes(cfg, nil, nil) // removeDirs unpins the namespace holder
 	if err != nil {
 		return nil, err
 	}
 	engine := runner.New(runner.Config{
-		NodeName: c.String("node-name"), StateDir: stateDir, RunDir: runDir,
-		PodLogDir: c.String("pod-log-dir"), Logger: log, Cgroups: cg,
-	}, rt, newNetwork(cniMgr, filepath.Join(runDir, "pods"), nil, nil, log)) // removeDirs unpins the namespace holder
+		NodeName: cfg.nodeName, StateDir: cfg.layout.state, RunDir: cfg.layout.run,
+		PodLogDir: cfg.layout.podLogs, Logger: cfg.log, Cgroups: cfg.cgroups,
+	}, rt, net)
 	if err := engine.RemoveAll(ctx); err != nil {
 		return nil, err
 	}
-	kept, err = rt.Reset(ctx, c.Bool("images"))
+	kept, err = rt.Reset(ctx, images)
 	if err != nil {
 		return nil, err
 	}
-	if !c.Bool("images") {
-		kept = append(kept, "the images in containerd namespace "+c.String("containerd-namespace")+" (--images removes them)")
+	if !images {
+		kept = append(kept, "the images in containerd namespace "+cfg.namespace+" (--images removes them)")
 	}
 	return kept, nil
 }
@@ -177,11 +152,11 @@ func lockExisting(dirs ...string) (release func(), err error) {
 
 // checkOwned refuses, unless force, a state or run dir that holds what
 // noderun does not make there: a flag naming another program's directory.
-func checkOwned(stateDir, runDir string, force bool) error {
+func checkOwned(l layout, force bool) error {
 	for _, d := range []struct {
 		flag, dir string
 		names     []string
-	}{{"state-dir", stateDir, slices.Concat(stateOwned, stateInputs)}, {"run-dir", runDir, runOwned}} {
+	}{{"state-dir", l.state, slices.Concat(stateOwned, stateInputs)}, {"run-dir", l.run, runOwned}} {
 		other, err := foreign(d.dir, d.names)
 		if err != nil {
 			return err
@@ -199,26 +174,26 @@ func checkOwned(stateDir, runDir string, force bool) error {
 // the pod log dir if nothing else logs there, and a status socket kept
 // elsewhere. Mounts below what it removes (noderun's) are detached first;
 // it never unmounts anything else.
-func removeDirs(stateDir, runDir, logDir, socket string, out io.Writer) (kept []string, err error) {
+func removeDirs(l layout, out io.Writer) (kept []string, err error) {
 	var errs []error
-	k, err := removeOwned(runDir, runOwned, nil)
+	k, err := removeOwned(l.run, runOwned, nil)
 	errs = append(errs, err)
 	kept = append(kept, k...)
-	k, err = removeOwned(stateDir, stateOwned, stateInputs)
+	k, err = removeOwned(l.state, stateOwned, stateInputs)
 	errs = append(errs, err)
 	kept = append(kept, k...)
 	// Other runtimes may log there (the kubelet's /var/log/pods): only
 	// noderun's pods' dirs went, with the pods.
-	if err := os.Remove(logDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		kept = append(kept, logDir+": other logs in it")
+	if err := os.Remove(l.podLogs); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		kept = append(kept, l.podLogs+": other logs in it")
 	}
-	if st, err := os.Lstat(socket); err == nil && st.Mode()&fs.ModeSocket != 0 {
-		errs = append(errs, os.Remove(socket))
+	if st, err := os.Lstat(l.socket); err == nil && st.Mode()&fs.ModeSocket != 0 {
+		errs = append(errs, os.Remove(l.socket))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return kept, err
 	}
-	fmt.Fprintln(out, "removed", runDir, "and", stateDir)
+	fmt.Fprintln(out, "removed", l.run, "and", l.state)
 	return kept, nil
 }
 

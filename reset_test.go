@@ -55,7 +55,7 @@ func TestRemoveDirsKeepsInputsAndHostPaths(t *testing.T) {
 	mkfile(t, filepath.Join(logs, "other_pod_uid", "c", "0.log"), "another runtime's log")
 
 	var out bytes.Buffer
-	kept, err := removeDirs(state, run, logs, filepath.Join(run, "noderun.sock"), &out)
+	kept, err := removeDirs(layout{state: state, run: run, podLogs: logs, socket: filepath.Join(run, "noderun.sock")}, &out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestRemoveDirsKeepsForeign(t *testing.T) {
 		t.Cleanup(func() { _ = unix.Unmount(target, unix.MNT_DETACH) })
 	}
 
-	kept, err := removeDirs(state, run, logs, filepath.Join(run, "noderun.sock"), &bytes.Buffer{})
+	kept, err := removeDirs(layout{state: state, run: run, podLogs: logs, socket: filepath.Join(run, "noderun.sock")}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,28 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
-	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/noderun/noderun/cni"
-	"github.com/noderun/noderun/crilog"
-	"github.com/noderun/noderun/internal/cgroups"
-	"github.com/noderun/noderun/internal/kernel"
-	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
@@ -36,228 +24,188 @@ const (
 	snapshotter   = "overlayfs"
 )
 
-// runNode is noderun's main mode: connect, import images, start the sources
-// and the engine, serve the status API until a signal arrives. Pods keep
-// running when noderun stops; a restart adopts them.
+// runNode is noderun's main mode: every flag checked, the APIs up, then
+// containerd, the node's parts and its sources, until a signal arrives.
+// Pods keep running when noderun stops; a restart adopts them.
 func runNode(c *cli.Context) error {
-	log, err := newLogger(c)
+	cfg, err := nodeConfigFrom(c) // every flag read and checked; nothing started yet
 	if err != nil {
 		return err
 	}
-	if err := kernel.Check(kernel.Release()); errors.Is(err, kernel.ErrUnknown) {
-		log.Warn("kernel version not checked", "err", err, "minimum", kernel.Minimum.String())
-	} else if err != nil {
-		return err
-	}
-	ctx := c.Context
-	paths := uniq(c.StringSlice("manifests"))
-	if err := resolveDirs(c, true); err != nil {
-		return err
-	}
-	stateDir, runDir := c.String("state-dir"), c.String("run-dir")
-	nodeName := c.String("node-name")
-	// Built first, so a bad flag fails before anything starts.
-	urlSources, err := newURLSources(c, nodeName, filepath.Join(stateDir, "sources"), log)
-	if err != nil {
-		return err
-	}
-	nSources := len(paths) + len(urlSources)
-	if nSources == 0 {
-		return errors.New("no manifests: give --manifests DIR|FILE or --manifest-url URL (or NODERUN_MANIFESTS)")
-	}
+	ctx, log := c.Context, cfg.log
 	// Before anything that touches the status socket, containerd or pods.
-	release, err := lockDirs(stateDir, runDir)
+	release, err := lockDirs(cfg.layout.state, cfg.layout.run)
 	if err != nil {
 		return err
 	}
 	defer release()
-	// The status API answers from here on, so that /healthz tells what
-	// startup waits for.
-	api, closeAPI, err := kubeapi.ServeStatus(statusSocket(c), log)
+	apis, err := serveAPIs(cfg) // 503 with what start-up waits for, until ready
 	if err != nil {
 		return err
 	}
-	defer closeAPI()
-	// The API answers 503 until the engine and runtime are there (Ready).
-	kubeapi.RouteKlog(log)
-	kube, closeKube, err := startKubeAPI(c, log)
-	if err != nil {
-		return err
-	}
-	defer closeKube()
-
+	defer apis.close()
 	// READY=1 waits for containerd and the first reconcile, which may take
 	// longer than systemd's start timeout.
 	startCtx, started := context.WithCancel(ctx)
 	defer started()
-	go func() {
-		if err := systemd.ExtendStartup(startCtx, 20*time.Second, time.Minute); err != nil {
-			log.Warn("sd_notify", "err", err)
-		}
-	}()
-
-	dcfg := daemonConfig(c, log)
-	dcfg.OnWait = func(err error) {
-		if startCtx.Err() != nil {
-			return // ready: /healthz and the log report a later outage
-		}
-		msg := "waiting for containerd: " + err.Error()
-		api.SetWaiting(msg)
-		kube.SetWaiting(msg)
-		_, _ = systemd.Status(msg)
-	}
-	conn, err := daemon.Connect(ctx, dcfg)
-	if err != nil && ctx.Err() != nil {
-		return nil // stopped while waiting
-	}
-	if err != nil {
-		return err
+	go extendStartup(startCtx, log)
+	conn, err := connect(ctx, cfg, apis, startCtx)
+	if err != nil || conn == nil {
+		return err // nil: stopped while waiting
 	}
 	defer conn.Client.Close()
 	go conn.Supervise(ctx)
-	client := conn.Client
-	// Before anything else in the namespace, which the lock keeps to us: a
-	// noderun killed while a task was deleted can leave its shim running.
+	ledger, err := prepareContainerd(ctx, cfg, conn) // stray shims, leftover leases, the images dir
+	if err != nil {
+		return err
+	}
+	n, err := newNode(ctx, cfg, conn, ledger, apis.kube.Metrics())
+	if err != nil {
+		return err
+	}
+	defer n.close()
+	go announceReady(ctx, cfg, n.engine, started)
+	apis.ready(cfg, n, conn)
+	err = n.engine.Run(ctx, startSources(ctx, cfg), cfg.nSources())
+	_, _ = systemd.Stopping()
+	// The cause names the signal: a stop nobody asked for says what came.
+	log.Info("stopping; pods keep running", "cause", context.Cause(ctx))
+	return err
+}
+
+// apis are the node's status socket and Kubernetes API, served from before
+// containerd answers: until ready they answer 503 and what start-up waits
+// for.
+type apis struct {
+	status *kubeapi.StatusServer
+	kube   *kubeapi.Server
+	close  func()
+}
+
+func serveAPIs(cfg nodeConfig) (*apis, error) {
+	status, closeStatus, err := kubeapi.ServeStatus(cfg.layout.socket, cfg.log)
+	if err != nil {
+		return nil, err
+	}
+	kubeapi.RouteKlog(cfg.log)
+	kube, closeKube, err := startKubeAPI(cfg.api, cfg.layout, cfg.log)
+	if err != nil {
+		closeStatus()
+		return nil, err
+	}
+	return &apis{status: status, kube: kube, close: func() {
+		closeKube()
+		closeStatus()
+	}}, nil
+}
+
+// setWaiting says, on both APIs and systemd's status line, what start-up
+// waits for.
+func (a *apis) setWaiting(msg string) {
+	a.status.SetWaiting(msg)
+	a.kube.SetWaiting(msg)
+	_, _ = systemd.Status(msg)
+}
+
+// ready hands the engine, the runtime's streams and the log collector's
+// counts to both APIs.
+func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
+	backend := apiBackend{Engine: n.engine, logs: n.logs, node: &kubeapi.NodeReporter{
+		Name: cfg.nodeName, HostIP: cfg.hostIP, Version: version, StorageDir: cfg.layout.podLogs, Started: time.Now(),
+		RuntimeVersion: func(ctx context.Context) (string, error) {
+			v, err := conn.Client.Version(ctx)
+			return v.Version, err
+		},
+		Healthy: n.engine.Healthy,
+	}}
+	a.status.Ready(backend)
+	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, cfg.layout.podLogs, cfg.layout.run, cfg.log))
+}
+
+func extendStartup(ctx context.Context, log *slog.Logger) {
+	if err := systemd.ExtendStartup(ctx, 20*time.Second, time.Minute); err != nil {
+		log.Warn("sd_notify", "err", err)
+	}
+}
+
+// connect waits for the chosen containerd; until start-up is done
+// (startCtx), each failed try is what the APIs say start-up waits for.
+// nil, nil: ctx ended while waiting.
+func connect(ctx context.Context, cfg nodeConfig, apis *apis, startCtx context.Context) (*daemon.Conn, error) {
+	dcfg := cfg.daemon
+	dcfg.OnWait = func(err error) {
+		if startCtx.Err() == nil { // once ready, /healthz and the log report an outage
+			apis.setWaiting("waiting for containerd: " + err.Error())
+		}
+	}
+	conn, err := daemon.Connect(ctx, dcfg)
+	if err != nil && ctx.Err() != nil {
+		return nil, nil
+	}
+	return conn, err
+}
+
+// prepareContainerd cleans up after an earlier run and imports the images
+// dir, before any create, pull or import of this one: the lock keeps the
+// namespace to us.
+func prepareContainerd(ctx context.Context, cfg nodeConfig, conn *daemon.Conn) (*ctrdrt.ImportLedger, error) {
+	log := cfg.log
+	// A noderun killed while a task was deleted can leave its shim running.
 	reapCtx, reaped := context.WithTimeout(ctx, 30*time.Second) // a stalled shim must not hold the start
-	n, err := ctrdrt.ReapStrayShims(reapCtx, client, conn.Address, c.String("containerd-namespace"), log)
+	n, err := ctrdrt.ReapStrayShims(reapCtx, conn.Client, conn.Address, cfg.namespace, log)
 	reaped()
 	if err != nil {
 		log.Warn("stray shims not looked for", "err", err)
 	} else if n > 0 {
 		log.Info("killed shims left serving no task by an earlier run", "count", n)
 	}
-	// Before any create, pull or import: what a killed noderun was doing
-	// holds leases (and snapshots, content) for a day otherwise.
-	if n, err := ctrdrt.ReleaseLeftoverLeases(ctx, client); err != nil {
+	// What a killed noderun was doing holds leases (and snapshots,
+	// content) for a day otherwise.
+	if n, err := ctrdrt.ReleaseLeftoverLeases(ctx, conn.Client); err != nil {
 		log.Warn("leftover leases not released", "err", err)
 	} else if n > 0 {
 		log.Info("released leases left by an earlier run", "count", n)
 	}
-
-	imagesDir := c.String("images-dir")
-	if imagesDir == "" {
-		imagesDir = filepath.Join(stateDir, "images")
-	}
 	// Imported before the first reconcile so offline pods never try a pull.
-	ledger := ctrdrt.OpenImportLedger(filepath.Join(stateDir, "image-imports.json"))
-	if err := importImages(ctx, client, imagesDir, ledger, log); err != nil {
-		return err
-	}
+	ledger := ctrdrt.OpenImportLedger(cfg.layout.importLedger())
+	return ledger, importImages(ctx, conn.Client, cfg.layout.images, ledger, log)
+}
 
-	cniMgr, err := cni.New(cni.Config{
-		ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
-		CacheDir: filepath.Join(stateDir, "cni", "cache"), DefaultSubnet: c.String("pod-cidr"),
-		DefaultBridge: c.String("pod-bridge"), Logger: log,
-	})
-	if err != nil {
-		return err
+// announceReady tells systemd and the log once the engine's first
+// reconcile is done, then keeps the watchdog fed and the status line at
+// the pod counts.
+func announceReady(ctx context.Context, cfg nodeConfig, engine *runner.Engine, started func()) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-engine.Ready():
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fmt.Errorf("find own binary for the log driver: %w", err)
+	started()
+	cfg.log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
+	if _, err := systemd.Ready(); err != nil {
+		cfg.log.Warn("sd_notify", "err", err)
 	}
-	fallback, err := pullFallback(c.String("image-pull-fallback"))
-	if err != nil {
-		return err
-	}
-	gcPolicy, err := imageGCPolicy(c)
-	if err != nil {
-		return err
-	}
-	rotation, err := logRotation(c)
-	if err != nil {
-		return err
-	}
-	cg, err := cgroupLayout(c)
-	if err != nil {
-		return err
-	}
-	logSock := collectorSocket(runDir)
-	logs := crilog.NewHolder(logSock, startCollector(exe, logSock), log)
-	go logs.Run(ctx)
-	warnPIDReuse(log, "/proc/sys/kernel/pid_max")
-	if warnings, err := ctrdrt.UseTempMountDir(filepath.Join(runDir, "tmpmounts")); err != nil {
-		return fmt.Errorf("temporary mounts: %w", err)
-	} else if len(warnings) > 0 {
-		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
-	}
-	rt := ctrdrt.New(client, c.String("containerd-namespace"), filepath.Join(runDir, "runc"), installLogDriver(log, logdriver.Install, stateDir, exe),
-		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(log), ctrdrt.WithSeccompDir(filepath.Join(stateDir, "seccomp")),
-		ctrdrt.WithPullFallback(fallback), ctrdrt.WithRegistry(registryConfig(c, stateDir)), ctrdrt.WithImportLedger(ledger),
-		ctrdrt.WithLogRotation(rotation), ctrdrt.WithLogCollector(logSock), ctrdrt.WithCgroups(cg),
-		ctrdrt.WithPodLogDir(c.String("pod-log-dir")))
-	rt.StockCreateLeases()
+	go watchdog(ctx, engine, cfg.log)
+	podStatus(ctx, engine, cfg.log)
+}
 
-	relax := newRelaxer()
-	go relax.run(ctx)
-	holder, err := cni.OpenHolder(filepath.Join(runDir, "ns"))
-	if err != nil {
-		return err
-	}
-	defer holder.Close()
-	net := newNetwork(cniMgr, filepath.Join(runDir, "pods"), holder,
-		append([]string{c.String("cni-conf-dir")}, filepath.SplitList(c.String("cni-bin-dir"))...), log)
-	hostIP := c.String("node-ip")
-	if hostIP == "" {
-		hostIP = defaultHostIP()
-	}
-	metrics := kube.Metrics()
-	metrics.LogStreams(logs.Streams)
-	var engine *runner.Engine
-	engine = runner.New(runner.Config{
-		NodeName: nodeName, HostIP: hostIP, StateDir: stateDir, RunDir: runDir, NSHolder: holder.Root(), PodTmpfs: true,
-		PodLogDir: c.String("pod-log-dir"), ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cg,
-		NetworkCheck:         c.Duration("network-check-interval"),
-		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
-		ImageGC:              gcPolicy,
-		ImageGCPeriod:        c.Duration("image-gc-period"),
-		OnActivity:           relax.activity,
-		OnProbeResult: func(ns, pod, uid, container, probeType, result string) {
-			metrics.ProbeResult(probeType, result, container, pod, ns, uid)
-		},
-		Metrics: metrics,
-		OnReady: func() {
-			started()
-			log.Info("ready", "node", nodeName, "sources", nSources)
-			if _, err := systemd.Ready(); err != nil {
-				log.Warn("sd_notify", "err", err)
-			}
-			go watchdog(ctx, engine, log)
-			go podStatus(ctx, engine, log)
-		},
-	}, rt, net)
-	net.changed = engine.NetworkChanged
-	go net.watch(ctx)
-
+// startSources starts every manifest source, sending to the channel the
+// engine reads.
+func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot {
 	snaps := make(chan manifests.Snapshot)
-	for _, p := range paths {
-		src := manifests.NewFileSource(p, nodeName,
-			manifests.WithRelistInterval(c.Duration("file-check-interval")), manifests.WithLogger(log))
+	for _, p := range cfg.files {
+		src := manifests.NewFileSource(p, cfg.nodeName,
+			manifests.WithRelistInterval(cfg.fileCheck), manifests.WithLogger(cfg.log))
 		go func() {
 			if err := src.Run(ctx, snaps); err != nil && ctx.Err() == nil {
-				log.Error("manifest source stopped", "path", p, "err", err)
+				cfg.log.Error("manifest source stopped", "path", p, "err", err)
 			}
 		}()
 	}
-	for _, src := range urlSources {
+	for _, src := range cfg.urls {
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
-
-	backend := apiBackend{Engine: engine, logs: logs, node: &kubeapi.NodeReporter{
-		Name: nodeName, HostIP: hostIP, Version: version, StorageDir: c.String("pod-log-dir"), Started: time.Now(),
-		RuntimeVersion: func(ctx context.Context) (string, error) {
-			v, err := client.Version(ctx)
-			return v.Version, err
-		},
-		Healthy: engine.Healthy,
-	}}
-	api.Ready(backend)
-	kube.Ready(backend, kubeStreams(engine, rt, c.String("pod-log-dir"), runDir, log))
-	err = engine.Run(ctx, snaps, nSources)
-	_, _ = systemd.Stopping()
-	// The cause names the signal: a stop nobody asked for says what came.
-	log.Info("stopping; pods keep running", "cause", context.Cause(ctx))
-	return err
+	return snaps
 }
 
 // watchdog feeds systemd's watchdog while the sync loop turns. A containerd
@@ -290,14 +238,6 @@ func podStatus(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
 	}
 }
 
-func daemonConfig(c *cli.Context, log *slog.Logger) daemon.Config {
-	return daemon.Config{
-		Address: c.String("containerd-address"), Managed: c.Bool("containerd-managed"),
-		StateDir: c.String("state-dir"), RunDir: c.String("run-dir"),
-		Namespace: c.String("containerd-namespace"), Logger: log,
-	}
-}
-
 // importImages imports the tarballs present now, then keeps watching the
 // directory for new ones.
 func importImages(ctx context.Context, client *containerd.Client, dir string, ledger *ctrdrt.ImportLedger, log *slog.Logger) error {
@@ -311,107 +251,6 @@ func importImages(ctx context.Context, client *containerd.Client, dir string, le
 		}
 	}()
 	return nil
-}
-
-func uniq(paths []string) []string {
-	var out []string
-	for _, p := range paths {
-		if abs, err := filepath.Abs(p); err == nil {
-			p = abs
-		}
-		if !slices.Contains(out, p) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// defaultHostIP is the first IPv4 address of the default route's interface,
-// read from /proc/net/route; "" when there is no default route.
-func defaultHostIP() string {
-	f, err := os.Open("/proc/net/route")
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || fields[1] != "00000000" {
-			continue
-		}
-		iface, err := net.InterfaceByName(fields[0])
-		if err != nil {
-			return ""
-		}
-		addrs, _ := iface.Addrs()
-		for _, a := range addrs {
-			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-				return ipn.IP.String()
-			}
-		}
-	}
-	return ""
-}
-
-// pullFallback reads --image-pull-fallback.
-func pullFallback(v string) (bool, error) {
-	switch v {
-	case "local":
-		return true, nil
-	case "never":
-		return false, nil
-	}
-	return false, fmt.Errorf("--image-pull-fallback: %q is neither local nor never", v)
-}
-
-// registryConfig reads the registry flags; credentials are looked for as the
-// kubelet looks (its root dir, then the user's docker config), in noderun's
-// state dir first.
-func registryConfig(c *cli.Context, stateDir string) ctrdrt.RegistryConfig {
-	auth := c.StringSlice("registry-auth-file")
-	if len(auth) == 0 {
-		auth = []string{filepath.Join(stateDir, "config.json"), "/root/.docker/config.json"}
-	}
-	return ctrdrt.RegistryConfig{
-		ConfigDir:       c.String("registry-config-dir"),
-		AuthFiles:       auth,
-		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
-	}
-}
-
-// cgroupLayout reads --cgroup-driver; the hierarchy is the host's.
-func cgroupLayout(c *cli.Context) (cgroups.Layout, error) {
-	d, err := cgroups.ParseDriver(c.String("cgroup-driver"))
-	return cgroups.Detect(d), err
-}
-
-// logRotation reads the kubelet's containerLogMaxSize and
-// containerLogMaxFiles from their flags.
-func logRotation(c *cli.Context) (crilog.Rotation, error) {
-	q, err := resource.ParseQuantity(c.String("container-log-max-size"))
-	if err != nil || q.Sign() < 0 {
-		return crilog.Rotation{}, fmt.Errorf("--container-log-max-size %q: want a size such as 10Mi, or 0", c.String("container-log-max-size"))
-	}
-	files := c.Int("container-log-max-files")
-	if files < 2 {
-		return crilog.Rotation{}, fmt.Errorf("--container-log-max-files %d: want at least 2 (the current file and one rotated)", files)
-	}
-	return crilog.Rotation{MaxSize: q.Value(), MaxFiles: files}, nil
-}
-
-// imageGCPolicy reads the kubelet-style image GC flags.
-func imageGCPolicy(c *cli.Context) (runner.ImageGCPolicy, error) {
-	p := runner.ImageGCPolicy{
-		HighThresholdPercent: c.Int("image-gc-high-threshold"),
-		LowThresholdPercent:  c.Int("image-gc-low-threshold"),
-		MinAge:               c.Duration("image-minimum-gc-age"),
-	}
-	if p.LowThresholdPercent < 0 || p.HighThresholdPercent > 100 || p.LowThresholdPercent > p.HighThresholdPercent {
-		return p, fmt.Errorf("--image-gc-low-threshold %d and --image-gc-high-threshold %d: want 0 <= low <= high <= 100",
-			p.LowThresholdPercent, p.HighThresholdPercent)
-	}
-	return p, nil
 }
 
 // warnPIDReuse warns when an exited log driver's PID may be reused before
@@ -437,8 +276,8 @@ func warnPIDReuse(log *slog.Logger, pidMaxFile string) {
 // container's log driver: the small one this binary embeds, put in
 // <state-dir>/bin by install (logdriver.Install), else noderun's own
 // binary (built without it, or the installed copy does not run).
-func installLogDriver(log *slog.Logger, install func(dir string) (string, error), stateDir, self string) string {
-	path, err := install(filepath.Join(stateDir, "bin"))
+func installLogDriver(log *slog.Logger, install func(dir string) (string, error), l layout, self string) string {
+	path, err := install(l.driverBin())
 	if err != nil {
 		log.Warn("noderun's own binary runs as the containers' log driver", "err", err)
 	}

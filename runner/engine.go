@@ -53,8 +53,6 @@ type Config struct {
 	// NetworkCheck is how often a running pod's network gets a CNI CHECK
 	// (0: only after a noderun restart and when its interfaces vanish).
 	NetworkCheck time.Duration
-	// OnReady runs once, after the first reconcile with every source.
-	OnReady func()
 	// OnActivity runs (on a worker's goroutine; it must not block) when a
 	// pod worker starts and when it finishes acting.
 	OnActivity func()
@@ -97,6 +95,7 @@ type Engine struct {
 	// Touched only by Run's goroutine.
 	settled, waitLogged bool // orphans removed; the wait for sources logged
 	ready               atomic.Bool
+	readyCh             chan struct{} // closed with ready set (Ready)
 	// The main loop's last turn, read with its monotonic clock reading so
 	// a wall-clock step does not change its age.
 	lastLoop    atomic.Pointer[time.Time]
@@ -135,6 +134,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		workers:       map[types.UID]*podWorker{},
 		statuses:      map[types.UID]*v1.Pod{},
 		countsChanged: make(chan struct{}, 1),
+		readyCh:       make(chan struct{}),
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
 		netGCTimeout: 2 * time.Minute,
 	}
@@ -217,9 +217,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	now := e.clock.Now()
 	e.lastLoop.Store(&now)
 	e.ready.Store(true)
-	if e.cfg.OnReady != nil {
-		e.cfg.OnReady()
-	}
+	close(e.readyCh)
 	resync := e.clock.NewTicker(e.cfg.Resync)
 	defer resync.Stop()
 	gc := e.clock.NewTicker(e.cfg.GCInterval)
@@ -697,6 +695,9 @@ func (e *Engine) Healthy(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Ready is closed once, after the first reconcile with every source.
+func (e *Engine) Ready() <-chan struct{} { return e.readyCh }
 
 // LoopHealthy reports nil when the first reconcile is done and the sync
 // loop still turns, whether or not containerd answers: what restarting

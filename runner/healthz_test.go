@@ -30,6 +30,21 @@ func TestHealthz(t *testing.T) {
 	}
 }
 
+// Ready closes with the first reconcile with every source, not before.
+func TestReadyClosesAfterFirstReconcile(t *testing.T) {
+	f := startEngine(t)
+	select {
+	case <-f.e.Ready():
+		t.Fatal("Ready closed before any source reported")
+	default:
+	}
+	f.send()
+	<-f.e.Ready()
+	if !f.e.ready.Load() {
+		t.Fatal("Ready closed before the engine counts as ready")
+	}
+}
+
 // steppedClock is the real clock after the wall clock was stepped forward:
 // as with time.Since, only a time without a monotonic reading sees the step.
 type steppedClock struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -88,5 +89,22 @@ func TestResolveDirsRefuses(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("reset's resolution made %v", ents)
+	}
+}
+
+// reset removes what run makes: every path of the layout under the state
+// or run dir is among the names reset owns there, or the admin's inputs.
+func TestResetOwnsEveryPathOfTheLayout(t *testing.T) {
+	l := layout{state: "/s", run: "/r", podLogs: "/l", socket: "/r/noderun.sock", images: "/s/images"}
+	for _, p := range []string{
+		l.sources(), l.apiDir(), l.cniCache(), l.driverBin(), l.importLedger(), l.seccomp(), l.registryAuth(), l.images,
+		l.apiServerFile(), l.sandboxes(), l.nsHolder(), l.runc(), l.tmpMounts(), l.collectorSocket(), l.socket,
+	} {
+		dir, rest, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
+		name, _, _ := strings.Cut(rest, "/")
+		owned := map[string][]string{"s": append(stateOwned, stateInputs...), "r": runOwned}[dir]
+		if !slices.Contains(owned, name) {
+			t.Errorf("%s: reset does not remove %s", p, name)
+		}
 	}
 }

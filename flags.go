@@ -1,0 +1,286 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/noderun/noderun/cni"
+	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/cgroups"
+	nrcli "github.com/noderun/noderun/internal/cli"
+	"github.com/noderun/noderun/internal/kernel"
+	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/runner"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
+	"github.com/noderun/noderun/runner/containerd/daemon"
+)
+
+func flags() []cli.Flag {
+	env := func(name string) []string { return []string{"NODERUN_" + name} }
+	return append([]cli.Flag{
+		&cli.StringSliceFlag{Name: "manifests", Usage: "directory or file of Pod manifests (repeatable)", EnvVars: env("MANIFESTS")},
+		&cli.StringSliceFlag{Name: "manifest-url", Usage: "http(s) URL of Pod manifests, polled (repeatable)", EnvVars: env("MANIFEST_URL")},
+		&cli.DurationFlag{Name: "url-check-interval", Value: defaultRelist, Usage: "poll manifest URLs this often", EnvVars: env("URL_CHECK_INTERVAL")},
+		&cli.StringFlag{Name: "node-name", Value: nrcli.DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
+		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
+		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", Usage: "the containerd to use; if it does not answer, noderun waits for it", EnvVars: env("CONTAINERD_ADDRESS")},
+		&cli.BoolFlag{Name: "containerd-managed", Usage: "run a private containerd under --state-dir and --run-dir instead of using --containerd-address (chosen by itself, once, when no containerd is installed)", EnvVars: env("CONTAINERD_MANAGED")},
+		&cli.StringFlag{Name: "containerd-namespace", Value: "noderun", Usage: "containerd namespace for everything noderun creates", EnvVars: env("CONTAINERD_NAMESPACE")},
+		&cli.StringFlag{Name: "state-dir", Value: "/var/lib/noderun", Usage: "pod state, volumes, CNI cache, a managed containerd's root", EnvVars: env("STATE_DIR")},
+		&cli.StringFlag{Name: "run-dir", Value: "/run/noderun", Usage: "pinned namespaces, runc state, a managed containerd's socket", EnvVars: env("RUN_DIR")},
+		&cli.StringFlag{Name: "pod-log-dir", Value: "/var/log/pods", Usage: "container logs", EnvVars: env("POD_LOG_DIR")},
+		&cli.StringFlag{Name: "images-dir", Usage: "image tarballs imported at start and when added (default <state-dir>/images)", EnvVars: env("IMAGES_DIR")},
+		&cli.StringFlag{Name: "registry-config-dir", Value: "/etc/containerd/certs.d", Usage: "per-registry <host>/hosts.toml (mirrors, TLS, capabilities), as containerd's config_path", EnvVars: env("REGISTRY_CONFIG_DIR")},
+		&cli.StringSliceFlag{Name: "registry-auth-file", Usage: "docker config.json with registry credentials; the first that exists is used (default <state-dir>/config.json, /root/.docker/config.json)", EnvVars: env("REGISTRY_AUTH_FILE")},
+		&cli.DurationFlag{Name: "image-pull-progress-timeout", Value: time.Minute, Usage: "cancel a pull that received nothing for this long (0: never)", EnvVars: env("IMAGE_PULL_PROGRESS_TIMEOUT")},
+		&cli.StringFlag{Name: "container-log-max-size", Value: "10Mi", Usage: "rotate a container's log at this size, as the kubelet's containerLogMaxSize (0: never)", EnvVars: env("CONTAINER_LOG_MAX_SIZE")},
+		&cli.IntFlag{Name: "container-log-max-files", Value: 5, Usage: "log files kept per container run, the current one included (at least 2), as the kubelet's containerLogMaxFiles", EnvVars: env("CONTAINER_LOG_MAX_FILES")},
+		&cli.IntFlag{Name: "image-gc-high-threshold", Value: 85, Usage: "remove unused images when the image filesystem is this full (percent)", EnvVars: env("IMAGE_GC_HIGH_THRESHOLD")},
+		&cli.IntFlag{Name: "image-gc-low-threshold", Value: 80, Usage: "... down to this (percent)", EnvVars: env("IMAGE_GC_LOW_THRESHOLD")},
+		&cli.DurationFlag{Name: "image-minimum-gc-age", Value: 2 * time.Minute, Usage: "an image seen for less time is never removed", EnvVars: env("IMAGE_MINIMUM_GC_AGE")},
+		&cli.DurationFlag{Name: "image-gc-period", Value: 5 * time.Minute, Usage: "how often image garbage collection looks (0: never)", EnvVars: env("IMAGE_GC_PERIOD")},
+		&cli.StringFlag{Name: "image-pull-fallback", Value: "local", Usage: "local: imagePullPolicy Always runs the local copy when the registry cannot be reached or cannot serve (a warning event); never: fail as the kubelet does", EnvVars: env("IMAGE_PULL_FALLBACK")},
+		&cli.StringFlag{Name: "cni-conf-dir", Value: "/etc/cni/net.d", Usage: "CNI configs; the lexicographically first *.conflist, *.conf or *.json is used", EnvVars: env("CNI_CONF_DIR")},
+		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", Usage: "CNI plugin search path", EnvVars: env("CNI_BIN_DIR")},
+		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},
+		&cli.StringFlag{Name: "cgroup-driver", Value: "cgroupfs", Usage: "cgroupfs or systemd, as the kubelet's cgroupDriver (match containerd's and the host's: systemd on a systemd host)", EnvVars: env("CGROUP_DRIVER")},
+		&cli.StringFlag{Name: "pod-bridge", Value: "noderun0", Usage: "bridge of the default CNI config", EnvVars: env("POD_BRIDGE")},
+		&cli.StringSliceFlag{Name: "allowed-unsafe-sysctls", Usage: "sysctls pods may set beyond the kubelet's safe set: names or prefixes ending in * (repeatable, comma-separated), as the kubelet's allowedUnsafeSysctls", EnvVars: env("ALLOWED_UNSAFE_SYSCTLS")},
+		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
+		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
+		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
+		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
+		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
+		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
+	}, append(nrcli.URLFlags(), apiFlags()...)...)
+}
+
+// hostConfig is what run and reset both read from the flags: where the
+// node keeps its things, and the containerd, network and cgroups that
+// hold its pods.
+type hostConfig struct {
+	log       *slog.Logger
+	layout    layout
+	nodeName  string
+	namespace string // containerd's
+	daemon    daemon.Config
+	cni       cni.Config
+	cgroups   cgroups.Layout
+}
+
+// hostConfigFrom reads the flags run and reset share. The dirs are
+// resolved last (with create, made): a bad flag fails before any is.
+func hostConfigFrom(c *cli.Context, log *slog.Logger, create bool) (hostConfig, error) {
+	cg, err := cgroupLayout(c)
+	if err != nil {
+		return hostConfig{}, err
+	}
+	l, err := resolveLayout(c, create)
+	if err != nil {
+		return hostConfig{}, err
+	}
+	return hostConfig{
+		log: log, layout: l, nodeName: c.String("node-name"), namespace: c.String("containerd-namespace"),
+		daemon: daemonConfig(c, log), cgroups: cg,
+		cni: cni.Config{
+			ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
+			CacheDir: l.cniCache(), Logger: log,
+		},
+	}, nil
+}
+
+// nodeConfig is every flag of the node, read once and checked, so that a
+// bad one fails at once rather than after containerd answers.
+type nodeConfig struct {
+	hostConfig
+	hostIP       string
+	files        []string // --manifests, absolute
+	fileCheck    time.Duration
+	urls         []*manifests.URLSource
+	api          apiConfig
+	pullFallback bool
+	registry     ctrdrt.RegistryConfig
+	rotation     crilog.Rotation
+	engine       runner.Config // what the flags say; node.go adds the rest
+}
+
+// apiConfig is where the Kubernetes API listens.
+type apiConfig struct {
+	address string
+	port    int
+}
+
+// nodeConfigFrom reads and checks every flag of the node; it starts
+// nothing, and makes only the node's dirs (hostConfigFrom).
+func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
+	log, err := newLogger(c)
+	if err != nil {
+		return nodeConfig{}, err
+	}
+	if err := kernel.Check(kernel.Release()); errors.Is(err, kernel.ErrUnknown) {
+		log.Warn("kernel version not checked", "err", err, "minimum", kernel.Minimum.String())
+	} else if err != nil {
+		return nodeConfig{}, err
+	}
+	cfg := nodeConfig{files: uniq(c.StringSlice("manifests")), fileCheck: c.Duration("file-check-interval"),
+		api: apiConfig{c.String("api-address"), c.Int("api-port")}, hostIP: c.String("node-ip")}
+	if cfg.api.port < 0 || cfg.api.port > 65535 {
+		return nodeConfig{}, fmt.Errorf("--api-port %d: want 0 to 65535", cfg.api.port)
+	}
+	if cfg.pullFallback, err = pullFallback(c.String("image-pull-fallback")); err != nil {
+		return nodeConfig{}, err
+	}
+	if cfg.rotation, err = logRotation(c); err != nil {
+		return nodeConfig{}, err
+	}
+	gc, err := imageGCPolicy(c)
+	if err != nil {
+		return nodeConfig{}, err
+	}
+	if cfg.hostConfig, err = hostConfigFrom(c, log, true); err != nil {
+		return nodeConfig{}, err
+	}
+	cfg.cni.DefaultSubnet, cfg.cni.DefaultBridge = c.String("pod-cidr"), c.String("pod-bridge")
+	cfg.registry = registryConfig(c, cfg.layout)
+	if cfg.urls, err = newURLSources(c, cfg.nodeName, cfg.layout.sources(), log); err != nil {
+		return nodeConfig{}, err
+	}
+	if cfg.nSources() == 0 {
+		return nodeConfig{}, errors.New("no manifests: give --manifests DIR|FILE or --manifest-url URL (or NODERUN_MANIFESTS)")
+	}
+	if cfg.hostIP == "" {
+		cfg.hostIP = defaultHostIP()
+	}
+	cfg.engine = runner.Config{
+		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.state, RunDir: cfg.layout.run,
+		PodTmpfs: true, PodLogDir: cfg.layout.podLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
+		NetworkCheck:         c.Duration("network-check-interval"),
+		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
+		ImageGC:              gc,
+		ImageGCPeriod:        c.Duration("image-gc-period"),
+	}
+	return cfg, nil
+}
+
+// nSources is how many manifest sources the engine waits for.
+func (cfg nodeConfig) nSources() int { return len(cfg.files) + len(cfg.urls) }
+
+func daemonConfig(c *cli.Context, log *slog.Logger) daemon.Config {
+	return daemon.Config{
+		Address: c.String("containerd-address"), Managed: c.Bool("containerd-managed"),
+		StateDir: c.String("state-dir"), RunDir: c.String("run-dir"),
+		Namespace: c.String("containerd-namespace"), Logger: log,
+	}
+}
+
+func uniq(paths []string) []string {
+	var out []string
+	for _, p := range paths {
+		if abs, err := filepath.Abs(p); err == nil {
+			p = abs
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// defaultHostIP is the first IPv4 address of the default route's interface,
+// read from /proc/net/route; "" when there is no default route.
+func defaultHostIP() string {
+	f, err := os.Open("/proc/net/route")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 2 || fields[1] != "00000000" {
+			continue
+		}
+		iface, err := net.InterfaceByName(fields[0])
+		if err != nil {
+			return ""
+		}
+		addrs, _ := iface.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+				return ipn.IP.String()
+			}
+		}
+	}
+	return ""
+}
+
+// pullFallback reads --image-pull-fallback.
+func pullFallback(v string) (bool, error) {
+	switch v {
+	case "local":
+		return true, nil
+	case "never":
+		return false, nil
+	}
+	return false, fmt.Errorf("--image-pull-fallback: %q is neither local nor never", v)
+}
+
+// registryConfig reads the registry flags; credentials are looked for as the
+// kubelet looks (its root dir, then the user's docker config), in noderun's
+// state dir first.
+func registryConfig(c *cli.Context, l layout) ctrdrt.RegistryConfig {
+	auth := c.StringSlice("registry-auth-file")
+	if len(auth) == 0 {
+		auth = []string{l.registryAuth(), "/root/.docker/config.json"}
+	}
+	return ctrdrt.RegistryConfig{
+		ConfigDir:       c.String("registry-config-dir"),
+		AuthFiles:       auth,
+		ProgressTimeout: c.Duration("image-pull-progress-timeout"),
+	}
+}
+
+// cgroupLayout reads --cgroup-driver; the hierarchy is the host's.
+func cgroupLayout(c *cli.Context) (cgroups.Layout, error) {
+	d, err := cgroups.ParseDriver(c.String("cgroup-driver"))
+	return cgroups.Detect(d), err
+}
+
+// logRotation reads the kubelet's containerLogMaxSize and
+// containerLogMaxFiles from their flags.
+func logRotation(c *cli.Context) (crilog.Rotation, error) {
+	q, err := resource.ParseQuantity(c.String("container-log-max-size"))
+	if err != nil || q.Sign() < 0 {
+		return crilog.Rotation{}, fmt.Errorf("--container-log-max-size %q: want a size such as 10Mi, or 0", c.String("container-log-max-size"))
+	}
+	files := c.Int("container-log-max-files")
+	if files < 2 {
+		return crilog.Rotation{}, fmt.Errorf("--container-log-max-files %d: want at least 2 (the current file and one rotated)", files)
+	}
+	return crilog.Rotation{MaxSize: q.Value(), MaxFiles: files}, nil
+}
+
+// imageGCPolicy reads the kubelet-style image GC flags.
+func imageGCPolicy(c *cli.Context) (runner.ImageGCPolicy, error) {
+	p := runner.ImageGCPolicy{
+		HighThresholdPercent: c.Int("image-gc-high-threshold"),
+		LowThresholdPercent:  c.Int("image-gc-low-threshold"),
+		MinAge:               c.Duration("image-minimum-gc-age"),
+	}
+	if p.LowThresholdPercent < 0 || p.HighThresholdPercent > 100 || p.LowThresholdPercent > p.HighThresholdPercent {
+		return p, fmt.Errorf("--image-gc-low-threshold %d and --image-gc-high-threshold %d: want 0 <= low <= high <= 100",
+			p.LowThresholdPercent, p.HighThresholdPercent)
+	}
+	return p, nil
+}
