@@ -49,12 +49,12 @@ func (l layout) seccomp() string      { return filepath.Join(l.state, "seccomp")
 func (l layout) registryAuth() string { return filepath.Join(l.state, "config.json") } // an input: credentials
 
 // The run dir: a tmpfs, emptied by a reboot.
-func (l layout) apiServerFile() string   { return kubeapi.ServerFile(l.run) }         // the API's URL, for clients
-func (l layout) sandboxes() string       { return filepath.Join(l.run, "pods") }      // pods' sandbox dirs
-func (l layout) nsHolder() string        { return filepath.Join(l.run, "ns") }        // pinned namespaces' holder
-func (l layout) runc() string            { return filepath.Join(l.run, "runc") }      // runc's state
-func (l layout) tmpMounts() string       { return filepath.Join(l.run, "tmpmounts") } // containerd's temporary mounts
-func (l layout) collectorSocket() string { return filepath.Join(l.run, "log-collector.sock") }
+func (l layout) apiServerFile() string   { return kubeapi.ServerFile(l.run) }                  // the API's URL, for clients
+func (l layout) sandboxes() string       { return filepath.Join(l.run, "pods") }               // pods' sandbox dirs
+func (l layout) nsHolder() string        { return filepath.Join(l.run, "ns") }                 // pinned namespaces' holder
+func (l layout) runc() string            { return filepath.Join(l.run, "runc") }               // runc's state
+func (l layout) tmpMounts() string       { return filepath.Join(l.run, "tmpmounts") }          // containerd's temporary mounts
+func (l layout) collectorSocket() string { return filepath.Join(l.run, "log-collector.sock") } // root only
 
 // stateInputs are what an admin puts in the state dir for noderun to read
 // (image tarballs, Localhost seccomp profiles, registry credentials): reset

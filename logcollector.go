@@ -11,9 +11,6 @@ import (
 	"github.com/noderun/noderun/crilog"
 )
 
-// collectorSocket is where the node's log collector listens, root only.
-func collectorSocket(runDir string) string { return runDir + "/log-collector.sock" }
-
 // startCollector starts `exe log-collector sock` in a session of its own,
 // so that it outlives noderun: it keeps writing the containers' logs while
 // noderun restarts. It reports to syslog. Its stderr, where only a crash
