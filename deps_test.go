@@ -26,6 +26,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/bandwidth":            nil,
 		"runner/containerd":             {"runner", "manifests", "crilog", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
 		"runner/containerd/daemon":      {"runner/volume", "internal/atomicfile"}, // finds, starts, supervises containerd; knows no pod (RemoveTree: a managed daemon's dirs hold mounts)
+		"runner/sandbox":                {"runner", "cni", "internal/dirpoll"},    // implements runner.Network; runner and cni may not import it
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
 		"internal/kernel":               nil,

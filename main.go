@@ -15,6 +15,7 @@ import (
 
 	"github.com/noderun/noderun/crilog"
 	nrcli "github.com/noderun/noderun/internal/cli"
+	"github.com/noderun/noderun/runner/sandbox"
 	"github.com/noderun/noderun/systemd"
 )
 
@@ -63,9 +64,9 @@ func newApp() *cli.App {
 				Action: longLived(func(c *cli.Context) error { return runCollector(c.Context, c.Args().First()) }),
 			},
 			{
-				// PID 1 of a pod with shareProcessNamespace (pause.go).
+				// PID 1 of a pod with shareProcessNamespace (runner/sandbox/pause.go).
 				Name: "pause", Hidden: true, ArgsUsage: "ROOT",
-				Action: longLived(func(c *cli.Context) error { return runPause(c.Args().First()) }),
+				Action: longLived(func(c *cli.Context) error { return sandbox.RunPause(c.Args().First()) }),
 			},
 		}, nrcli.Commands()...),
 	}

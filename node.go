@@ -13,13 +13,14 @@ import (
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	"github.com/noderun/noderun/runner/containerd/daemon"
+	"github.com/noderun/noderun/runner/sandbox"
 )
 
 // node is what runs pods on a connected containerd: the runtime, the
 // sandboxes, the engine over both and the containers' log collector.
 type node struct {
 	rt     *ctrdrt.Runtime
-	net    *network
+	net    *sandbox.Pods
 	engine *runner.Engine
 	logs   *crilog.Holder
 	holder *cni.Holder
@@ -35,12 +36,12 @@ func newRuntime(cfg hostConfig, conn *daemon.Conn, driver string, opts ...ctrdrt
 // newSandboxes is the pods' sandboxes on the CNI config of cfg; holder is
 // nil for reset (which unpins the namespaces' holder with the run dir) and
 // watch the dirs whose changes make the node look at its pods' networks.
-func newSandboxes(cfg hostConfig, holder *cni.Holder, watch []string) (*network, error) {
+func newSandboxes(cfg hostConfig, holder *cni.Holder, watch []string) (*sandbox.Pods, error) {
 	cniMgr, err := cni.New(cfg.cni)
 	if err != nil {
 		return nil, err
 	}
-	return newNetwork(cniMgr, cfg.layout.sandboxes(), holder, watch, cfg.log), nil
+	return sandbox.New(cniMgr, cfg.layout.sandboxes(), holder, watch, cfg.log), nil
 }
 
 // newNode builds and starts the node's parts on conn: the log collector,
@@ -81,8 +82,7 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 	}
 	ecfg.Metrics = metrics
 	n.engine = runner.New(ecfg, n.rt, n.net)
-	n.net.changed = n.engine.NetworkChanged
-	go n.net.watch(ctx)
+	go n.net.Watch(ctx, n.engine.NetworkChanged)
 	return n, nil
 }
 

@@ -1,4 +1,11 @@
-package main
+// Package sandbox implements runner.Network: a pod's sandbox without a pause
+// container. Its namespaces are pinned to files (cni), its network attached
+// through libcni, its /dev/shm is a tmpfs beside them and, for
+// shareProcessNamespace, a PID 1 of noderun's own holds its PID namespace
+// (pause.go). A pod's IPs are remembered in its sandbox dir (run-dir tmpfs):
+// a restarted noderun adopts a live sandbox without calling CNI, and after a
+// reboot the stale allocation is released first.
+package sandbox
 
 import (
 	"context"
@@ -11,15 +18,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fsnotify/fsnotify"
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/cni"
-	"github.com/noderun/noderun/internal/dirpoll"
 	"github.com/noderun/noderun/runner"
 )
 
-// network adapts the cni leaf to runner.Network. It remembers a pod's IPs in
+// Pods adapts the cni leaf to runner.Network. It remembers a pod's IPs in
 // its sandbox dir (on the run-dir tmpfs), so a restarted noderun finds a live
 // sandbox without calling CNI again, while after a reboot the dir is gone and
 // the stale allocation is released before the pod is attached anew.
@@ -27,13 +32,12 @@ import (
 // It also watches the host's links: when a pod's veth (or the bridge) is
 // deleted, the pod is marked suspect and its worker poked, and its next
 // Check asks the plugins, so the sandbox is repaired at once.
-type network struct {
+type Pods struct {
 	cni     *cni.Manager
 	podsDir string      // <run-dir>/pods, where sandbox dirs live
 	holder  *cni.Holder // pods' ipc and uts namespaces (nil: in their sandbox dirs)
 	cfgDirs []string    // CNI conf and bin dirs: a change there may make the network ready
 	log     *slog.Logger
-	changed func(sandboxID string) // pokes the pod's worker
 
 	mu      sync.Mutex
 	ifaces  map[string]map[string]bool // host interface -> sandbox IDs using it
@@ -41,69 +45,20 @@ type network struct {
 	broken  map[string]bool            // sandbox IDs a check found broken
 }
 
-var _ runner.Network = (*network)(nil)
+var _ runner.Network = (*Pods)(nil)
 
 const ipsFile = "ips.json"
 
-func newNetwork(m *cni.Manager, podsDir string, holder *cni.Holder, cfgDirs []string, log *slog.Logger) *network {
-	return &network{cni: m, podsDir: podsDir, holder: holder, cfgDirs: cfgDirs, log: log,
+// New returns the sandboxes whose dirs are in podsDir; Watch follows the
+// host's links and the CNI config.
+func New(m *cni.Manager, podsDir string, holder *cni.Holder, cfgDirs []string, log *slog.Logger) *Pods {
+	return &Pods{cni: m, podsDir: podsDir, holder: holder, cfgDirs: cfgDirs, log: log,
 		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}, broken: map[string]bool{}}
-}
-
-// watch reports deleted host interfaces to the pods using them, and changes
-// to the CNI config or plugins to every pod, until ctx ends.
-func (n *network) watch(ctx context.Context) {
-	go n.watchConfig(ctx)
-	err := cni.WatchLinkDeletions(ctx, func(name string) {
-		n.mu.Lock()
-		ids := n.ifaces[name]
-		for id := range ids {
-			n.suspect[id] = true
-		}
-		n.mu.Unlock()
-		for id := range ids {
-			n.log.Warn("a pod's host interface was deleted", "interface", name, "sandbox", id)
-			n.changed(id)
-		}
-	})
-	if err != nil {
-		n.log.Error("watching host interfaces stopped; deleted veths are found by the periodic check only", "err", err)
-	}
-}
-
-// watchConfig pokes every pod (those waiting for a usable network retry at
-// once) when a CNI conf or bin dir changes.
-func (n *network) watchConfig(ctx context.Context) {
-	w, err := fsnotify.NewWatcher()
-	if err != nil {
-		// No inotify instance left on the host: look every few seconds.
-		n.log.Warn("cannot watch the CNI config; looking at it every 5s", "err", err)
-		for range dirpoll.Events(ctx, 5*time.Second, n.cfgDirs...) {
-			n.changed("")
-		}
-		return
-	}
-	defer w.Close()
-	for _, d := range n.cfgDirs {
-		if err := w.Add(d); err != nil {
-			n.log.Debug("not watching", "dir", d, "err", err)
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.Events:
-			n.changed("")
-		case err := <-w.Errors:
-			n.log.Warn("CNI config watch", "err", err)
-		}
-	}
 }
 
 // Setup makes the pod's namespaces, its network, its /dev/shm and, for
 // shareProcessNamespace, the process that holds its PID namespace.
-func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
+func (n *Pods) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	ips, fresh, err := n.setup(ctx, sb)
 	if err == nil && !sb.HostIPC {
 		err = setupShm(sb)
@@ -116,7 +71,7 @@ func (n *network) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool
 
 // Pin makes the namespaces and /dev/shm that Setup would, before the
 // network is attached.
-func (n *network) Pin(_ context.Context, sb *runner.Sandbox) error {
+func (n *Pods) Pin(_ context.Context, sb *runner.Sandbox) error {
 	t0 := time.Now()
 	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork, n.holder); err != nil {
 		return err
@@ -128,7 +83,7 @@ func (n *network) Pin(_ context.Context, sb *runner.Sandbox) error {
 	return setupShm(sb)
 }
 
-func (n *network) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
+func (n *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
@@ -179,7 +134,7 @@ func notReady(err error) error {
 	return err
 }
 
-func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
+func (n *Pods) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 	n.mu.Lock()
 	broken := n.broken[sb.ID]
 	delete(n.broken, sb.ID)
@@ -204,7 +159,7 @@ func (n *network) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 
 // Check finds a sandbox whose pinned netns vanished; deeply, or when one of
 // its host interfaces was deleted, it asks the plugins (CNI CHECK).
-func (n *network) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
+func (n *Pods) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
 	if !isNamespace(sb.NetNSPath()) {
 		return fmt.Errorf("%w: %s is not a network namespace", runner.ErrSandboxBroken, sb.NetNSPath())
 	}
@@ -228,7 +183,7 @@ func (n *network) Check(ctx context.Context, sb *runner.Sandbox, deep bool) erro
 
 // GC releases CNI leftovers and removes pinned namespaces of sandboxes
 // noderun no longer knows.
-func (n *network) GC(ctx context.Context, keep map[string]bool) error {
+func (n *Pods) GC(ctx context.Context, keep map[string]bool) error {
 	released, err := n.cni.GC(ctx, keep)
 	if len(released) > 0 {
 		n.log.Info("released leftover pod networks", "sandboxes", released)
@@ -269,7 +224,7 @@ func (n *network) GC(ctx context.Context, keep map[string]bool) error {
 }
 
 // track remembers which host interfaces the sandbox uses.
-func (n *network) track(sb *runner.Sandbox) {
+func (n *Pods) track(sb *runner.Sandbox) {
 	att, _ := attachment(sb)
 	names := n.cni.HostInterfaces(att)
 	n.mu.Lock()
@@ -282,7 +237,7 @@ func (n *network) track(sb *runner.Sandbox) {
 	}
 }
 
-func (n *network) untrack(id string) {
+func (n *Pods) untrack(id string) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	for name, ids := range n.ifaces {
@@ -335,46 +290,4 @@ func readIPs(dir string) ([]string, error) {
 func isNamespace(path string) bool {
 	var st unix.Statfs_t
 	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
-}
-
-// shmSize is the size CRI gives a pod's /dev/shm (containerd's default
-// sandbox shm of 64 MiB).
-const shmSize = "65536k"
-
-// setupShm mounts the pod's /dev/shm tmpfs once; it lives in the run dir,
-// so a reboot starts it empty, as a new pause container would.
-func setupShm(sb *runner.Sandbox) error {
-	dir := sb.ShmPath()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	if mounted(dir) {
-		return nil
-	}
-	err := unix.Mount("shm", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=1777,size="+shmSize)
-	if err != nil {
-		return fmt.Errorf("mount the pod's /dev/shm: %w", err)
-	}
-	return nil
-}
-
-// unmountShm removes the pod's /dev/shm; idempotent.
-func unmountShm(sb *runner.Sandbox) error {
-	dir := sb.ShmPath()
-	if mounted(dir) {
-		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
-			return fmt.Errorf("unmount %s: %w", dir, err)
-		}
-	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return nil
-}
-
-// mounted reports whether dir is on another file system than its parent,
-// which holds for the shm tmpfs.
-func mounted(dir string) bool {
-	var st, parent unix.Stat_t
-	return unix.Stat(dir, &st) == nil && unix.Stat(filepath.Dir(dir), &parent) == nil && st.Dev != parent.Dev
 }

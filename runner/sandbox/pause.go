@@ -1,4 +1,4 @@
-package main
+package sandbox
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ import (
 
 // A pod with shareProcessNamespace needs a PID 1 that holds its PID
 // namespace and reaps the orphans in it, which the pause container is under
-// CRI. noderun starts itself as that process ("noderun pause") in a new PID
+// CRI. noderun starts itself as that process ("noderun pause ROOT", dispatched by main) in a new PID
 // namespace. The process gives up everything a container in its namespace
 // could reach through /proc/1: it chroots into an empty directory, becomes
 // nobody with no capabilities and is not dumpable.
@@ -29,8 +29,8 @@ const (
 	pausePIDFile = "pause.pid"
 )
 
-// runPause is the pause process's main: it waits for SIGTERM and reaps.
-func runPause(root string) error {
+// RunPause is the pause process's main: it waits for SIGTERM and reaps.
+func RunPause(root string) error {
 	if err := unix.Chroot(root); err != nil {
 		return fmt.Errorf("chroot %s: %w", root, err)
 	}
