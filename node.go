@@ -41,7 +41,7 @@ func newSandboxes(cfg hostConfig, holder *cni.Holder, watch []string) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.New(cniMgr, cfg.layout.sandboxes(), holder, watch, cfg.log), nil
+	return sandbox.New(cniMgr, cfg.layout.sandboxes(), holder, sandbox.WithLogger(cfg.log), sandbox.WithConfigDirs(watch...)), nil
 }
 
 // newNode builds and starts the node's parts on conn: the log collector,

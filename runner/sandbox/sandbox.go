@@ -24,17 +24,15 @@ import (
 	"github.com/noderun/noderun/runner"
 )
 
-// Pods adapts the cni leaf to runner.Network. It remembers a pod's IPs in
-// its sandbox dir (on the run-dir tmpfs), so a restarted noderun finds a live
-// sandbox without calling CNI again, while after a reboot the dir is gone and
-// the stale allocation is released before the pod is attached anew.
+// Pods is the sandboxes of the node's pods, each in its dir under one
+// sandboxes dir (runner.SandboxesDir).
 //
-// It also watches the host's links: when a pod's veth (or the bridge) is
-// deleted, the pod is marked suspect and its worker poked, and its next
-// Check asks the plugins, so the sandbox is repaired at once.
+// It also follows the host's links (Watch): when a pod's veth (or the
+// bridge) is deleted, the pod is marked suspect and its worker poked, and
+// its next Check asks the plugins, so the sandbox is repaired at once.
 type Pods struct {
-	cni     *cni.Manager
-	podsDir string      // <run-dir>/pods, where sandbox dirs live
+	cni     cniManager
+	dir     string      // where sandbox dirs live, one a sandbox ID
 	holder  *cni.Holder // pods' ipc and uts namespaces (nil: in their sandbox dirs)
 	cfgDirs []string    // CNI conf and bin dirs: a change there may make the network ready
 	log     *slog.Logger
@@ -45,21 +43,49 @@ type Pods struct {
 	broken  map[string]bool            // sandbox IDs a check found broken
 }
 
-var _ runner.Network = (*Pods)(nil)
+// cniManager is the part of *cni.Manager the sandbox calls; tests fake it.
+type cniManager interface {
+	Ready() error
+	Attached(cni.Attachment) bool
+	Add(context.Context, cni.Attachment) ([]string, error)
+	Del(context.Context, cni.Attachment) error
+	Check(context.Context, cni.Attachment) error
+	GC(ctx context.Context, keep map[string]bool) (released []string, err error)
+	HostInterfaces(cni.Attachment) []string
+}
+
+var (
+	_ runner.Network = (*Pods)(nil)
+	_ cniManager     = (*cni.Manager)(nil)
+)
 
 const ipsFile = "ips.json"
 
-// New returns the sandboxes whose dirs are in podsDir; Watch follows the
-// host's links and the CNI config.
-func New(m *cni.Manager, podsDir string, holder *cni.Holder, cfgDirs []string, log *slog.Logger) *Pods {
-	return &Pods{cni: m, podsDir: podsDir, holder: holder, cfgDirs: cfgDirs, log: log,
+// Option configures Pods.
+type Option func(*Pods)
+
+// WithConfigDirs names the CNI conf and bin dirs Watch follows.
+func WithConfigDirs(dirs ...string) Option { return func(p *Pods) { p.cfgDirs = dirs } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(p *Pods) { p.log = l } }
+
+// New returns the sandboxes whose dirs are in dir, attached through m. With
+// holder, pods' ipc and uts namespaces are pinned in it rather than in
+// their sandbox dirs.
+func New(m cniManager, dir string, holder *cni.Holder, opts ...Option) *Pods {
+	p := &Pods{cni: m, dir: dir, holder: holder, log: slog.New(slog.DiscardHandler),
 		ifaces: map[string]map[string]bool{}, suspect: map[string]bool{}, broken: map[string]bool{}}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
 }
 
 // Setup makes the pod's namespaces, its network, its /dev/shm and, for
 // shareProcessNamespace, the process that holds its PID namespace.
-func (n *Pods) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
-	ips, fresh, err := n.setup(ctx, sb)
+func (p *Pods) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
+	ips, fresh, err := p.setup(ctx, sb)
 	if err == nil && !sb.HostIPC {
 		err = setupShm(sb)
 	}
@@ -71,58 +97,58 @@ func (n *Pods) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, e
 
 // Pin makes the namespaces and /dev/shm that Setup would, before the
 // network is attached.
-func (n *Pods) Pin(_ context.Context, sb *runner.Sandbox) error {
+func (p *Pods) Pin(_ context.Context, sb *runner.Sandbox) error {
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork, n.holder); err != nil {
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork, p.holder); err != nil {
 		return err
 	}
-	n.log.Debug("pod namespaces pinned", "sandbox", sb.ID, "took", time.Since(t0))
+	p.log.Debug("pod namespaces pinned", "sandbox", sb.ID, "took", time.Since(t0))
 	if sb.HostIPC {
 		return nil
 	}
 	return setupShm(sb)
 }
 
-func (n *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
+func (p *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
 	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
-			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, n.holder)
-			n.track(sb)
+			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, p.holder)
+			p.track(sb)
 			return ips, false, err
 		}
 	}
 	if sb.HostNetwork {
 		fresh := !isNamespace(sb.IPCNSPath())
-		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true, n.holder)
+		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true, p.holder)
 		return nil, fresh, err
 	}
 	att, err := attachment(sb)
 	if err != nil {
 		return nil, false, err
 	}
-	if err := n.cni.Ready(); err != nil {
+	if err := p.cni.Ready(); err != nil {
 		return nil, false, notReady(err)
 	}
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, n.holder); err != nil {
+	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, p.holder); err != nil {
 		return nil, false, err
 	}
 	t1 := time.Now()
 	// A fresh netns but an attachment left from an earlier boot or a crash
 	// mid-ADD: release it first so its IP does not leak.
-	if n.cni.Attached(att) {
-		n.untrack(sb.ID)
-		if err := n.cni.Del(ctx, withoutNetNS(att)); err != nil {
-			n.log.Warn("releasing a stale pod network failed", "pod", sb.Namespace+"/"+sb.PodName, "err", err)
+	if p.cni.Attached(att) {
+		p.untrack(sb.ID)
+		if err := p.cni.Del(ctx, withoutNetNS(att)); err != nil {
+			p.log.Warn("releasing a stale pod network failed", "pod", sb.Namespace+"/"+sb.PodName, "err", err)
 		}
 	}
-	ips, err := n.cni.Add(ctx, att)
+	ips, err := p.cni.Add(ctx, att)
 	if err != nil {
 		return nil, false, notReady(err)
 	}
-	n.log.Debug("pod network set up", "sandbox", sb.ID, "namespaces", t1.Sub(t0), "cni", time.Since(t1))
-	n.track(sb)
+	p.log.Debug("pod network set up", "sandbox", sb.ID, "namespaces", t1.Sub(t0), "cni", time.Since(t1))
+	p.track(sb)
 	b, _ := json.Marshal(ips) // a []string always marshals
 	return ips, true, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
 }
@@ -134,12 +160,12 @@ func notReady(err error) error {
 	return err
 }
 
-func (n *Pods) Teardown(ctx context.Context, sb *runner.Sandbox) error {
-	n.mu.Lock()
-	broken := n.broken[sb.ID]
-	delete(n.broken, sb.ID)
-	n.mu.Unlock()
-	n.untrack(sb.ID) // our own DEL removes the veth: not a breakage
+func (p *Pods) Teardown(ctx context.Context, sb *runner.Sandbox) error {
+	p.mu.Lock()
+	broken := p.broken[sb.ID]
+	delete(p.broken, sb.ID)
+	p.mu.Unlock()
+	p.untrack(sb.ID) // our own DEL removes the veth: not a breakage
 	var errs []error
 	if !sb.HostNetwork {
 		att, _ := attachment(sb) // DEL needs no bandwidth: a bad annotation is no reason to leak
@@ -148,34 +174,34 @@ func (n *Pods) Teardown(ctx context.Context, sb *runner.Sandbox) error {
 			// held through the netns: released by ID instead.
 			att = withoutNetNS(att)
 		}
-		errs = append(errs, n.cni.Del(ctx, att))
+		errs = append(errs, p.cni.Del(ctx, att))
 	}
 	if err := os.Remove(filepath.Join(sb.Dir, ipsFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
-	errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(sb.Dir, n.holder))
+	errs = append(errs, stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(sb.Dir, p.holder))
 	return errors.Join(errs...)
 }
 
 // Check finds a sandbox whose pinned netns vanished; deeply, or when one of
 // its host interfaces was deleted, it asks the plugins (CNI CHECK).
-func (n *Pods) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
+func (p *Pods) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
 	if !isNamespace(sb.NetNSPath()) {
 		return fmt.Errorf("%w: %s is not a network namespace", runner.ErrSandboxBroken, sb.NetNSPath())
 	}
-	n.mu.Lock()
-	suspect := n.suspect[sb.ID]
-	delete(n.suspect, sb.ID)
-	n.mu.Unlock()
+	p.mu.Lock()
+	suspect := p.suspect[sb.ID]
+	delete(p.suspect, sb.ID)
+	p.mu.Unlock()
 	if !deep && !suspect {
 		return nil
 	}
 	att, _ := attachment(sb)
-	err := n.cni.Check(ctx, att)
+	err := p.cni.Check(ctx, att)
 	if errors.Is(err, cni.ErrCheckFailed) {
-		n.mu.Lock()
-		n.broken[sb.ID] = true
-		n.mu.Unlock()
+		p.mu.Lock()
+		p.broken[sb.ID] = true
+		p.mu.Unlock()
 		return fmt.Errorf("%w: %w", runner.ErrSandboxBroken, err)
 	}
 	return err
@@ -183,71 +209,71 @@ func (n *Pods) Check(ctx context.Context, sb *runner.Sandbox, deep bool) error {
 
 // GC releases CNI leftovers and removes pinned namespaces of sandboxes
 // noderun no longer knows.
-func (n *Pods) GC(ctx context.Context, keep map[string]bool) error {
-	released, err := n.cni.GC(ctx, keep)
+func (p *Pods) GC(ctx context.Context, keep map[string]bool) error {
+	released, err := p.cni.GC(ctx, keep)
 	if len(released) > 0 {
-		n.log.Info("released leftover pod networks", "sandboxes", released)
+		p.log.Info("released leftover pod networks", "sandboxes", released)
 	}
 	errs := []error{err}
-	ents, err := os.ReadDir(n.podsDir)
+	ents, err := os.ReadDir(p.dir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	removed := map[string]bool{}
 	for _, d := range ents {
 		if d.IsDir() && !keep[d.Name()] {
-			dir := filepath.Join(n.podsDir, d.Name())
-			n.log.Info("removing leftover pod sandbox", "dir", dir)
+			dir := filepath.Join(p.dir, d.Name())
+			p.log.Info("removing leftover pod sandbox", "dir", dir)
 			for _, f := range append([]string{ipsFile}, runner.SandboxFiles...) {
 				if err := os.Remove(filepath.Join(dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 					errs = append(errs, err)
 				}
 			}
 			sb := &runner.Sandbox{Dir: dir}
-			errs = append(errs, runner.RemovePodFiles(dir), stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir, n.holder))
+			errs = append(errs, runner.RemovePodFiles(dir), stopPause(sb), unmountShm(sb), cni.RemoveNamespaces(dir, p.holder))
 			removed[d.Name()] = true
 		}
 	}
-	if n.holder == nil {
+	if p.holder == nil {
 		return errors.Join(errs...)
 	}
 	// Namespaces whose sandbox dir is gone (a crash while it was removed).
-	ids, err := n.holder.IDs()
+	ids, err := p.holder.IDs()
 	errs = append(errs, err)
 	for _, id := range ids {
 		if !keep[id] && !removed[id] {
-			n.log.Info("removing leftover pod namespaces", "sandbox", id)
-			errs = append(errs, cni.RemoveNamespaces(filepath.Join(n.podsDir, id), n.holder))
+			p.log.Info("removing leftover pod namespaces", "sandbox", id)
+			errs = append(errs, cni.RemoveNamespaces(filepath.Join(p.dir, id), p.holder))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // track remembers which host interfaces the sandbox uses.
-func (n *Pods) track(sb *runner.Sandbox) {
+func (p *Pods) track(sb *runner.Sandbox) {
 	att, _ := attachment(sb)
-	names := n.cni.HostInterfaces(att)
-	n.mu.Lock()
-	defer n.mu.Unlock()
+	names := p.cni.HostInterfaces(att)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, name := range names {
-		if n.ifaces[name] == nil {
-			n.ifaces[name] = map[string]bool{}
+		if p.ifaces[name] == nil {
+			p.ifaces[name] = map[string]bool{}
 		}
-		n.ifaces[name][sb.ID] = true
+		p.ifaces[name][sb.ID] = true
 	}
 }
 
-func (n *Pods) untrack(id string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	for name, ids := range n.ifaces {
+func (p *Pods) untrack(id string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for name, ids := range p.ifaces {
 		delete(ids, id)
 		if len(ids) == 0 {
-			delete(n.ifaces, name)
+			delete(p.ifaces, name)
 		}
 	}
-	delete(n.suspect, id)
-	delete(n.broken, id)
+	delete(p.suspect, id)
+	delete(p.broken, id)
 }
 
 // attachment describes the sandbox to CNI. The error is about the bandwidth

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,7 +25,7 @@ func TestNetworkGCRemovesLeftoverSandboxDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := filepath.Join(root, "pods")
-	n := New(m, pods, nil, nil, slog.New(slog.DiscardHandler))
+	n := New(m, pods, nil)
 	for _, id := range []string{"gone", "kept"} {
 		dir := filepath.Join(pods, id)
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -69,7 +68,7 @@ func TestNetworkGCRemovesLeftoverHeldNamespaces(t *testing.T) {
 		unix.Unmount(hdir, unix.MNT_DETACH)
 	})
 	pods := filepath.Join(root, "pods")
-	n := New(m, pods, holder, nil, slog.New(slog.DiscardHandler))
+	n := New(m, pods, holder)
 	for _, id := range []string{"gone", "dirless", "kept"} {
 		if _, err := cni.CreateNamespaces(filepath.Join(pods, id), "", true, holder); err != nil {
 			t.Fatal(err)

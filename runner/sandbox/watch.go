@@ -13,41 +13,46 @@ import (
 // Watch reports deleted host interfaces to the pods using them, and changes
 // to the CNI config or plugins to every pod (sandbox ID ""), through
 // changed until ctx ends.
-func (n *Pods) Watch(ctx context.Context, changed func(sandboxID string)) {
-	go n.watchConfig(ctx, changed)
-	err := cni.WatchLinkDeletions(ctx, func(name string) {
-		n.mu.Lock()
-		ids := n.ifaces[name]
-		for id := range ids {
-			n.suspect[id] = true
-		}
-		n.mu.Unlock()
-		for id := range ids {
-			n.log.Warn("a pod's host interface was deleted", "interface", name, "sandbox", id)
-			changed(id)
-		}
-	})
+func (p *Pods) Watch(ctx context.Context, changed func(sandboxID string)) {
+	go p.watchConfig(ctx, changed)
+	err := cni.WatchLinkDeletions(ctx, func(name string) { p.interfaceDeleted(name, changed) })
 	if err != nil {
-		n.log.Error("watching host interfaces stopped; deleted veths are found by the periodic check only", "err", err)
+		p.log.Error("watching host interfaces stopped; deleted veths are found by the periodic check only", "err", err)
+	}
+}
+
+// interfaceDeleted marks the pods that used the host interface name
+// suspect, so that their next Check asks the plugins, and pokes them.
+func (p *Pods) interfaceDeleted(name string, changed func(sandboxID string)) {
+	p.mu.Lock()
+	var ids []string
+	for id := range p.ifaces[name] {
+		p.suspect[id] = true
+		ids = append(ids, id)
+	}
+	p.mu.Unlock()
+	for _, id := range ids {
+		p.log.Warn("a pod's host interface was deleted", "interface", name, "sandbox", id)
+		changed(id)
 	}
 }
 
 // watchConfig pokes every pod (those waiting for a usable network retry at
 // once) when a CNI conf or bin dir changes.
-func (n *Pods) watchConfig(ctx context.Context, changed func(sandboxID string)) {
+func (p *Pods) watchConfig(ctx context.Context, changed func(sandboxID string)) {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
 		// No inotify instance left on the host: look every few seconds.
-		n.log.Warn("cannot watch the CNI config; looking at it every 5s", "err", err)
-		for range dirpoll.Events(ctx, 5*time.Second, n.cfgDirs...) {
+		p.log.Warn("cannot watch the CNI config; looking at it every 5s", "err", err)
+		for range dirpoll.Events(ctx, 5*time.Second, p.cfgDirs...) {
 			changed("")
 		}
 		return
 	}
 	defer w.Close()
-	for _, d := range n.cfgDirs {
+	for _, d := range p.cfgDirs {
 		if err := w.Add(d); err != nil {
-			n.log.Debug("not watching", "dir", d, "err", err)
+			p.log.Debug("not watching", "dir", d, "err", err)
 		}
 	}
 	for {
@@ -57,7 +62,7 @@ func (n *Pods) watchConfig(ctx context.Context, changed func(sandboxID string)) 
 		case <-w.Events:
 			changed("")
 		case err := <-w.Errors:
-			n.log.Warn("CNI config watch", "err", err)
+			p.log.Warn("CNI config watch", "err", err)
 		}
 	}
 }
