@@ -389,7 +389,7 @@ func liveNetNS(path string) (string, error) {
 	if path == "" {
 		return "", nil
 	}
-	live, err := isNamespace(path)
+	live, err := IsNamespace(path)
 	if err != nil || !live {
 		return "", err
 	}

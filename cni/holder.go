@@ -48,7 +48,7 @@ func OpenHolder(dir string) (*Holder, error) {
 
 func openHolder(dir string) (*Holder, error) {
 	file := filepath.Join(dir, holderPin)
-	live, err := isNamespace(file)
+	live, err := IsNamespace(file)
 	if err != nil {
 		return nil, err
 	}

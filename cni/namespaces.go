@@ -69,7 +69,7 @@ func createNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namesp
 	var missing []string
 	moving := map[string]string{}
 	for _, k := range kinds {
-		pinned, err := isNamespace(path(k))
+		pinned, err := IsNamespace(path(k))
 		if err != nil {
 			return Namespaces{}, err
 		}
@@ -77,7 +77,7 @@ func createNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namesp
 			continue
 		}
 		if old := filepath.Join(dir, k); old != path(k) {
-			if pinned, err := isNamespace(old); err != nil {
+			if pinned, err := IsNamespace(old); err != nil {
 				return Namespaces{}, err
 			} else if pinned {
 				moving[k] = old
@@ -187,10 +187,10 @@ func unpin(target string) error {
 	return nil
 }
 
-// isNamespace reports whether path is a live namespace file (nsfs), either
+// IsNamespace reports whether path is a live namespace file (nsfs), either
 // pinned by a bind mount or under /proc. A leftover plain file after a
 // reboot or a failed pin is not.
-func isNamespace(path string) (bool, error) {
+func IsNamespace(path string) (bool, error) {
 	var st unix.Statfs_t
 	err := unix.Statfs(path, &st)
 	switch {

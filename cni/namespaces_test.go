@@ -172,7 +172,7 @@ func testCreateNamespacesRepairsPartial(t *testing.T, h *Holder) {
 	if inode(t, nss.IPC) != ipc {
 		t.Error("repair replaced the ipc namespace that was still pinned")
 	}
-	if live, err := isNamespace(nss.UTS); err != nil || !live {
+	if live, err := IsNamespace(nss.UTS); err != nil || !live {
 		t.Errorf("uts not pinned after repair (live=%v, err=%v)", live, err)
 	}
 }

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/runner"
 )
@@ -312,8 +310,9 @@ func readIPs(dir string) ([]string, error) {
 	return ips, json.Unmarshal(b, &ips)
 }
 
-// isNamespace reports whether path is a pinned namespace (an nsfs mount).
+// isNamespace reports whether path is a pinned namespace; one that cannot
+// be told (statfs fails) counts as gone, as a missing one does.
 func isNamespace(path string) bool {
-	var st unix.Statfs_t
-	return unix.Statfs(path, &st) == nil && st.Type == unix.NSFS_MAGIC
+	ns, _ := cni.IsNamespace(path)
+	return ns
 }
