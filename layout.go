@@ -10,6 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/kubeapi"
+	"github.com/noderun/noderun/runner"
 	"github.com/noderun/noderun/runner/volume"
 )
 
@@ -50,7 +51,7 @@ func (l layout) registryAuth() string { return filepath.Join(l.state, "config.js
 
 // The run dir: a tmpfs, emptied by a reboot.
 func (l layout) apiServerFile() string   { return kubeapi.ServerFile(l.run) }                  // the API's URL, for clients
-func (l layout) sandboxes() string       { return filepath.Join(l.run, "pods") }               // pods' sandbox dirs
+func (l layout) sandboxes() string       { return runner.SandboxesDir(l.run) }                 // pods' sandbox dirs
 func (l layout) nsHolder() string        { return filepath.Join(l.run, "ns") }                 // pinned namespaces' holder
 func (l layout) runc() string            { return filepath.Join(l.run, "runc") }               // runc's state
 func (l layout) tmpMounts() string       { return filepath.Join(l.run, "tmpmounts") }          // containerd's temporary mounts

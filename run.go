@@ -119,7 +119,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 		Healthy: n.engine.Healthy,
 	}}
 	a.status.Ready(backend)
-	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, cfg.layout.podLogs, cfg.layout.run, cfg.log))
+	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.podLogs, cfg.log))
 }
 
 func extendStartup(ctx context.Context, log *slog.Logger) {

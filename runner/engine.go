@@ -29,7 +29,7 @@ type Config struct {
 	NodeName   string
 	HostIP     string
 	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
-	RunDir     string // pinned namespaces: <RunDir>/pods/<uid>
+	RunDir     string // pods' sandboxes: SandboxDir(RunDir, uid)
 	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
 	PodLogDir  string
 	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get

@@ -688,7 +688,7 @@ func TestEnginePodFilesOnPodTmpfs(t *testing.T) {
 	f.rt.mu.Lock()
 	started := slices.Clone(f.rt.started)
 	f.rt.mu.Unlock()
-	dir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
+	dir := PodFilesDir(SandboxDir(f.e.cfg.RunDir, "u1"))
 	for _, cfg := range started {
 		roRoot := cfg.Container.Name == "main"
 		for dest, wantRO := range map[string]bool{"/etc/hosts": false, "/etc/hostname": roRoot, "/etc/resolv.conf": roRoot, "/dev/termination-log": false} {
@@ -743,7 +743,7 @@ func TestEnginePodFilesInRunDir(t *testing.T) {
 	f.rt.mu.Lock()
 	cfg := f.rt.started[0]
 	f.rt.mu.Unlock()
-	sbDir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
+	sbDir := PodFilesDir(SandboxDir(f.e.cfg.RunDir, "u1"))
 	want := map[string]string{"/etc/hosts": "10.0.0.2\tweb-n1\n", "/etc/hostname": "web-n1\n", "/etc/resolv.conf": ""}
 	for _, m := range cfg.Mounts {
 		content, ok := want[m.Destination]

@@ -243,7 +243,7 @@ func TestEngineTerminationMessageFiles(t *testing.T) {
 	waitFor(t, "start", func() bool { return f.rt.startedCount() == 1 })
 	first := f.rt.started[0]
 	src := mountSource(t, first, "/dev/termination-log")
-	filesDir := PodFilesDir(filepath.Join(f.e.cfg.RunDir, "pods", SandboxID("u1")))
+	filesDir := PodFilesDir(SandboxDir(f.e.cfg.RunDir, "u1"))
 	if filepath.Dir(src) != filesDir {
 		t.Errorf("message file %s, want it in %s", src, filesDir)
 	}

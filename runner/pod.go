@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -56,6 +57,15 @@ func ContainerID(podUID, name string, restart int) string {
 
 // SandboxID is the pod's stable sandbox id, CNI's container id.
 func SandboxID(podUID string) string { return shortHash(podUID, 32) }
+
+// SandboxesDir holds the sandbox dirs under the run dir.
+func SandboxesDir(runDir string) string { return filepath.Join(runDir, "pods") }
+
+// SandboxDir is the pod's sandbox dir (Sandbox.Dir): its pinned namespaces,
+// /dev/shm, epoch and pod files, on the run dir so a reboot empties it.
+func SandboxDir(runDir, podUID string) string {
+	return filepath.Join(SandboxesDir(runDir), SandboxID(podUID))
+}
 
 func shortHash(s string, n int) string {
 	sum := sha256.Sum256([]byte(s))

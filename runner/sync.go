@@ -488,7 +488,7 @@ func (w *podWorker) podStateDir() string {
 }
 
 func (w *podWorker) podRunDir() string {
-	return filepath.Join(w.env.cfg.RunDir, "pods", SandboxID(string(w.uid)))
+	return SandboxDir(w.env.cfg.RunDir, string(w.uid))
 }
 
 func (w *podWorker) podLogDir(pod *v1.Pod) string {
