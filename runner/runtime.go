@@ -78,8 +78,10 @@ type ExecResult struct {
 	TimedOut bool
 }
 
-// Network sets up and tears down a pod's sandbox: its pinned namespaces and
-// CNI attachment. main adapts the cni package to it.
+// Network sets up and tears down a pod's sandbox, which has no pause
+// container: its pinned namespaces, its CNI attachment, its /dev/shm and,
+// for shareProcessNamespace, the process that holds its PID namespace.
+// runner/sandbox implements it on the cni package.
 type Network interface {
 	// Setup creates (or finds) the pod's namespaces and attaches it to the
 	// network unless sb.HostNetwork. It returns the pod's IPs and whether the
