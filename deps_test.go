@@ -30,6 +30,7 @@ func TestPackageDependencies(t *testing.T) {
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
 		"internal/kernel":               nil,
+		"internal/memtrim":              nil, // a leaf: the daemon, the collector and log drivers call it
 		"internal/secretfile":           nil, // a leaf: the one mode check for files holding secrets, which manifests and runner/containerd share
 		"internal/execio":               nil, // an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other
 		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile", "internal/execio"},

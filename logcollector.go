@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/memtrim"
 )
 
 // startCollector starts `exe log-collector sock` in a session of its own,
@@ -36,12 +37,12 @@ func startCollector(exe, sock string) func() error {
 }
 
 // runCollector is the log-collector subcommand. Like the daemon it gives
-// memory back once quiet (memory.go): it runs for as long as the node.
+// memory back once quiet (memtrim): it runs for as long as the node.
 func runCollector(ctx context.Context, sock string) error {
-	relax := newRelaxer()
-	go relax.run(ctx)
-	relax.activity() // what starting touched
+	trim := memtrim.New()
+	go trim.Run(ctx)
+	trim.Activity() // what starting touched
 	return crilog.RunCollector(ctx, sock, func(path string, err error) {
 		crilog.Syslog("", path)(err)
-	}, relax.activity)
+	}, trim.Activity)
 }

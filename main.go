@@ -15,6 +15,7 @@ import (
 
 	"github.com/noderun/noderun/crilog"
 	nrcli "github.com/noderun/noderun/internal/cli"
+	"github.com/noderun/noderun/internal/memtrim"
 	"github.com/noderun/noderun/runner/sandbox"
 	"github.com/noderun/noderun/systemd"
 )
@@ -56,7 +57,7 @@ func newApp() *cli.App {
 				Name: "log-driver", Hidden: true, ArgsUsage: "[MAX-SIZE:MAX-FILES:]PATH",
 				// Most hand their pipes to the collector and exit at once;
 				// only one writing the log itself lives long enough to trim.
-				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "", trimExecutable) },
+				Action: func(c *cli.Context) error { return crilog.ServeFDs(c.Args().First(), "", memtrim.TrimExecutable) },
 			},
 			{
 				// The node's one log collector, started by noderun (logcollector.go).
@@ -74,12 +75,12 @@ func newApp() *cli.App {
 
 // longLived is for the processes that run as long as the node or a pod:
 // they first give back the binary pages that starting touched
-// (trimExecutable). The commands and a log driver that hands its pipes over
+// (memtrim.TrimExecutable). The commands and a log driver that hands its pipes over
 // exit within milliseconds, and the trim (a read of /proc/self/smaps) would
 // only delay them; for a driver it delays the container's start.
 func longLived(action cli.ActionFunc) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		trimExecutable()
+		memtrim.TrimExecutable()
 		return action(c)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/logdriver"
+	"github.com/noderun/noderun/internal/memtrim"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -65,8 +66,8 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 		ctrdrt.WithRegistry(cfg.registry), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(cfg.rotation),
 		ctrdrt.WithLogCollector(l.collectorSocket()), ctrdrt.WithPodLogDir(l.podLogs))
 	n.rt.StockCreateLeases()
-	relax := newRelaxer()
-	go relax.run(ctx)
+	trim := memtrim.New()
+	go trim.Run(ctx)
 	if n.holder, err = cni.OpenHolder(l.nsHolder()); err != nil {
 		return nil, err
 	}
@@ -76,7 +77,7 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 	}
 	metrics.LogStreams(n.logs.Streams)
 	ecfg := cfg.engine
-	ecfg.NSHolder, ecfg.OnActivity = n.holder.Root(), relax.activity
+	ecfg.NSHolder, ecfg.OnActivity = n.holder.Root(), trim.Activity
 	ecfg.OnProbeResult = func(ns, pod, uid, container, probeType, result string) {
 		metrics.ProbeResult(probeType, result, container, pod, ns, uid)
 	}

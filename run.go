@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
 
+	"github.com/noderun/noderun/internal/memtrim"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
@@ -286,6 +287,6 @@ func installLogDriver(log *slog.Logger, install func(dir string) (string, error)
 	}
 	log.Debug("containers' log driver", "path", path)
 	// Reading the embedded copy made those pages of the binary resident.
-	trimExecutable()
+	memtrim.TrimExecutable()
 	return path
 }

@@ -1,4 +1,6 @@
-package main
+// Package memtrim gives a long-lived process's memory back once it goes
+// quiet: the Go heap it freed and the pages of its own binary it touched.
+package memtrim
 
 import (
 	"bufio"
@@ -13,41 +15,44 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// relaxer gives memory back once noderun goes quiet: a burst of pod starts
+// Trimmer gives memory back once noderun goes quiet: a burst of pod starts
 // leaves freed heap and freshly touched binary pages behind, which an idle
 // appliance should not keep. It waits on a timer, so it costs nothing while
 // nothing happens.
-type relaxer struct{ poke chan struct{} }
+type Trimmer struct{ poke chan struct{} }
 
-const relaxAfter = time.Second
+const quietAfter = time.Second
 
-func newRelaxer() *relaxer { return &relaxer{poke: make(chan struct{}, 1)} }
+// New returns a Trimmer; Run does the work.
+func New() *Trimmer { return &Trimmer{poke: make(chan struct{}, 1)} }
 
-// activity notes that work happened; it never blocks.
-func (r *relaxer) activity() {
+// Activity notes that work happened; it never blocks.
+func (t *Trimmer) Activity() {
 	select {
-	case r.poke <- struct{}{}:
+	case t.poke <- struct{}{}:
 	default:
 	}
 }
 
-func (r *relaxer) run(ctx context.Context) {
-	timer := time.NewTimer(relaxAfter)
+// Run trims once a quiet second follows activity (and a second after it
+// starts), until ctx ends.
+func (t *Trimmer) Run(ctx context.Context) {
+	timer := time.NewTimer(quietAfter)
 	defer timer.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-r.poke:
-			timer.Reset(relaxAfter)
+		case <-t.poke:
+			timer.Reset(quietAfter)
 		case <-timer.C:
 			debug.FreeOSMemory()
-			trimExecutable()
+			TrimExecutable()
 		}
 	}
 }
 
-// trimExecutable keeps noderun's own binary out of its resident memory
+// TrimExecutable keeps noderun's own binary out of its resident memory
 // beyond what it actually uses. On kernels that cache executables in large
 // folios, every read-only mapping of the binary is mapped with 2 MiB pages,
 // so touching one byte of a region makes all of it resident: most of a
@@ -56,7 +61,7 @@ func (r *relaxer) run(ctx context.Context) {
 // later faults map 4 KiB pages (plus the kernel's fault-around), so resident
 // memory is the pages in use. Only read-only mappings are touched: dropping
 // them loses nothing, they are read back from the page cache on demand.
-func trimExecutable() {
+func TrimExecutable() {
 	exe, err := os.Executable()
 	if err != nil {
 		return

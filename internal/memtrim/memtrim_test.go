@@ -1,4 +1,4 @@
-package main
+package memtrim
 
 import (
 	"bufio"
@@ -49,7 +49,7 @@ func exeRSS(t *testing.T, populate bool) int {
 func TestTrimExecutableDropsResidentBinaryPages(t *testing.T) {
 	exeRSS(t, true)
 	before := exeRSS(t, false)
-	trimExecutable()
+	TrimExecutable()
 	after := exeRSS(t, false)
 	t.Logf("resident read-only pages of the binary: %d kB before, %d kB after", before, after)
 	// Pages come back as soon as they are touched (with large folios, the
