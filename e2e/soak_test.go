@@ -68,7 +68,8 @@ type soakMetric struct {
 var soakMetrics = []soakMetric{
 	{"noderun_rss_kib", 8 << 10, 20, true, true, "anonymous plus file pages; the file pages are the binary's code and data paged in as paths run (up to its 30 MiB, shared and reclaimable), so growth is judged on anonymous RSS"},
 	{"noderun_rss_anon_kib", 8 << 10, 20, true, false, "Go's heap and RSS breathe with GC; a leak per pod or stream outgrows 8 MiB in two hours"},
-	{"noderun_heap_kib", 8 << 10, 20, true, false, "the Go heap in use, sampled as RSS is: flat here with RSS growing means the runtime keeps freed pages, not a leak"},
+	{"noderun_heap_kib", 8 << 10, 20, true, true, "the Go heap's spans in use: live objects, garbage not yet collected and the free slots between them"},
+	{"noderun_live_heap_kib", 4 << 10, 20, false, false, "the live Go heap, read after a collection the sample forces: a leak per pod or stream grows here, and nothing else does"},
 	{"noderun_goroutines", 20, 10, false, false, "each pod, probe, stream and watch has goroutines that come and go"},
 	{"noderun_fds", 10, 0, false, false, "connections and pipes in flight at the sample"},
 	{"noderun_inotify", 0, 0, false, false, "inotify instances are made at start; any new one that stays is a leak"},
@@ -84,7 +85,7 @@ var soakMetrics = []soakMetric{
 
 // soakColumns are the sample file's columns, in order.
 var soakColumns = []string{"time", "elapsed_s",
-	"noderun_rss_kib", "noderun_rss_anon_kib", "noderun_heap_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
+	"noderun_rss_kib", "noderun_rss_anon_kib", "noderun_heap_kib", "noderun_live_heap_kib", "noderun_goroutines", "noderun_fds", "noderun_inotify", "noderun_threads",
 	"collector_pid", "collector_rss_kib", "collector_rss_anon_kib", "collector_fds", "collector_inotify", "collector_threads",
 	"pods", "restarts", "containers", "snapshots", "snapshots_over_containers", "leases",
 	"churn_ops", "kills", "log_follows", "log_bytes", "watches", "watch_events", "errors"}
@@ -581,7 +582,10 @@ func soakHeapProfile(t *testing.T, n *node, out, at string) bool {
 	return true
 }
 
-var heapInuse = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)$`)
+var (
+	heapInuse = regexp.MustCompile(`(?m)^# HeapInuse = (\d+)$`)
+	heapAlloc = regexp.MustCompile(`(?m)^# HeapAlloc = (\d+)$`)
+)
 
 // soakSample reads one row; a value it cannot read is -1 (and an error is
 // counted), so that one bad read does not end a long run.
@@ -590,12 +594,15 @@ func soakSample(n *node, c *soakCounts) map[string]float64 {
 	pid := n.proc.Process.Pid
 	proc := readProc(pid)
 	s["noderun_rss_kib"], s["noderun_rss_anon_kib"], s["noderun_fds"], s["noderun_inotify"], s["noderun_threads"] = proc.rss, proc.anon, proc.fds, proc.inotify, proc.threads
-	s["noderun_goroutines"], s["noderun_heap_kib"] = -1, -1
+	s["noderun_goroutines"], s["noderun_heap_kib"], s["noderun_live_heap_kib"] = -1, -1, -1
 	var body string
-	if err := n.get("/debug/pprof/heap?debug=1", &body); err == nil {
-		if m := heapInuse.FindStringSubmatch(body); m != nil {
-			b, _ := strconv.ParseFloat(m[1], 64)
-			s["noderun_heap_kib"] = b / 1024
+	// gc=1: the runtime collects first, so HeapAlloc is the live heap.
+	if err := n.get("/debug/pprof/heap?gc=1&debug=1", &body); err == nil {
+		for col, re := range map[string]*regexp.Regexp{"noderun_heap_kib": heapInuse, "noderun_live_heap_kib": heapAlloc} {
+			if m := re.FindStringSubmatch(body); m != nil {
+				b, _ := strconv.ParseFloat(m[1], 64)
+				s[col] = b / 1024
+			}
 		}
 	}
 	if err := n.get("/debug/pprof/goroutine?debug=1", &body); err == nil {
