@@ -18,6 +18,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/manifests"
@@ -57,7 +58,7 @@ type Config struct {
 	// pod worker starts and when it finishes acting.
 	OnActivity func()
 	Logger     *slog.Logger
-	Clock      Clock
+	Clock      clock.WithTicker // default: clock.RealClock
 
 	// OnProbeResult, if set, is told every probe attempt's result as the
 	// kubelet's prober_probe_total counts it (probeType Liveness,
@@ -73,7 +74,7 @@ type Engine struct {
 	rt     Runtime
 	net    Network
 	log    *slog.Logger
-	clock  Clock
+	clock  clock.WithTicker
 	probes *prober.Manager
 	events eventLog
 	env    *podEnv // what workers get
@@ -117,7 +118,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Minute
@@ -147,7 +148,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		OnProbeError: func(uid, container string, kind prober.Kind, err error) {
 			e.unhealthy(uid, container, kind.String()+" probe errored: "+err.Error())
 		},
-		Clock: proberClock{e.clock},
+		Clock: e.clock,
 
 		OnResult: e.probeResult,
 	})

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 )
 
 // fakeClock is a manual clock: timers fire only when Advance passes them.
@@ -26,7 +27,7 @@ func (c *fakeClock) Since(t time.Time) time.Duration { return c.Now().Sub(t) }
 
 func (c *fakeClock) After(d time.Duration) <-chan time.Time { return c.NewTimer(d).C() }
 
-func (c *fakeClock) NewTimer(d time.Duration) Timer {
+func (c *fakeClock) NewTimer(d time.Duration) clock.Timer {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t := &fakeTimer{c: c, ch: make(chan time.Time, 1), at: c.now.Add(d), active: true}
@@ -34,13 +35,18 @@ func (c *fakeClock) NewTimer(d time.Duration) Timer {
 	return t
 }
 
-func (c *fakeClock) NewTicker(d time.Duration) Ticker {
+func (c *fakeClock) NewTicker(d time.Duration) clock.Ticker {
 	t := c.NewTimer(d).(*fakeTimer)
 	c.mu.Lock()
 	t.period = d
 	c.mu.Unlock()
 	return &fakeTicker{t}
 }
+
+// Sleep and Tick complete clock.WithTicker; the engine uses neither.
+func (c *fakeClock) Sleep(d time.Duration) { <-c.After(d) }
+
+func (c *fakeClock) Tick(d time.Duration) <-chan time.Time { return c.NewTicker(d).C() }
 
 // Advance moves time forward and fires every timer that is due.
 func (c *fakeClock) Advance(d time.Duration) {
@@ -107,7 +113,7 @@ func (t *fakeTicker) Stop() { t.fakeTimer.Stop() }
 // fakeRuntime keeps containers in memory; tests make them exit.
 type fakeRuntime struct {
 	mu          sync.Mutex
-	clock       Clock
+	clock       clock.WithTicker
 	containers  map[string]*ContainerStatus
 	started     []*ContainerConfig
 	created     []string // IDs CreateContainer made
@@ -143,7 +149,7 @@ type execCall struct {
 	Timeout time.Duration
 }
 
-func newFakeRuntime(clock Clock) *fakeRuntime {
+func newFakeRuntime(clock clock.WithTicker) *fakeRuntime {
 	return &fakeRuntime{clock: clock, containers: map[string]*ContainerStatus{}, exits: make(chan ExitEvent, 16)}
 }
 

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/utils/clock"
+
 	"github.com/noderun/noderun/manifests"
 )
 
@@ -48,7 +50,7 @@ func TestReadyClosesAfterFirstReconcile(t *testing.T) {
 // steppedClock is the real clock after the wall clock was stepped forward:
 // as with time.Since, only a time without a monotonic reading sees the step.
 type steppedClock struct {
-	realClock
+	clock.RealClock
 	step atomic.Int64
 }
 

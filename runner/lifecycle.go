@@ -290,11 +290,6 @@ func (p probeResults) failed(name, id string) string {
 func (p probeResults) started(name, id string) bool { return p.m.Started(p.uid, name, id) }
 func (p probeResults) ready(name, id string) bool   { return p.m.Ready(p.uid, name, id) }
 
-// proberClock lets the prober run on the engine's clock.
-type proberClock struct{ Clock }
-
-func (c proberClock) NewTimer(d time.Duration) prober.Timer { return c.Clock.NewTimer(d) }
-
 // execer adapts the runtime's ExecSync to the prober.
 func execer(rt Runtime) prober.Execer {
 	return func(ctx context.Context, id string, cmd []string, timeout time.Duration) ([]byte, int, bool, error) {

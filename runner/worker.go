@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 
 	"github.com/noderun/noderun/runner/prober"
 )
@@ -44,7 +45,7 @@ type podState struct {
 	backoff   map[string]*backoff   // container name -> crash backoff
 	persisted bool
 	conds     map[v1.PodConditionType]condState
-	timer     Timer
+	timer     clock.Timer
 	epoch     string                      // the current sandbox's, see sandboxEpoch
 	startErr  map[string]*ContainerStatus // runs the runtime could not start
 	messages  map[string]string           // termination messages by name/restart
@@ -57,7 +58,7 @@ type podState struct {
 	listedEmpty bool
 }
 
-func newPodState(timer Timer) podState {
+func newPodState(timer clock.Timer) podState {
 	return podState{waiting: map[string]waitReason{}, backoff: map[string]*backoff{},
 		startErr: map[string]*ContainerStatus{}, timer: timer}
 }
@@ -73,7 +74,7 @@ type podEnv struct {
 	probes *prober.Manager
 	execer prober.Execer
 	events *eventLog
-	clock  Clock
+	clock  clock.WithTicker
 	log    *slog.Logger
 }
 

@@ -9,6 +9,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/clock"
 )
 
 // Kind is which of a container's probes.
@@ -31,20 +32,6 @@ func (k Kind) initial() Result {
 	return [...]Result{Success, Failure, Unknown}[k]
 }
 
-// Clock is the manager's view of time, so tests can drive the workers.
-type Clock interface {
-	Now() time.Time
-	NewTimer(d time.Duration) Timer
-}
-
-// Timer is the part of *time.Timer the workers use. Reset and Stop must
-// discard a value not yet received, as *time.Timer does since Go 1.23.
-type Timer interface {
-	C() <-chan time.Time
-	Stop() bool
-	Reset(d time.Duration) bool
-}
-
 // Config wires a Manager. Callbacks are called from worker goroutines and
 // must not block.
 type Config struct {
@@ -59,9 +46,12 @@ type Config struct {
 	// made (three tries in a row); its result is thrown away. The kubelet
 	// records it as Unhealthy "<Kind> probe errored: <err>".
 	OnProbeError func(podUID, container string, kind Kind, err error)
-	Clock        Clock          // default: the real clock
-	Rand         func() float64 // in [0,1), for the spread of first probes; default math/rand/v2
-	Started      time.Time      // when noderun started; default: now
+	// Clock is time for the workers, so tests can drive them; default
+	// clock.RealClock. Its timers' Reset and Stop must discard a value not
+	// yet received, as *time.Timer does since Go 1.23.
+	Clock   clock.Clock
+	Rand    func() float64 // in [0,1), for the spread of first probes; default math/rand/v2
+	Started time.Time      // when noderun started; default: now
 
 	// OnResult, if set, is called for every attempt with its result
 	// (Unknown when it could not be made), for metrics.
@@ -99,7 +89,7 @@ type containerProbes struct {
 // NewManager returns a manager; Stop ends its workers.
 func NewManager(cfg Config) *Manager {
 	if cfg.Clock == nil {
-		cfg.Clock = realClock{}
+		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.Float64
@@ -310,12 +300,3 @@ func (m *Manager) firstWait(period time.Duration) time.Duration {
 	}
 	return time.Duration(m.cfg.Rand() * float64(min(period/10, time.Second)))
 }
-
-type realClock struct{}
-
-func (realClock) Now() time.Time                 { return time.Now() }
-func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
-
-type realTimer struct{ *time.Timer }
-
-func (t realTimer) C() <-chan time.Time { return t.Timer.C }

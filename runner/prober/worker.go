@@ -5,6 +5,7 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
 )
 
 // maxTries is how often in a row an attempt that could not be made is
@@ -24,7 +25,7 @@ type worker struct {
 	period time.Duration
 	ctx    context.Context
 	cancel context.CancelFunc
-	timer  Timer // the only wake-up: ticks and manual runs both fire it
+	timer  clock.Timer // the only wake-up: ticks and manual runs both fire it
 
 	probed    bool // the first probe ran: a manual run may fire the timer
 	triggered bool // a manual run is due
