@@ -29,6 +29,7 @@ func TestPackageDependencies(t *testing.T) {
 		"runner/sandbox":                {"runner", "cni", "internal/dirpoll"},    // implements runner.Network; runner and cni may not import it
 		"internal/cgroups":              nil,
 		"internal/dirpoll":              nil,
+		"internal/layout":               {"kubeapi", "runner", "runner/volume"}, // the node's dirs: names the paths kubeapi and runner own (CredentialsDir, ServerFile, StatusSocket, SandboxesDir) so each is spelled once, resolves and removes through runner/volume's ResolvePath and RemoveTree; starts nothing, and kubeapi and runner may not import it
 		"internal/kernel":               nil,
 		"internal/memtrim":              nil, // a leaf: the daemon, the collector and log drivers call it
 		"internal/secretfile":           nil, // a leaf: the one mode check for files holding secrets, which manifests and runner/containerd share

@@ -20,6 +20,7 @@ import (
 	"github.com/noderun/noderun/internal/cgroups"
 	nrcli "github.com/noderun/noderun/internal/cli"
 	"github.com/noderun/noderun/internal/kernel"
+	"github.com/noderun/noderun/internal/layout"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -71,7 +72,7 @@ func flags() []cli.Flag {
 // hold its pods.
 type hostConfig struct {
 	log       *slog.Logger
-	layout    layout
+	layout    layout.Layout
 	nodeName  string
 	namespace string // containerd's
 	daemon    daemon.Config
@@ -86,16 +87,19 @@ func hostConfigFrom(c *cli.Context, log *slog.Logger, create bool) (hostConfig, 
 	if err != nil {
 		return hostConfig{}, err
 	}
-	l, err := resolveLayout(c, create)
+	l, err := layout.Resolve(layout.Flags{State: c.String("state-dir"), Run: c.String("run-dir"), PodLogs: c.String("pod-log-dir"),
+		Socket: c.String("status-socket"), Images: c.String("images-dir")}, create)
 	if err != nil {
 		return hostConfig{}, err
 	}
+	d := daemonConfig(c, log)
+	d.StateDir, d.RunDir = l.State, l.Run // resolved: a managed containerd keeps its dirs in them
 	return hostConfig{
 		log: log, layout: l, nodeName: c.String("node-name"), namespace: c.String("containerd-namespace"),
-		daemon: daemonConfig(c, log), cgroups: cg,
+		daemon: d, cgroups: cg,
 		cni: cni.Config{
 			ConfDir: c.String("cni-conf-dir"), BinDirs: filepath.SplitList(c.String("cni-bin-dir")),
-			CacheDir: l.cniCache(), Logger: log,
+			CacheDir: l.CNICache(), Logger: log,
 		},
 	}, nil
 }
@@ -153,7 +157,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	}
 	cfg.cni.DefaultSubnet, cfg.cni.DefaultBridge = c.String("pod-cidr"), c.String("pod-bridge")
 	cfg.registry = registryConfig(c, cfg.layout)
-	if cfg.urls, err = newURLSources(c, cfg.nodeName, cfg.layout.sources(), log); err != nil {
+	if cfg.urls, err = newURLSources(c, cfg.nodeName, cfg.layout.Sources(), log); err != nil {
 		return nodeConfig{}, err
 	}
 	if cfg.nSources() == 0 {
@@ -163,8 +167,8 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		cfg.hostIP = defaultHostIP()
 	}
 	cfg.engine = runner.Config{
-		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.state, RunDir: cfg.layout.run,
-		PodTmpfs: true, PodLogDir: cfg.layout.podLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
+		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.State, RunDir: cfg.layout.Run,
+		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
 		ImageGC:              gc,
@@ -239,10 +243,10 @@ func pullFallback(v string) (bool, error) {
 // registryConfig reads the registry flags; credentials are looked for as the
 // kubelet looks (its root dir, then the user's docker config), in noderun's
 // state dir first.
-func registryConfig(c *cli.Context, l layout) ctrdrt.RegistryConfig {
+func registryConfig(c *cli.Context, l layout.Layout) ctrdrt.RegistryConfig {
 	auth := c.StringSlice("registry-auth-file")
 	if len(auth) == 0 {
-		auth = []string{l.registryAuth(), "/root/.docker/config.json"}
+		auth = []string{l.RegistryAuth(), "/root/.docker/config.json"}
 	}
 	return ctrdrt.RegistryConfig{
 		ConfigDir:       c.String("registry-config-dir"),

@@ -11,6 +11,7 @@ import (
 
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/atomicfile"
+	"github.com/noderun/noderun/internal/layout"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
 )
@@ -25,11 +26,11 @@ func apiFlags() []cli.Flag {
 
 // startKubeAPI opens the Kubernetes API's listener and serves it; until the
 // engine is handed over (Ready) it answers 503.
-func startKubeAPI(cfg apiConfig, dirs layout, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
+func startKubeAPI(cfg apiConfig, dirs layout.Layout, log *slog.Logger) (srv *kubeapi.Server, stop func() error, err error) {
 	if !kubeapi.IsLoopback(cfg.address) {
 		log.Warn("the Kubernetes API listens beyond loopback; whoever reaches it needs only a token", "address", cfg.address)
 	}
-	creds, err := kubeapi.LoadCredentials(dirs.apiDir(), kubeapi.Hosts(cfg.address), time.Now())
+	creds, err := kubeapi.LoadCredentials(dirs.APIDir(), kubeapi.Hosts(cfg.address), time.Now())
 	if err != nil {
 		return nil, nil, fmt.Errorf("kubernetes API credentials: %w", err)
 	}
@@ -38,7 +39,7 @@ func startKubeAPI(cfg apiConfig, dirs layout, log *slog.Logger) (srv *kubeapi.Se
 		return nil, nil, fmt.Errorf("kubernetes API (--api-address, --api-port): %w", err)
 	}
 	url := kubeapi.ServerURL(l.Addr())
-	if err := atomicfile.WriteFile(dirs.apiServerFile(), []byte(url+"\n"), 0o644); err != nil {
+	if err := atomicfile.WriteFile(dirs.APIServerFile(), []byte(url+"\n"), 0o644); err != nil {
 		l.Close()
 		return nil, nil, err
 	}

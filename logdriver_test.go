@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/noderun/noderun/internal/layout"
 )
 
 // The embedded driver's path when it installs; noderun's own binary when
@@ -30,7 +32,7 @@ func TestInstallLogDriverFallsBackToSelf(t *testing.T) {
 		got := installLogDriver(slog.New(slog.NewTextHandler(&out, nil)), func(d string) (string, error) {
 			dir = d
 			return tc.path, tc.err
-		}, layout{state: state}, "/self")
+		}, layout.Layout{State: state}, "/self")
 		if got != tc.want {
 			t.Errorf("%s: driver %q, want %q", tc.name, got, tc.want)
 		}

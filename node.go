@@ -31,7 +31,7 @@ type node struct {
 // starting containers needs (opts).
 func newRuntime(cfg hostConfig, conn *daemon.Conn, driver string, opts ...ctrdrt.Option) *ctrdrt.Runtime {
 	base := []ctrdrt.Option{ctrdrt.WithSnapshotter(snapshotter), ctrdrt.WithLogger(cfg.log), ctrdrt.WithCgroups(cfg.cgroups)}
-	return ctrdrt.New(conn.Client, cfg.namespace, cfg.layout.runc(), driver, append(base, opts...)...)
+	return ctrdrt.New(conn.Client, cfg.namespace, cfg.layout.Runc(), driver, append(base, opts...)...)
 }
 
 // newSandboxes is the pods' sandboxes on the CNI config of cfg; holder is
@@ -42,7 +42,7 @@ func newSandboxes(cfg hostConfig, holder *cni.Holder, watch []string) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
-	return sandbox.New(cniMgr, cfg.layout.sandboxes(), holder, sandbox.WithLogger(cfg.log), sandbox.WithConfigDirs(watch...)), nil
+	return sandbox.New(cniMgr, cfg.layout.Sandboxes(), holder, sandbox.WithLogger(cfg.log), sandbox.WithConfigDirs(watch...)), nil
 }
 
 // newNode builds and starts the node's parts on conn: the log collector,
@@ -53,22 +53,22 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 	if err != nil {
 		return nil, fmt.Errorf("find own binary for the log driver: %w", err)
 	}
-	n := &node{logs: crilog.NewHolder(l.collectorSocket(), startCollector(exe, l.collectorSocket()), log)}
+	n := &node{logs: crilog.NewHolder(l.CollectorSocket(), startCollector(exe, l.CollectorSocket()), log)}
 	go n.logs.Run(ctx)
 	warnPIDReuse(log, "/proc/sys/kernel/pid_max")
-	if warnings, err := ctrdrt.UseTempMountDir(l.tmpMounts()); err != nil {
+	if warnings, err := ctrdrt.UseTempMountDir(l.TmpMounts()); err != nil {
 		return nil, fmt.Errorf("temporary mounts: %w", err)
 	} else if len(warnings) > 0 {
 		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
 	}
 	n.rt = newRuntime(cfg.hostConfig, conn, installLogDriver(log, logdriver.Install, l, exe),
-		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSeccompDir(l.seccomp()), ctrdrt.WithPullFallback(cfg.pullFallback),
+		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSeccompDir(l.Seccomp()), ctrdrt.WithPullFallback(cfg.pullFallback),
 		ctrdrt.WithRegistry(cfg.registry), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(cfg.rotation),
-		ctrdrt.WithLogCollector(l.collectorSocket()), ctrdrt.WithPodLogDir(l.podLogs))
+		ctrdrt.WithLogCollector(l.CollectorSocket()), ctrdrt.WithPodLogDir(l.PodLogs))
 	n.rt.StockCreateLeases()
 	trim := memtrim.New()
 	go trim.Run(ctx)
-	if n.holder, err = cni.OpenHolder(l.nsHolder()); err != nil {
+	if n.holder, err = cni.OpenHolder(l.NSHolder()); err != nil {
 		return nil, err
 	}
 	if n.net, err = newSandboxes(cfg.hostConfig, n.holder, append([]string{cfg.cni.ConfDir}, cfg.cni.BinDirs...)); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
 
+	"github.com/noderun/noderun/internal/layout"
 	"github.com/noderun/noderun/internal/memtrim"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
@@ -35,7 +36,7 @@ func runNode(c *cli.Context) error {
 	}
 	ctx, log := c.Context, cfg.log
 	// Before anything that touches the status socket, containerd or pods.
-	release, err := lockDirs(cfg.layout.state, cfg.layout.run)
+	release, err := cfg.layout.Lock()
 	if err != nil {
 		return err
 	}
@@ -84,7 +85,7 @@ type apis struct {
 }
 
 func serveAPIs(cfg nodeConfig) (*apis, error) {
-	status, closeStatus, err := kubeapi.ServeStatus(cfg.layout.socket, cfg.log)
+	status, closeStatus, err := kubeapi.ServeStatus(cfg.layout.Socket, cfg.log)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +113,7 @@ func (a *apis) setWaiting(msg string) {
 // counts to both APIs.
 func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 	backend := apiBackend{Engine: n.engine, logs: n.logs, node: &kubeapi.NodeReporter{
-		Name: cfg.nodeName, HostIP: cfg.hostIP, Version: version, StorageDir: cfg.layout.podLogs, Started: time.Now(),
+		Name: cfg.nodeName, HostIP: cfg.hostIP, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
 			v, err := conn.Client.Version(ctx)
 			return v.Version, err
@@ -120,7 +121,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 		Healthy: n.engine.Healthy,
 	}}
 	a.status.Ready(backend)
-	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.podLogs, cfg.log))
+	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
 }
 
 func extendStartup(ctx context.Context, log *slog.Logger) {
@@ -168,8 +169,8 @@ func prepareContainerd(ctx context.Context, cfg nodeConfig, conn *daemon.Conn) (
 		log.Info("released leases left by an earlier run", "count", n)
 	}
 	// Imported before the first reconcile so offline pods never try a pull.
-	ledger := ctrdrt.OpenImportLedger(cfg.layout.importLedger())
-	return ledger, importImages(ctx, conn.Client, cfg.layout.images, ledger, log)
+	ledger := ctrdrt.OpenImportLedger(cfg.layout.ImportLedger())
+	return ledger, importImages(ctx, conn.Client, cfg.layout.Images, ledger, log)
 }
 
 // announceReady tells systemd and the log once the engine's first
@@ -277,8 +278,8 @@ func warnPIDReuse(log *slog.Logger, pidMaxFile string) {
 // container's log driver: the small one this binary embeds, put in
 // <state-dir>/bin by install (logdriver.Install), else noderun's own
 // binary (built without it, or the installed copy does not run).
-func installLogDriver(log *slog.Logger, install func(dir string) (string, error), l layout, self string) string {
-	path, err := install(l.driverBin())
+func installLogDriver(log *slog.Logger, install func(dir string) (string, error), l layout.Layout, self string) string {
+	path, err := install(l.DriverBin())
 	if err != nil {
 		log.Warn("noderun's own binary runs as the containers' log driver", "err", err)
 	}

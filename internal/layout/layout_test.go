@@ -1,4 +1,4 @@
-package main
+package layout
 
 import (
 	"os"
@@ -6,27 +6,19 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v2"
 )
 
-// resolveArgs runs resolveDirs in a subcommand, as reset does, on the
-// node flags args, and returns the dir flags after it.
+// resolveArgs runs Resolve on the dir flags args give (the last of each
+// wins, as on a command line) and returns the dirs after it by flag.
 func resolveArgs(t *testing.T, create bool, args ...string) (map[string]string, error) {
 	t.Helper()
-	got := map[string]string{}
-	var rerr error
-	app := &cli.App{Flags: flags(), Commands: []*cli.Command{{Name: "sub", Action: func(c *cli.Context) error {
-		rerr = resolveDirs(c, create)
-		for _, f := range dirFlags {
-			got[f] = c.String(f)
-		}
-		return nil
-	}}}}
-	if err := app.Run(append(append([]string{"noderun"}, args...), "sub")); err != nil {
-		t.Fatal(err)
+	var f Flags
+	dirs := map[string]*string{"state-dir": &f.State, "run-dir": &f.Run, "pod-log-dir": &f.PodLogs}
+	for i := 0; i+1 < len(args); i += 2 {
+		*dirs[strings.TrimPrefix(args[i], "--")] = args[i+1]
 	}
-	return got, rerr
+	l, err := Resolve(f, create)
+	return map[string]string{"state-dir": l.State, "run-dir": l.Run, "pod-log-dir": l.PodLogs}, err
 }
 
 // The mount table names mounts by their resolved absolute paths: a dir
@@ -92,13 +84,34 @@ func TestResolveDirsRefuses(t *testing.T) {
 	}
 }
 
+// The status socket and the images dir default to their places in the run
+// and state dirs as resolved; given, they are kept as given.
+func TestResolveDefaults(t *testing.T) {
+	dir := t.TempDir()
+	f := Flags{State: filepath.Join(dir, "s"), Run: filepath.Join(dir, "r"), PodLogs: filepath.Join(dir, "l")}
+	l, err := Resolve(f, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "r", "noderun.sock"); l.Socket != want {
+		t.Errorf("socket %q, want %q", l.Socket, want)
+	}
+	if want := filepath.Join(dir, "s", "images"); l.Images != want {
+		t.Errorf("images %q, want %q", l.Images, want)
+	}
+	f.Socket, f.Images = "/elsewhere/s.sock", "/elsewhere/images"
+	if l, err = Resolve(f, false); err != nil || l.Socket != f.Socket || l.Images != f.Images {
+		t.Errorf("given: %+v %v, want socket %q and images %q", l, err, f.Socket, f.Images)
+	}
+}
+
 // reset removes what run makes: every path of the layout under the state
 // or run dir is among the names reset owns there, or the admin's inputs.
 func TestResetOwnsEveryPathOfTheLayout(t *testing.T) {
-	l := layout{state: "/s", run: "/r", podLogs: "/l", socket: "/r/noderun.sock", images: "/s/images"}
+	l := Layout{State: "/s", Run: "/r", PodLogs: "/l", Socket: "/r/noderun.sock", Images: "/s/images"}
 	for _, p := range []string{
-		l.sources(), l.apiDir(), l.cniCache(), l.driverBin(), l.importLedger(), l.seccomp(), l.registryAuth(), l.images,
-		l.apiServerFile(), l.sandboxes(), l.nsHolder(), l.runc(), l.tmpMounts(), l.collectorSocket(), l.socket,
+		l.Sources(), l.APIDir(), l.CNICache(), l.DriverBin(), l.ImportLedger(), l.Seccomp(), l.RegistryAuth(), l.Images,
+		l.APIServerFile(), l.Sandboxes(), l.NSHolder(), l.Runc(), l.TmpMounts(), l.CollectorSocket(), l.Socket,
 	} {
 		dir, rest, _ := strings.Cut(strings.TrimPrefix(p, "/"), "/")
 		name, _, _ := strings.Cut(rest, "/")

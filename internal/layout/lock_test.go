@@ -1,4 +1,4 @@
-package main
+package layout
 
 import (
 	"errors"
@@ -25,8 +25,8 @@ func TestLockDirs(t *testing.T) {
 	// flock is per open file, so a second open in this process is refused
 	// as a second noderun would be; each directory alone is enough.
 	for _, dirs := range [][]string{{state, run}, {run}, {t.TempDir(), run}} {
-		if _, err := lockDirs(dirs...); !errors.Is(err, errLocked) || !strings.Contains(err.Error(), "pid "+pid) {
-			t.Errorf("lockDirs(%v) while held: %v; want errLocked naming pid %s", dirs, err, pid)
+		if _, err := lockDirs(dirs...); !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), "pid "+pid) {
+			t.Errorf("lockDirs(%v) while held: %v; want ErrLocked naming pid %s", dirs, err, pid)
 		}
 	}
 	release()

@@ -1,4 +1,4 @@
-package main
+package layout
 
 import (
 	"errors"
@@ -12,8 +12,25 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// errLocked means another noderun runs on the same directories.
-var errLocked = errors.New("another noderun uses these directories")
+// ErrLocked means another noderun runs on the same directories.
+var ErrLocked = errors.New("another noderun uses these directories")
+
+// Lock takes the single-instance lock of the state and run dirs (lockDirs).
+func (l Layout) Lock() (release func(), err error) {
+	return lockDirs(l.State, l.Run)
+}
+
+// LockExisting takes the single-instance lock of those of the state and
+// run dirs that exist: reset creates none of them.
+func (l Layout) LockExisting() (release func(), err error) {
+	var have []string
+	for _, d := range []string{l.State, l.Run} {
+		if _, err := os.Stat(d); err == nil {
+			have = append(have, d)
+		}
+	}
+	return lockDirs(have...)
+}
 
 // lockDirs takes an exclusive flock on <dir>/lock in each dir and writes our
 // PID into it, so that a second noderun on the same directories stops
@@ -51,7 +68,7 @@ func lockFile(path string) (*os.File, error) {
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s is held by pid %s", errLocked, path, holder(path))
+			return nil, fmt.Errorf("%w: %s is held by pid %s", ErrLocked, path, holder(path))
 		}
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}

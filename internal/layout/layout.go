@@ -1,4 +1,9 @@
-package main
+// Package layout is the node's directories: every path noderun owns under
+// its state, run and pod log dirs, named once, so that run makes what reset
+// removes. It resolves the dir flags and refuses a dir that is not one of
+// noderun's own, holds the single-instance lock on them, and removes what
+// the node made there (reset). It names paths; it starts nothing.
+package layout
 
 import (
 	"fmt"
@@ -7,55 +12,59 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
 	"github.com/noderun/noderun/runner/volume"
 )
 
-// layout is every path the node owns under its three directories, resolved
+// Layout is every path the node owns under its three directories, resolved
 // from the flags: run makes what it names and reset removes exactly that
 // (stateOwned, runOwned), so a path the node gains is added here once.
-type layout struct {
-	state, run, podLogs string
-	socket              string // --status-socket; may lie outside run
-	images              string // --images-dir; may lie outside state
+type Layout struct {
+	State, Run, PodLogs string
+	Socket              string // --status-socket; may lie outside Run
+	Images              string // --images-dir; may lie outside State
 }
 
-// resolveLayout resolves the dir flags (resolveDirs; with create the
-// daemon makes them) and names the node's paths under them.
-func resolveLayout(c *cli.Context, create bool) (layout, error) {
-	if err := resolveDirs(c, create); err != nil {
-		return layout{}, err
+// Flags are the dir flags as given: --state-dir, --run-dir, --pod-log-dir,
+// --status-socket and --images-dir (those two "" for their defaults).
+type Flags struct {
+	State, Run, PodLogs, Socket, Images string
+}
+
+// Resolve resolves the dir flags (resolveDirs; with create the daemon
+// makes them) and names the node's paths under them.
+func Resolve(f Flags, create bool) (Layout, error) {
+	dirs, err := resolveDirs([]string{f.State, f.Run, f.PodLogs}, create)
+	if err != nil {
+		return Layout{}, err
 	}
-	l := layout{state: c.String("state-dir"), run: c.String("run-dir"), podLogs: c.String("pod-log-dir"),
-		socket: c.String("status-socket"), images: c.String("images-dir")}
-	if l.socket == "" {
-		l.socket = kubeapi.StatusSocket(l.run)
+	l := Layout{State: dirs[0], Run: dirs[1], PodLogs: dirs[2], Socket: f.Socket, Images: f.Images}
+	if l.Socket == "" {
+		l.Socket = kubeapi.StatusSocket(l.Run)
 	}
-	if l.images == "" {
-		l.images = filepath.Join(l.state, "images")
+	if l.Images == "" {
+		l.Images = filepath.Join(l.State, "images")
 	}
 	return l, nil
 }
 
 // The state dir: pods' state, what the node keeps across reboots.
-func (l layout) sources() string      { return filepath.Join(l.state, "sources") }      // URL sources' last good responses
-func (l layout) apiDir() string       { return kubeapi.CredentialsDir(l.state) }        // the API's CA, certificate, tokens
-func (l layout) cniCache() string     { return filepath.Join(l.state, "cni", "cache") } // libcni's results
-func (l layout) driverBin() string    { return filepath.Join(l.state, "bin") }          // the embedded log driver
-func (l layout) importLedger() string { return filepath.Join(l.state, "image-imports.json") }
-func (l layout) seccomp() string      { return filepath.Join(l.state, "seccomp") }     // an input: Localhost profiles
-func (l layout) registryAuth() string { return filepath.Join(l.state, "config.json") } // an input: credentials
+func (l Layout) Sources() string      { return filepath.Join(l.State, "sources") }      // URL sources' last good responses
+func (l Layout) APIDir() string       { return kubeapi.CredentialsDir(l.State) }        // the API's CA, certificate, tokens
+func (l Layout) CNICache() string     { return filepath.Join(l.State, "cni", "cache") } // libcni's results
+func (l Layout) DriverBin() string    { return filepath.Join(l.State, "bin") }          // the embedded log driver
+func (l Layout) ImportLedger() string { return filepath.Join(l.State, "image-imports.json") }
+func (l Layout) Seccomp() string      { return filepath.Join(l.State, "seccomp") }     // an input: Localhost profiles
+func (l Layout) RegistryAuth() string { return filepath.Join(l.State, "config.json") } // an input: credentials
 
 // The run dir: a tmpfs, emptied by a reboot.
-func (l layout) apiServerFile() string   { return kubeapi.ServerFile(l.run) }                  // the API's URL, for clients
-func (l layout) sandboxes() string       { return runner.SandboxesDir(l.run) }                 // pods' sandbox dirs
-func (l layout) nsHolder() string        { return filepath.Join(l.run, "ns") }                 // pinned namespaces' holder
-func (l layout) runc() string            { return filepath.Join(l.run, "runc") }               // runc's state
-func (l layout) tmpMounts() string       { return filepath.Join(l.run, "tmpmounts") }          // containerd's temporary mounts
-func (l layout) collectorSocket() string { return filepath.Join(l.run, "log-collector.sock") } // root only
+func (l Layout) APIServerFile() string   { return kubeapi.ServerFile(l.Run) }                  // the API's URL, for clients
+func (l Layout) Sandboxes() string       { return runner.SandboxesDir(l.Run) }                 // pods' sandbox dirs
+func (l Layout) NSHolder() string        { return filepath.Join(l.Run, "ns") }                 // pinned namespaces' holder
+func (l Layout) Runc() string            { return filepath.Join(l.Run, "runc") }               // runc's state
+func (l Layout) TmpMounts() string       { return filepath.Join(l.Run, "tmpmounts") }          // containerd's temporary mounts
+func (l Layout) CollectorSocket() string { return filepath.Join(l.Run, "log-collector.sock") } // root only
 
 // stateInputs are what an admin puts in the state dir for noderun to read
 // (image tarballs, Localhost seccomp profiles, registry credentials): reset
@@ -67,7 +76,7 @@ var stateInputs = []string{"images", "seccomp", "config.json"}
 // nothing else. Besides the paths above: the engine's pods (runner), the
 // single-instance lock (lock.go), the containerd choice and a managed
 // containerd (runner/containerd/daemon), the log collector's lock and
-// stderr (crilog, logcollector.go).
+// stderr (crilog, main's logcollector.go).
 var (
 	stateOwned = []string{"pods", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
 	runOwned   = []string{"pods", "ns", "runc", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
@@ -86,47 +95,42 @@ var sharedDirs = []string{
 	"/usr/local", "/usr/lib", "/usr/share", "/run/user", "/run/lock",
 }
 
-// resolveDirs makes each dir flag absolute with every link resolved, and
-// sets the flag to that: the mount table names mounts by such paths, and a
+// resolveDirs makes each dir (as the dirFlags give them) absolute with
+// every link resolved: the mount table names mounts by such paths, and a
 // link changed later must not move what removal acts on. With create the
 // dirs are made first (the daemon); reset makes none. It refuses a dir
 // that is a system directory or overlaps another: removing noderun's
 // things from it could remove other programs' or each other's.
-func resolveDirs(c *cli.Context, create bool) error {
+func resolveDirs(dirs []string, create bool) ([]string, error) {
 	real := make([]string, len(dirFlags))
 	for i, name := range dirFlags {
-		dir := c.String(name)
+		dir := dirs[i]
 		if dir == "" {
-			return fmt.Errorf("--%s is empty", name)
+			return nil, fmt.Errorf("--%s is empty", name)
 		}
 		if create {
 			if err := os.MkdirAll(dir, 0o755); err != nil {
-				return fmt.Errorf("--%s: %w", name, err)
+				return nil, fmt.Errorf("--%s: %w", name, err)
 			}
 		}
 		r, err := volume.ResolvePath(dir)
 		if err != nil {
-			return fmt.Errorf("--%s %s: %w", name, dir, err)
+			return nil, fmt.Errorf("--%s %s: %w", name, dir, err)
 		}
 		if why := systemDir(r); why != "" {
-			return fmt.Errorf("--%s %s: %s: give a directory of noderun's own, such as %s/noderun", name, dir, why, r)
+			return nil, fmt.Errorf("--%s %s: %s: give a directory of noderun's own, such as %s/noderun", name, dir, why, r)
 		}
 		real[i] = r
 	}
 	for i := range real {
 		for j := i + 1; j < len(real); j++ {
 			if within(real[i], real[j]) || within(real[j], real[i]) {
-				return fmt.Errorf("--%s %s and --%s %s overlap: each must be a directory of its own, neither inside the other",
+				return nil, fmt.Errorf("--%s %s and --%s %s overlap: each must be a directory of its own, neither inside the other",
 					dirFlags[i], real[i], dirFlags[j], real[j])
 			}
 		}
 	}
-	for i, name := range dirFlags {
-		if err := c.Set(name, real[i]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return real, nil
 }
 
 // systemDir says why dir (absolute, resolved) is not one noderun may use
