@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/moby/sys/mountinfo"
@@ -137,5 +138,30 @@ func TestRemoveDirsKeepsForeign(t *testing.T) {
 		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
 			t.Errorf("%s: %v, want removed", gone, err)
 		}
+	}
+}
+
+// CheckOwned names what noderun does not make in the state or run dir,
+// counts a crash's temporary files of noderun's names and the admin's
+// inputs as noderun's, and lets force through.
+func TestCheckOwned(t *testing.T) {
+	root := t.TempDir()
+	l := Layout{State: filepath.Join(root, "s"), Run: filepath.Join(root, "r")}
+	if err := l.CheckOwned(false); err != nil {
+		t.Fatalf("missing dirs: %v", err)
+	}
+	for _, p := range []string{"s/pods/uid/pod.json", "s/.containerd.json.tmp42", "s/image-imports.json.tmp", "s/images/app.tar", "s/config.json", "r/lock"} {
+		mkfile(t, filepath.Join(root, p), "")
+	}
+	if err := l.CheckOwned(false); err != nil {
+		t.Fatalf("only noderun's: %v", err)
+	}
+	mkfile(t, filepath.Join(root, "r", "other.sock"), "")
+	want := "--run-dir " + l.Run + " holds what noderun did not make: other.sock"
+	if err := l.CheckOwned(false); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v, want an error with %q", err, want)
+	}
+	if err := l.CheckOwned(true); err != nil {
+		t.Errorf("with force: %v", err)
 	}
 }
