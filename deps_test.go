@@ -15,7 +15,7 @@ func TestPackageDependencies(t *testing.T) {
 		"manifests":                     {"internal/atomicfile", "internal/bandwidth", "internal/secretfile"},
 		"cni":                           {"internal/atomicfile", "internal/bandwidth"},
 		"crilog":                        nil,
-		"systemd":                       nil,
+		"systemd":                       {"internal/atomicfile"}, // Install replaces the binary and unit file atomically; knows no pod
 		"internal/ociimage":             nil,
 		"internal/testenv":              nil,
 		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups", "runner/volume"},

@@ -1,5 +1,6 @@
-// Package systemd tells systemd about noderun's state (sd_notify) and ships
-// its unit file. Outside systemd every call is a no-op.
+// Package systemd tells systemd about noderun's state (sd_notify), ships
+// its unit file and installs noderun with it (Install). Outside systemd
+// every notification is a no-op.
 package systemd
 
 import (

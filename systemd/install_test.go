@@ -1,4 +1,4 @@
-package main
+package systemd
 
 import (
 	"bytes"
@@ -69,7 +69,7 @@ func TestInstallUnderSystemd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := installation{Root: root, Prefix: "/usr", UnitDir: "/lib/systemd/system", Binary: bin, Systemd: true}
+	in := Installation{Root: root, Prefix: "/usr", UnitDir: "/lib/systemd/system", Binary: bin, Systemd: true}
 	wantUnit, err := unitFor("/usr/bin/noderun")
 	if err != nil {
 		t.Fatal(err)
@@ -77,7 +77,7 @@ func TestInstallUnderSystemd(t *testing.T) {
 	for run := 1; run <= 2; run++ { // the second run finds everything in place
 		var out bytes.Buffer
 		in.Out = &out
-		if err := install(in); err != nil {
+		if err := Install(in); err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}
 		wantFile(t, filepath.Join(root, "usr/bin/noderun"), 0o755, []byte("new binary"))
@@ -108,8 +108,8 @@ func TestInstallWithoutSystemdPrintsSteps(t *testing.T) {
 	calls := fakeSystemctl(t)
 	root := t.TempDir()
 	var out bytes.Buffer
-	in := installation{Root: root, Prefix: "/usr/local", UnitDir: "/etc/systemd/system", Binary: "/bin/sh", Out: &out}
-	if err := install(in); err != nil {
+	in := Installation{Root: root, Prefix: "/usr/local", UnitDir: "/etc/systemd/system", Binary: "/bin/sh", Out: &out}
+	if err := Install(in); err != nil {
 		t.Fatal(err)
 	}
 	wantFile(t, filepath.Join(root, "usr/local/bin/noderun"), 0o755, nil)
@@ -125,7 +125,7 @@ func TestInstallWithoutSystemdPrintsSteps(t *testing.T) {
 }
 
 func TestInstallRefusesRelativePaths(t *testing.T) {
-	err := install(installation{Root: t.TempDir(), Prefix: "usr", UnitDir: "/etc/systemd/system", Binary: "/bin/sh", Out: &bytes.Buffer{}})
+	err := Install(Installation{Root: t.TempDir(), Prefix: "usr", UnitDir: "/etc/systemd/system", Binary: "/bin/sh", Out: &bytes.Buffer{}})
 	if err == nil || !strings.Contains(err.Error(), `--prefix "usr"`) {
 		t.Fatalf("relative --prefix: %v, want an error naming it", err)
 	}
@@ -139,7 +139,7 @@ func TestInstallReportsSystemctlFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	err := install(installation{Root: t.TempDir(), Prefix: "/usr", UnitDir: "/lib/systemd/system", Binary: "/bin/sh", Systemd: true, Out: &bytes.Buffer{}})
+	err := Install(Installation{Root: t.TempDir(), Prefix: "/usr", UnitDir: "/lib/systemd/system", Binary: "/bin/sh", Systemd: true, Out: &bytes.Buffer{}})
 	if err == nil || !strings.Contains(err.Error(), "systemctl daemon-reload") || !strings.Contains(err.Error(), "Failed to connect to bus") {
 		t.Fatalf("got %v, want the failed command and its output", err)
 	}
