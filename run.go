@@ -46,11 +46,9 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer apis.close()
-	// READY=1 waits for containerd and the first reconcile, which may take
-	// longer than systemd's start timeout.
 	startCtx, started := context.WithCancel(ctx)
 	defer started()
-	go extendStartup(startCtx, log)
+	go systemd.HoldStart(startCtx, log)
 	conn, err := connect(ctx, cfg, apis, startCtx)
 	if err != nil || conn == nil {
 		return err // nil: stopped while waiting
@@ -66,7 +64,10 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer n.close()
-	go announceReady(ctx, cfg, n.engine, started)
+	go systemd.Announce(ctx, sdEngine{n.engine}, log, func() {
+		started()
+		log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
+	})
 	apis.ready(cfg, n, conn)
 	err = n.engine.Run(ctx, startSources(ctx, cfg), cfg.nSources())
 	_, _ = systemd.Stopping()
@@ -124,12 +125,6 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
 }
 
-func extendStartup(ctx context.Context, log *slog.Logger) {
-	if err := systemd.ExtendStartup(ctx, 20*time.Second, time.Minute); err != nil {
-		log.Warn("sd_notify", "err", err)
-	}
-}
-
 // connect waits for the chosen containerd; until start-up is done
 // (startCtx), each failed try is what the APIs say start-up waits for.
 // nil, nil: ctx ended while waiting.
@@ -173,23 +168,11 @@ func prepareContainerd(ctx context.Context, cfg nodeConfig, conn *daemon.Conn) (
 	return ledger, importImages(ctx, conn.Client, cfg.layout.Images, ledger, log)
 }
 
-// announceReady tells systemd and the log once the engine's first
-// reconcile is done, then keeps the watchdog fed and the status line at
-// the pod counts.
-func announceReady(ctx context.Context, cfg nodeConfig, engine *runner.Engine, started func()) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-engine.Ready():
-	}
-	started()
-	cfg.log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
-	if _, err := systemd.Ready(); err != nil {
-		cfg.log.Warn("sd_notify", "err", err)
-	}
-	go watchdog(ctx, engine, cfg.log)
-	podStatus(ctx, engine, cfg.log)
-}
+// sdEngine is the engine as systemd sees it: the status line is the pod
+// counts.
+type sdEngine struct{ *runner.Engine }
+
+func (e sdEngine) Status() string { return e.PodCounts().String() }
 
 // startSources starts every manifest source, sending to the channel the
 // engine reads.
@@ -208,36 +191,6 @@ func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 	return snaps
-}
-
-// watchdog feeds systemd's watchdog while the sync loop turns. A containerd
-// outage does not stop it: restarting noderun would not end one.
-func watchdog(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
-	err := systemd.Watchdog(ctx, engine.LoopHealthy, func(err error) {
-		log.Warn("not feeding the systemd watchdog", "err", err)
-	})
-	if err != nil {
-		log.Warn("sd_notify watchdog", "err", err)
-	}
-}
-
-// podStatus keeps systemd's status line (systemctl status) at the pod
-// counts, sent when they change.
-func podStatus(ctx context.Context, engine *runner.Engine, log *slog.Logger) {
-	last := ""
-	for {
-		if s := engine.PodCounts().String(); s != last {
-			if _, err := systemd.Status(s); err != nil {
-				log.Warn("sd_notify status", "err", err)
-			}
-			last = s
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-engine.CountsChanged():
-		}
-	}
 }
 
 // importImages imports the tarballs present now, then keeps watching the
