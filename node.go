@@ -55,7 +55,7 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 	}
 	n := &node{logs: crilog.NewHolder(l.CollectorSocket(), startCollector(exe, l.CollectorSocket()), log)}
 	go n.logs.Run(ctx)
-	warnPIDReuse(log, "/proc/sys/kernel/pid_max")
+	ctrdrt.WarnPIDReuse(log, "/proc/sys/kernel/pid_max")
 	if warnings, err := ctrdrt.UseTempMountDir(l.TmpMounts()); err != nil {
 		return nil, fmt.Errorf("temporary mounts: %w", err)
 	} else if len(warnings) > 0 {

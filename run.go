@@ -3,12 +3,8 @@ package main
 import (
 	"context"
 	"log/slog"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/containerd/containerd"
 	"github.com/urfave/cli/v2"
 
 	"github.com/noderun/noderun/internal/layout"
@@ -165,7 +161,7 @@ func prepareContainerd(ctx context.Context, cfg nodeConfig, conn *daemon.Conn) (
 	}
 	// Imported before the first reconcile so offline pods never try a pull.
 	ledger := ctrdrt.OpenImportLedger(cfg.layout.ImportLedger())
-	return ledger, importImages(ctx, conn.Client, cfg.layout.Images, ledger, log)
+	return ledger, ctrdrt.ImportImagesDir(ctx, conn.Client, cfg.layout.Images, snapshotter, ledger, log)
 }
 
 // sdEngine is the engine as systemd sees it: the status line is the pod
@@ -191,40 +187,6 @@ func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 	return snaps
-}
-
-// importImages imports the tarballs present now, then keeps watching the
-// directory for new ones.
-func importImages(ctx context.Context, client *containerd.Client, dir string, ledger *ctrdrt.ImportLedger, log *slog.Logger) error {
-	watch, err := ctrdrt.WatchImagesDir(ctx, client, dir, snapshotter, ledger, log)
-	if err != nil {
-		return err
-	}
-	go func() {
-		if err := watch(); err != nil {
-			log.Error("images dir watch stopped", "dir", dir, "err", err)
-		}
-	}()
-	return nil
-}
-
-// warnPIDReuse warns when an exited log driver's PID may be reused before
-// an old shim signals it (ShimSignalsByPID): systemd raises kernel.pid_max
-// to 4194304 at boot, other inits leave the kernel's 32768.
-func warnPIDReuse(log *slog.Logger, pidMaxFile string) {
-	const enough = 1 << 22
-	b, err := os.ReadFile(pidMaxFile)
-	if err != nil {
-		return
-	}
-	if max, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || max >= enough {
-		return
-	}
-	if path, goVersion, byPID := ctrdrt.ShimSignalsByPID(); byPID {
-		log.Warn("the containerd shim signals exited log drivers by PID, and PIDs wrap soon: "+
-			"a deleted container's SIGTERM may reach an unrelated process; set kernel.pid_max to 4194304",
-			"shim", path, "go", goVersion, "pid_max", strings.TrimSpace(string(b)))
-	}
 }
 
 // installLogDriver returns the program containerd's shim runs as each

@@ -155,6 +155,21 @@ func WatchImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string
 	}, nil
 }
 
+// ImportImagesDir imports the tarballs present now, then keeps watching the
+// directory for new ones.
+func ImportImagesDir(ctx context.Context, c *ctrd.Client, dir, snapshotter string, ledger *ImportLedger, log *slog.Logger) error {
+	watch, err := WatchImagesDir(ctx, c, dir, snapshotter, ledger, log)
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := watch(); err != nil {
+			log.Error("images dir watch stopped", "dir", dir, "err", err)
+		}
+	}()
+	return nil
+}
+
 // pollImagesEvery is how often the images dir is looked at while it cannot
 // be watched.
 const pollImagesEvery = 5 * time.Second

@@ -313,19 +313,38 @@ func bundleGone(pid int) bool {
 	return err == nil && strings.HasSuffix(cwd, " (deleted)")
 }
 
-// ShimSignalsByPID reports whether the runc v2 shim on PATH was built with
+// shimSignalsByPID reports whether the runc v2 shim on PATH was built with
 // a Go older than 1.23 (Debian 12's is 1.19), whose os/exec signals by bare
 // PID: such a shim sends SIGTERM to a container's log driver when the task
 // is deleted, long after the driver exited, so once the PIDs have wrapped
 // (32768 of them go by within a minute on a busy node) another process may
 // get it. Go 1.23 signals through a pidfd.
-func ShimSignalsByPID() (path, goVersion string, byPID bool) {
+func shimSignalsByPID() (path, goVersion string, byPID bool) {
 	path, err := exec.LookPath(shimBinary)
 	if err != nil {
 		return "", "", false
 	}
 	goVersion, byPID = builtBefore(path, "go1.23")
 	return path, goVersion, byPID
+}
+
+// WarnPIDReuse warns when an exited log driver's PID may be reused before
+// an old shim signals it (shimSignalsByPID): systemd raises kernel.pid_max
+// to 4194304 at boot, other inits leave the kernel's 32768.
+func WarnPIDReuse(log *slog.Logger, pidMaxFile string) {
+	const enough = 1 << 22
+	b, err := os.ReadFile(pidMaxFile)
+	if err != nil {
+		return
+	}
+	if max, err := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || max >= enough {
+		return
+	}
+	if path, goVersion, byPID := shimSignalsByPID(); byPID {
+		log.Warn("the containerd shim signals exited log drivers by PID, and PIDs wrap soon: "+
+			"a deleted container's SIGTERM may reach an unrelated process; set kernel.pid_max to 4194304",
+			"shim", path, "go", goVersion, "pid_max", strings.TrimSpace(string(b)))
+	}
 }
 
 // builtBefore reports the Go version binary path was built with and

@@ -127,7 +127,7 @@ func TestReapStrayShims(t *testing.T) {
 // The shim's Go version is read; a binary of this Go does not signal by
 // PID, one older than go9.0 does.
 func TestShimSignalsByPID(t *testing.T) {
-	path, goVersion, byPID := ShimSignalsByPID()
+	path, goVersion, byPID := shimSignalsByPID()
 	testenv.Require(t, path != "", shimBinary+" on PATH")
 	if !version.IsValid(goVersion) {
 		t.Fatalf("%s: Go version %q read", path, goVersion)

@@ -1,4 +1,4 @@
-package main
+package containerd
 
 import (
 	"bytes"
@@ -9,13 +9,12 @@ import (
 	"testing"
 
 	"github.com/noderun/noderun/internal/testenv"
-	ctrdrt "github.com/noderun/noderun/runner/containerd"
 )
 
 // With a shim that signals by PID (Debian 12's), noderun warns when
 // pid_max is the kernel's 32768 and says nothing at systemd's 4194304.
 func TestWarnPIDReuse(t *testing.T) {
-	path, goVersion, byPID := ctrdrt.ShimSignalsByPID()
+	path, goVersion, byPID := shimSignalsByPID()
 	testenv.Require(t, path != "", "containerd-shim-runc-v2 on PATH")
 	if !byPID {
 		t.Skipf("%s is built with %s, which signals through a pidfd: nothing to warn of", path, goVersion)
@@ -29,7 +28,7 @@ func TestWarnPIDReuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		var out bytes.Buffer
-		warnPIDReuse(slog.New(slog.NewTextHandler(&out, nil)), file)
+		WarnPIDReuse(slog.New(slog.NewTextHandler(&out, nil)), file)
 		if got := strings.Contains(out.String(), "set kernel.pid_max to 4194304"); got != tc.warns {
 			t.Errorf("pid_max %s: warned %t, want %t; log: %q", strings.TrimSpace(tc.pidMax), got, tc.warns, out.String())
 		}
