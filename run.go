@@ -2,13 +2,10 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/noderun/noderun/internal/layout"
-	"github.com/noderun/noderun/internal/memtrim"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
@@ -187,22 +184,4 @@ func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 	return snaps
-}
-
-// installLogDriver returns the program containerd's shim runs as each
-// container's log driver: the small one this binary embeds, put in
-// <state-dir>/bin by install (logdriver.Install), else noderun's own
-// binary (built without it, or the installed copy does not run).
-func installLogDriver(log *slog.Logger, install func(dir string) (string, error), l layout.Layout, self string) string {
-	path, err := install(l.DriverBin())
-	if err != nil {
-		log.Warn("noderun's own binary runs as the containers' log driver", "err", err)
-	}
-	if path == "" {
-		return self
-	}
-	log.Debug("containers' log driver", "path", path)
-	// Reading the embedded copy made those pages of the binary resident.
-	memtrim.TrimExecutable()
-	return path
 }

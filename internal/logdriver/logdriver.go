@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +31,7 @@ import (
 
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/atomicfile"
+	"github.com/noderun/noderun/internal/memtrim"
 )
 
 // checkWait bounds the check, which must not hold noderun's start.
@@ -56,6 +58,29 @@ func Install(dir string) (string, error) {
 		return "", fmt.Errorf("the embedded log driver: %w", err)
 	}
 	return install(bin, dir)
+}
+
+// InstallOrSelf returns the program containerd's shim runs as each
+// container's log driver: the small one this binary embeds, put in dir
+// (Install), else self, noderun's own binary (built without it, or the
+// installed copy does not run).
+func InstallOrSelf(log *slog.Logger, dir, self string) string {
+	return installOrSelf(log, Install, dir, self)
+}
+
+// installOrSelf is InstallOrSelf with the install a test can fake.
+func installOrSelf(log *slog.Logger, install func(dir string) (string, error), dir, self string) string {
+	path, err := install(dir)
+	if err != nil {
+		log.Warn("noderun's own binary runs as the containers' log driver", "err", err)
+	}
+	if path == "" {
+		return self
+	}
+	log.Debug("containers' log driver", "path", path)
+	// Reading the embedded copy made those pages of the binary resident.
+	memtrim.TrimExecutable()
+	return path
 }
 
 func install(bin []byte, dir string) (string, error) {

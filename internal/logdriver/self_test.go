@@ -1,4 +1,4 @@
-package main
+package logdriver
 
 import (
 	"bytes"
@@ -7,14 +7,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/noderun/noderun/internal/layout"
 )
 
 // The embedded driver's path when it installs; noderun's own binary when
 // the build embeds none (quietly) or the installed copy does not run
 // (saying so).
-func TestInstallLogDriverFallsBackToSelf(t *testing.T) {
+func TestInstallOrSelf(t *testing.T) {
 	state := t.TempDir()
 	for _, tc := range []struct {
 		name  string
@@ -29,15 +27,15 @@ func TestInstallLogDriverFallsBackToSelf(t *testing.T) {
 	} {
 		var out bytes.Buffer
 		var dir string
-		got := installLogDriver(slog.New(slog.NewTextHandler(&out, nil)), func(d string) (string, error) {
+		got := installOrSelf(slog.New(slog.NewTextHandler(&out, nil)), func(d string) (string, error) {
 			dir = d
 			return tc.path, tc.err
-		}, layout.Layout{State: state}, "/self")
+		}, filepath.Join(state, "bin"), "/self")
 		if got != tc.want {
 			t.Errorf("%s: driver %q, want %q", tc.name, got, tc.want)
 		}
 		if dir != filepath.Join(state, "bin") {
-			t.Errorf("%s: installed into %q, want <state-dir>/bin", tc.name, dir)
+			t.Errorf("%s: installed into %q, want %s", tc.name, dir, filepath.Join(state, "bin"))
 		}
 		if warned := strings.Contains(out.String(), "level=WARN"); warned != tc.warns {
 			t.Errorf("%s: warned %t, want %t: %q", tc.name, warned, tc.warns, out.String())
