@@ -7,66 +7,104 @@ import (
 	"testing"
 )
 
-// TestPackageDependencies keeps the architecture honest: leaves import no
-// noderun package, runner imports only manifests, and so on.
+// rule is what a package may import of noderun's own, and why.
+type rule struct {
+	imports []string
+	why     string
+}
+
+// depRules holds one rule for every package, main included: a package
+// without one fails the test, so each new package states its place.
+var depRules = map[string]rule{
+	".": {[]string{"cni", "crilog", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
+		"internal/logdriver", "internal/memtrim", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
+		"runner/sandbox", "systemd"},
+		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
+
+	// The leaves: what they do needs no engine.
+	"manifests":           {[]string{"internal/atomicfile", "internal/bandwidth", "internal/secretfile"}, "manifests to pods: runs nothing, so any part may use it"},
+	"cni":                 {[]string{"internal/atomicfile", "internal/bandwidth"}, "namespaces and libcni: knows no pod worker, so the sandbox and bench both use it"},
+	"crilog":              {nil, "the log collector and driver run in processes of their own: they link nothing of the daemon"},
+	"systemd":             {[]string{"internal/atomicfile"}, "sd_notify over an Engine interface of its own, and install (atomic replacement of the binary and unit): knows no pod"},
+	"internal/execio":     {nil, "an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other"},
+	"internal/expansion":  {nil, "$(VAR) syntax, shared by runner and runner/prober"},
+	"internal/atomicfile": {nil, "crash-safe writes for every package that keeps state"},
+	"internal/bandwidth":  {nil, "the annotations as the kubelet reads them, for manifests (validation) and cni (applying)"},
+	"internal/cgroups":    {nil, "cgroup paths for both drivers and hierarchies: runner decides, runner/containerd applies"},
+	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
+	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
+	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},
+	"internal/secretfile": {nil, "the one mode check for files holding secrets, which manifests and runner/containerd share"},
+
+	// The engine and what implements its interfaces.
+	"runner": {[]string{"manifests", "crilog", "runner/prober", "runner/volume", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups"},
+		"the sync engine declares Runtime and Network and imports no implementation of them (crilog: a log's last lines for FallbackToLogsOnError)"},
+	"runner/prober": {[]string{"internal/expansion"}, "probes and hooks reach containers through an Execer: they know no runtime"},
+	"runner/volume": {nil, "hostile-path-safe file operations; knows no pod worker"},
+	"runner/containerd": {[]string{"runner", "manifests", "crilog", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
+		"implements runner.Runtime; never the sandbox or the daemon's lifecycle"},
+	"runner/containerd/daemon": {[]string{"runner/volume", "internal/atomicfile"},
+		"finds, starts and supervises containerd; knows no pod (RemoveTree: a managed daemon's dirs hold mounts)"},
+	"runner/sandbox": {[]string{"runner", "cni", "internal/dirpoll"}, "implements runner.Network; runner and cni may not import it"},
+
+	// The node's faces.
+	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio"},
+		"reads the engine only through its Backend and Streams interfaces, never runner"},
+	"internal/cli": {[]string{"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
+		"client commands talk to the node over its two APIs only (and hand exec its streams as the API client takes them)"},
+	"internal/layout": {[]string{"kubeapi", "runner", "runner/volume"},
+		"the node's dirs: names the paths kubeapi and runner own so each is spelled once, resolves and removes through runner/volume; starts nothing, and kubeapi and runner may not import it"},
+	"internal/logdriver": {[]string{"crilog", "internal/atomicfile", "internal/memtrim"},
+		"carries the driver program and installs it (memtrim: gives back the pages reading the embedded driver made resident)"},
+	"internal/logdriver/driver": {[]string{"crilog"}, "the driver program alone: crilog's driver side, nothing more, to start fast"},
+
+	// Tests, benchmarks and their tools: never imported by the binary.
+	"internal/ociimage":             {nil, "image tarballs for examples and tests"},
+	"internal/ociimage/cmd/mkimage": {[]string{"internal/ociimage"}, "the examples' image builder"},
+	"internal/testenv":              {nil, "the skip-or-fail rule for tests with real prerequisites"},
+	"internal/testnode": {[]string{"internal/logdriver", "internal/ociimage", "runner/containerd/daemon"},
+		"the node under test of e2e and bench: it builds noderun, runs it on a containerd of its own and cleans up as noderun would"},
+	"e2e": {nil, "tests only: they drive the binary from outside"},
+	"bench": {[]string{"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd", "runner/containerd/daemon"},
+		"the floor is built from the same parts noderun uses (containerd's client, libcni), measured beside the binary"},
+}
+
+// TestPackageDependencies keeps the architecture honest: every package,
+// main included, imports of noderun's own only what its rule allows.
 func TestPackageDependencies(t *testing.T) {
 	const mod = "github.com/noderun/noderun"
-	allowed := map[string][]string{
-		"manifests":                     {"internal/atomicfile", "internal/bandwidth", "internal/secretfile"},
-		"cni":                           {"internal/atomicfile", "internal/bandwidth"},
-		"crilog":                        nil,
-		"systemd":                       {"internal/atomicfile"}, // Install replaces the binary and unit file atomically; knows no pod
-		"internal/ociimage":             nil,
-		"internal/testenv":              nil,
-		"runner":                        {"manifests", "crilog", "runner/prober", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups", "runner/volume"},
-		"runner/volume":                 nil, // hostile-path-safe file operations; knows no pod worker
-		"runner/prober":                 {"internal/expansion"},
-		"internal/expansion":            nil,
-		"internal/atomicfile":           nil,
-		"internal/bandwidth":            nil,
-		"runner/containerd":             {"runner", "manifests", "crilog", "internal/cgroups", "internal/dirpoll", "internal/secretfile", "internal/execio"},
-		"runner/containerd/daemon":      {"runner/volume", "internal/atomicfile"}, // finds, starts, supervises containerd; knows no pod (RemoveTree: a managed daemon's dirs hold mounts)
-		"runner/sandbox":                {"runner", "cni", "internal/dirpoll"},    // implements runner.Network; runner and cni may not import it
-		"internal/cgroups":              nil,
-		"internal/dirpoll":              nil,
-		"internal/layout":               {"kubeapi", "runner", "runner/volume"}, // the node's dirs: names the paths kubeapi and runner own (CredentialsDir, ServerFile, StatusSocket, SandboxesDir) so each is spelled once, resolves and removes through runner/volume's ResolvePath and RemoveTree; starts nothing, and kubeapi and runner may not import it
-		"internal/kernel":               nil,
-		"internal/memtrim":              nil, // a leaf: the daemon, the collector and log drivers call it
-		"internal/secretfile":           nil, // a leaf: the one mode check for files holding secrets, which manifests and runner/containerd share
-		"internal/execio":               nil, // an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other
-		"kubeapi":                       {"crilog", "manifests", "internal/atomicfile", "internal/execio"},
-		"e2e":                           nil, // tests only
-		"bench":                         {"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd", "runner/containerd/daemon"},
-		"internal/logdriver":            {"crilog", "internal/atomicfile", "internal/memtrim"}, // memtrim: InstallOrSelf gives back the pages reading the embedded driver made resident
-		"internal/logdriver/driver":     {"crilog"},
-		"internal/ociimage/cmd/mkimage": {"internal/ociimage"},
-		// client commands talk to the node over its two APIs only (and
-		// hand exec its streams as the API client takes them)
-		"internal/cli": {"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
-		// The node under test of e2e and bench: it builds noderun, runs it
-		// on a containerd of its own and cleans up as noderun would.
-		"internal/testnode": {"internal/logdriver", "internal/ociimage", "runner/containerd/daemon"},
+	for pkg, r := range depRules {
+		if r.why == "" {
+			t.Errorf("the rule for %s gives no reason", pkg)
+		}
 	}
 	// Production imports only: tests may use any helper package.
 	out, err := exec.Command("go", "list", "-f", `{{.ImportPath}} {{join .Imports " "}}`, "./...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
+	seen := map[string]bool{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		fields := strings.Fields(line)
-		pkg, ok := strings.CutPrefix(fields[0], mod+"/")
-		if !ok {
-			continue // the main package wires everything
+		pkg := "."
+		if fields[0] != mod {
+			pkg = strings.TrimPrefix(fields[0], mod+"/")
 		}
-		allow, known := allowed[pkg]
+		seen[pkg] = true
+		r, known := depRules[pkg]
 		if !known {
 			t.Errorf("package %s has no entry in the dependency rules", pkg)
 			continue
 		}
 		for _, imp := range fields[1:] {
-			if dep, ok := strings.CutPrefix(imp, mod+"/"); ok && !slices.Contains(allow, dep) {
-				t.Errorf("%s imports %s; allowed: %v", pkg, dep, allow)
+			if dep, ok := strings.CutPrefix(imp, mod+"/"); ok && !slices.Contains(r.imports, dep) {
+				t.Errorf("%s imports %s; allowed: %v (%s)", pkg, dep, r.imports, r.why)
 			}
+		}
+	}
+	for pkg := range depRules {
+		if !seen[pkg] {
+			t.Errorf("a rule names %s, which is no package", pkg)
 		}
 	}
 }
