@@ -273,19 +273,7 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 		return
 	}
 	defer res.store.stopWatch(wt)
-	view := res.viewer(r)
-	send := func(c change[T]) bool {
-		typ, ok := res.visible(q, c)
-		if !ok {
-			return true
-		}
-		seen := view(c.obj)
-		var obj runtime.Object = res.object(seen)
-		if q.table {
-			obj = res.table([]T{seen}, c.rv, q.include)
-		}
-		return enc.Encode(&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Object: obj}}) == nil
-	}
+	send := res.watchSender(r, q, enc)
 	for _, c := range initial {
 		if !send(c) {
 			return
@@ -297,6 +285,30 @@ func (res *resource[T]) serveWatch(s *Server, w http.ResponseWriter, r *http.Req
 	if sw.flush() != nil {
 		return
 	}
+	res.followWatch(s, r, q, wt, sw, send)
+}
+
+// watchSender returns the function that encodes a change as the watch
+// event q's client sees, if any; it reports false once a write failed.
+func (res *resource[T]) watchSender(r *http.Request, q *query, enc *json.Encoder) func(change[T]) bool {
+	view := res.viewer(r)
+	return func(c change[T]) bool {
+		typ, ok := res.visible(q, c)
+		if !ok {
+			return true
+		}
+		seen := view(c.obj)
+		var obj runtime.Object = res.object(seen)
+		if q.table {
+			obj = res.table([]T{seen}, c.rv, q.include)
+		}
+		return enc.Encode(&metav1.WatchEvent{Type: string(typ), Object: runtime.RawExtension{Object: obj}}) == nil
+	}
+}
+
+// followWatch sends wt's changes, as they come, until the watch ends (see
+// serveWatch).
+func (res *resource[T]) followWatch(s *Server, r *http.Request, q *query, wt *watcher[T], sw *streamWriter, send func(change[T]) bool) {
 	timeout := q.timeout
 	if timeout == 0 {
 		timeout = s.watchTimeout()

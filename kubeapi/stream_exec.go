@@ -167,21 +167,40 @@ func (s *StreamServer) acceptRemote(w http.ResponseWriter, r *http.Request, opts
 	return s.acceptSPDY(w, r, opts)
 }
 
+// spdyWanted says which streams a SPDY client of protocol opens for opts,
+// and how many.
+func spdyWanted(opts remoteOptions, protocol string) (wanted map[string]bool, want int) {
+	// The streams the query asked for, each once: any other is reset, so
+	// that a client cannot make the wait for them count a stream twice.
+	wanted = map[string]bool{streamTypeError: true, streamTypeStdin: opts.stdin, streamTypeStdout: opts.stdout,
+		streamTypeStderr: opts.stderr, streamTypeResize: opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1}
+	for _, w := range wanted {
+		if w {
+			want++
+		}
+	}
+	return wanted, want
+}
+
+// spdyArrival is a stream a SPDY client opened, with the signal that its
+// reply went out.
+type spdyArrival struct {
+	stream    httpstream.Stream
+	replySent <-chan struct{}
+}
+
+// acceptSPDY is acceptRemote for a SPDY client.
 func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts remoteOptions) (*remoteStreams, bool) {
 	protocol, err := httpstream.Handshake(r, w, remoteCommandProtocols)
 	if err != nil {
 		return nil, false // Handshake answered
 	}
-	type arrival struct {
-		stream    httpstream.Stream
-		replySent <-chan struct{}
-	}
-	arrivals := make(chan arrival)
+	arrivals := make(chan spdyArrival)
 	done := make(chan struct{})
 	defer close(done)
 	conn := spdy.NewResponseUpgrader().UpgradeResponse(w, r, func(st httpstream.Stream, replySent <-chan struct{}) error {
 		select {
-		case arrivals <- arrival{st, replySent}:
+		case arrivals <- spdyArrival{st, replySent}:
 			return nil
 		case <-done:
 			return errors.New("unexpected stream")
@@ -196,16 +215,17 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 		<-conn.CloseChan()
 		close(rs.gone)
 	}()
-	// The streams the query asked for, each once: any other is reset, so
-	// that a client cannot make the wait below count a stream twice.
-	wanted := map[string]bool{streamTypeError: true, streamTypeStdin: opts.stdin, streamTypeStdout: opts.stdout,
-		streamTypeStderr: opts.stderr, streamTypeResize: opts.tty && protocol != remoteCommandV2 && protocol != remoteCommandV1}
-	want := 0
-	for _, w := range wanted {
-		if w {
-			want++
-		}
+	if !s.acceptSPDYStreams(r, conn, rs, opts, arrivals, done) {
+		return nil, false
 	}
+	return rs, true
+}
+
+// acceptSPDYStreams waits until the client opened the streams opts asks
+// for, each into rs, and their replies went out. On failure it closes
+// conn. done closes once nobody receives from arrivals any more.
+func (s *StreamServer) acceptSPDYStreams(r *http.Request, conn httpstream.Connection, rs *remoteStreams, opts remoteOptions, arrivals <-chan spdyArrival, done <-chan struct{}) bool {
+	wanted, want := spdyWanted(opts, rs.protocol)
 	replied := make(chan struct{})
 	expired := time.NewTimer(streamCreationTimeout)
 	defer expired.Stop()
@@ -248,13 +268,13 @@ func (s *StreamServer) acceptSPDY(w http.ResponseWriter, r *http.Request, opts r
 		case <-expired.C:
 			s.cfg.Log.Warn("streaming client did not open its streams", "path", r.URL.Path, "timeout", streamCreationTimeout)
 			conn.Close()
-			return nil, false
+			return false
 		case <-rs.gone: // the client went (or broke the protocol) first
 			conn.Close()
-			return nil, false
+			return false
 		}
 	}
-	return rs, true
+	return true
 }
 
 // The channels of the WebSocket protocol, in their order on the wire.

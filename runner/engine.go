@@ -200,13 +200,8 @@ func (e *Engine) unhealthy(uid, container, msg string) {
 // reconcile waits until every source has reported once, so pods from a
 // source that is merely slow are never mistaken for removed ones.
 func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSources int) error {
-	for len(e.sources) < nSources {
-		select {
-		case s := <-snaps:
-			e.setSource(s)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := e.awaitSources(ctx, snaps, nSources); err != nil {
+		return err
 	}
 	exits, err := e.rt.Exits(ctx)
 	if err != nil {
@@ -219,6 +214,27 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 	e.lastLoop.Store(&now)
 	e.ready.Store(true)
 	close(e.readyCh)
+	e.loop(ctx, snaps, exits)
+	return nil
+}
+
+// awaitSources takes snapshots until each of nSources sources has sent
+// one, or ctx ends.
+func (e *Engine) awaitSources(ctx context.Context, snaps <-chan manifests.Snapshot, nSources int) error {
+	for len(e.sources) < nSources {
+		select {
+		case s := <-snaps:
+			e.setSource(s)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// loop is Run once ready: it reconciles on each snapshot, exit and tick
+// until ctx ends, then waits for the workers.
+func (e *Engine) loop(ctx context.Context, snaps <-chan manifests.Snapshot, exits <-chan ExitEvent) {
 	resync := e.clock.NewTicker(e.cfg.Resync)
 	defer resync.Stop()
 	gc := e.clock.NewTicker(e.cfg.GCInterval)
@@ -241,7 +257,7 @@ func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSour
 		case <-ctx.Done():
 			e.wg.Wait()
 			e.probes.Stop()
-			return nil
+			return
 		case s := <-snaps:
 			e.setSource(s)
 			e.apply(ctx)

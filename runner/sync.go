@@ -254,15 +254,55 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 // its postStart hook, and removes the run it replaces.
 func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, restart int, last *v1.ContainerStateTerminated, latest map[string]*ContainerStatus) time.Duration {
 	e, c := w.env, s.c
+	img, retry, ok := w.startImage(ctx, pod, s)
+	if !ok {
+		return retry
+	}
+	cfg, err := w.containerConfig(pod, c, s.init, img, restart, last)
+	if err != nil {
+		return w.startFailed(pod, c, "CreateContainerConfigError", err)
+	}
+	var user *v1.LinuxContainerUser
+	if pc := w.takePrecreated(ctx, cfg); pc != nil {
+		user, err = pc.Start(ctx)
+	} else {
+		user, err = e.rt.StartContainer(ctx, cfg)
+	}
+	// What this run is, whether it started or not.
+	run := &ContainerStatus{
+		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init, SpecHash: cfg.SpecHash,
+		RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, LastState: last, Sandbox: w.st.epoch,
+	}
+	if err != nil {
+		return w.runFailed(ctx, pod, c, run, latest, err)
+	}
+	run.State, run.CreatedAt, run.User = StateRunning, e.clock.Now(), user
+	w.started(ctx, pod, s, run, latest)
+	if h := postStart(c); h != nil {
+		if err := w.runHook(ctx, pod, c, run.ID, h); err != nil {
+			return w.postStartFailed(ctx, pod, s, run, latest, err)
+		}
+	}
+	// Probes begin once the container counts as running: after postStart.
+	e.probes.SetContainer(pod.UID, c.Name, run.ID, run.CreatedAt)
+	if isSidecar(c) {
+		w.poke() // the next init container may start once this one runs
+	}
+	return 0
+}
+
+// startImage finds the image start runs, unless the pull backoff holds it
+// or the check fails: then ok is false and retry says when to try again.
+func (w *podWorker) startImage(ctx context.Context, pod *v1.Pod, s startAction) (img ImageConfig, retry time.Duration, ok bool) {
+	e, c := w.env, s.c
 	if left := w.st.pullUntil[c.Name].Sub(e.clock.Now()); left > 0 {
 		// Between pull attempts, as the kubelet says it.
 		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
 		w.st.waiting[c.Name] = waitReason{"ImagePullBackOff", msg}
 		w.event(pod, c.Name, s.init, v1.EventTypeNormal, "BackOff", msg)
-		return left
+		return img, left, false
 	}
 	t0 := e.clock.Now()
-	var img ImageConfig
 	var err error
 	if p := w.st.precreated[c.Name]; p != nil {
 		// Found at hand when it was created, moments ago, and never
@@ -275,82 +315,72 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "took", e.clock.Since(t0))
 	if errors.Is(err, ErrImageImporting) {
 		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
-		return 500 * time.Millisecond
+		return img, 500 * time.Millisecond, false
 	}
 	if err != nil {
-		return w.pullFailed(pod, c, s.init, err)
+		return img, w.pullFailed(pod, c, s.init, err), false
 	}
 	if img.PullFallback != "" {
 		w.event(pod, c.Name, s.init, v1.EventTypeWarning, "PullFallbackLocal",
 			fmt.Sprintf("registry unreachable, running the local copy of %s (--image-pull-fallback=never refuses): %s", img.Ref, img.PullFallback))
 	}
-	cfg, err := w.containerConfig(pod, c, s.init, img, restart, last)
-	if err != nil {
-		return w.startFailed(pod, c, "CreateContainerConfigError", err)
+	return img, 0, true
+}
+
+// runFailed handles a container the runtime could not start and returns
+// when to try again.
+func (w *podWorker) runFailed(ctx context.Context, pod *v1.Pod, c *v1.Container, run *ContainerStatus, latest map[string]*ContainerStatus, err error) time.Duration {
+	reason := startReason(err)
+	if reason == "RunContainerError" && ctx.Err() == nil {
+		// The runtime could not run it (no such binary...): that run
+		// ended, as under CRI, with StartError and exit code 128.
+		now := w.env.clock.Now()
+		run.State, run.ExitCode, run.Reason, run.Message = StateExited, 128, "StartError", err.Error()
+		run.CreatedAt, run.FinishedAt = now, now
+		w.st.startErr[c.Name] = run
+		latest[c.Name] = run
+		// That run ended; the crash backoff decides the next one
+		// (shown as CrashLoopBackOff), as after any exit.
+		w.startFailed(pod, c, reason, err)
+		return time.Second
 	}
-	var user *v1.LinuxContainerUser
-	if pc := w.takePrecreated(ctx, cfg); pc != nil {
-		user, err = pc.Start(ctx)
-	} else {
-		user, err = e.rt.StartContainer(ctx, cfg)
-	}
-	if err != nil {
-		reason := startReason(err)
-		if reason == "RunContainerError" && ctx.Err() == nil {
-			// The runtime could not run it (no such binary...): that run
-			// ended, as under CRI, with StartError and exit code 128.
-			now := e.clock.Now()
-			w.st.startErr[c.Name] = &ContainerStatus{ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init,
-				SpecHash: cfg.SpecHash, RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateExited,
-				ExitCode: 128, Reason: "StartError", Message: err.Error(), CreatedAt: now, FinishedAt: now,
-				LastState: last, Sandbox: w.st.epoch}
-			latest[c.Name] = w.st.startErr[c.Name]
-			// That run ended; the crash backoff decides the next one
-			// (shown as CrashLoopBackOff), as after any exit.
-			w.startFailed(pod, c, reason, err)
-			return time.Second
-		}
-		return w.startFailed(pod, c, reason, err)
-	}
+	return w.startFailed(pod, c, reason, err)
+}
+
+// started records run, now running, in place of the run it replaces,
+// which it removes, and clears the container's backoffs.
+func (w *podWorker) started(ctx context.Context, pod *v1.Pod, s startAction, run *ContainerStatus, latest map[string]*ContainerStatus) {
+	c, restart := s.c, run.RestartCount
 	delete(w.st.waiting, c.Name)
 	delete(w.st.startErr, c.Name)
 	delete(w.st.backoff, "start:"+c.Name)
 	delete(w.st.backoff, "pull:"+c.Name)
 	delete(w.st.pullUntil, c.Name)
 	old := latest[c.Name]
-	run := &ContainerStatus{
-		ID: cfg.ID, PodUID: string(pod.UID), Name: c.Name, Init: s.init, SpecHash: cfg.SpecHash,
-		RestartCount: restart, ImageRef: img.Ref, ImageID: img.ID, State: StateRunning, CreatedAt: e.clock.Now(), LastState: last,
-		User: user, Sandbox: w.st.epoch,
-	}
 	latest[c.Name] = run
-	if old != nil && old.ID != cfg.ID {
+	if old != nil && old.ID != run.ID {
 		w.remove(ctx, old.ID)
 	}
 	w.forgetOldRuns(c.Name, restart)
 	w.pruneLogs(pod, c.Name, restart)
-	e.log.Info("started container", "pod", podRef(pod), "container", c.Name, "restarts", restart)
+	w.env.log.Info("started container", "pod", podRef(pod), "container", c.Name, "restarts", restart)
 	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Created", "Created container "+c.Name)
 	w.event(pod, c.Name, s.init, v1.EventTypeNormal, "Started", "Started container "+c.Name)
-	if h := postStart(c); h != nil {
-		if err := w.runHook(ctx, pod, c, run.ID, h); err != nil {
-			msg := err.Error() // the kubelet's event carries the hook's message alone
-			w.event(pod, c.Name, s.init, v1.EventTypeWarning, "FailedPostStartHook", msg)
-			w.st.waiting[c.Name] = waitReason{"PostStartHookError", msg}
-			w.killContainer(ctx, pod, killAction{c: c, init: s.init, run: run, message: msg, grace: podGrace(pod)})
-			run.State, run.FinishedAt = StateExited, e.clock.Now()
-			if fresh, ok := w.observeAfterKill(ctx, pod); ok && fresh[c.Name] != nil {
-				latest[c.Name] = fresh[c.Name]
-			}
-			return w.failDelay("start:" + c.Name)
-		}
+}
+
+// postStartFailed kills run, whose postStart hook failed, and returns when
+// to start it again.
+func (w *podWorker) postStartFailed(ctx context.Context, pod *v1.Pod, s startAction, run *ContainerStatus, latest map[string]*ContainerStatus, err error) time.Duration {
+	c := s.c
+	msg := err.Error() // the kubelet's event carries the hook's message alone
+	w.event(pod, c.Name, s.init, v1.EventTypeWarning, "FailedPostStartHook", msg)
+	w.st.waiting[c.Name] = waitReason{"PostStartHookError", msg}
+	w.killContainer(ctx, pod, killAction{c: c, init: s.init, run: run, message: msg, grace: podGrace(pod)})
+	run.State, run.FinishedAt = StateExited, w.env.clock.Now()
+	if fresh, ok := w.observeAfterKill(ctx, pod); ok && fresh[c.Name] != nil {
+		latest[c.Name] = fresh[c.Name]
 	}
-	// Probes begin once the container counts as running: after postStart.
-	e.probes.SetContainer(pod.UID, c.Name, run.ID, run.CreatedAt)
-	if isSidecar(c) {
-		w.poke() // the next init container may start once this one runs
-	}
-	return 0
+	return w.failDelay("start:" + c.Name)
 }
 
 // ensureImage gets the container's image per its pull policy, recording

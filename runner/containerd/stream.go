@@ -32,50 +32,13 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s execio.Ex
 		return 0, err
 	}
 	spec.Args, spec.Terminal, spec.CommandLine = cmd, s.TTY, ""
-	if s.TTY && s.Resize != nil {
-		// The terminal gets the client's size from the start: a command
-		// that asks for it at once (stty size, a full-screen program)
-		// would otherwise find 0x0.
-		select {
-		case sz, ok := <-s.Resize:
-			if ok {
-				spec.ConsoleSize = &specs.Box{Height: uint(sz.Height), Width: uint(sz.Width)}
-			}
-		case <-time.After(firstSizeWait):
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		}
+	if err := firstSize(ctx, spec, s); err != nil {
+		return 0, err
 	}
 	execID := "exec-" + rand.Text()
-	fifos, err := cio.NewFIFOSetInDir(r.fifoDir, execID, s.TTY)
+	dio, copies, err := r.execIO(id, execID, s)
 	if err != nil {
-		return 0, fmt.Errorf("exec in %s: %w", id, err)
-	}
-	if s.Stdin == nil {
-		fifos.Stdin = ""
-	}
-	// The FIFOs are copied here rather than by cio's own copies, whose
-	// stdin copy takes the client's bytes before its FIFO has a reader and
-	// says nothing once they are in it: telling the shim that stdin ended
-	// could then overtake them, and the command lost its input or never
-	// saw its end. Closed when the exec is deleted, not with ctx.
-	dio, err := cio.NewDirectIO(context.Background(), fifos)
-	if err != nil {
-		return 0, fmt.Errorf("exec in %s: %w", id, err)
-	}
-	var copies sync.WaitGroup
-	for _, c := range []struct {
-		w io.Writer
-		r io.Reader
-	}{{s.Stdout, dio.Stdout}, {s.Stderr, dio.Stderr}} {
-		if c.r == nil {
-			continue // stderr with a terminal
-		}
-		copies.Add(1)
-		go func() {
-			defer copies.Done()
-			io.Copy(orDiscard(c.w), c.r)
-		}()
+		return 0, err
 	}
 	proc, err := task.Exec(ctx, execID, spec, func(string) (cio.IO, error) { return dio, nil })
 	if err != nil {
@@ -93,19 +56,7 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s execio.Ex
 		return 0, fmt.Errorf("exec in %s: start: %w", id, err)
 	}
 	if dio.Stdin != nil {
-		go func() {
-			// A write returns once the shim reads the FIFO; the empty
-			// one waits for that when the client sent nothing. Only then
-			// may the shim drop its own end (CloseIO), which otherwise
-			// keeps the command's stdin open.
-			if _, err := io.Copy(dio.Stdin, s.Stdin); err == nil {
-				dio.Stdin.Write(nil)
-			}
-			dio.Stdin.Close()
-			if err := proc.CloseIO(ctx, ctrd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && ctx.Err() == nil {
-				r.log.Warn("close exec stdin", "container", id, "exec", execID, "err", err)
-			}
-		}()
+		go r.feedStdin(ctx, proc, dio, s.Stdin, id, execID)
 	}
 	if s.Resize != nil {
 		go resizeExec(waitCtx, proc, s.Resize)
@@ -122,6 +73,78 @@ func (r *Runtime) Exec(ctx context.Context, id string, cmd []string, s execio.Ex
 		return int(code), nil
 	case <-ctx.Done():
 		return 0, ctx.Err()
+	}
+}
+
+// firstSize sets spec's console size to the client's first terminal size
+// when s asks for a terminal that resizes.
+func firstSize(ctx context.Context, spec *specs.Process, s execio.ExecIO) error {
+	if !s.TTY || s.Resize == nil {
+		return nil
+	}
+	// The terminal gets the client's size from the start: a command
+	// that asks for it at once (stty size, a full-screen program)
+	// would otherwise find 0x0.
+	select {
+	case sz, ok := <-s.Resize:
+		if ok {
+			spec.ConsoleSize = &specs.Box{Height: uint(sz.Height), Width: uint(sz.Width)}
+		}
+	case <-time.After(firstSizeWait):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// execIO makes the FIFOs of exec execID in container id and starts copying
+// its output to s; copies ends once that output did.
+func (r *Runtime) execIO(id, execID string, s execio.ExecIO) (dio *cio.DirectIO, copies *sync.WaitGroup, err error) {
+	fifos, err := cio.NewFIFOSetInDir(r.fifoDir, execID, s.TTY)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	if s.Stdin == nil {
+		fifos.Stdin = ""
+	}
+	// The FIFOs are copied here rather than by cio's own copies, whose
+	// stdin copy takes the client's bytes before its FIFO has a reader and
+	// says nothing once they are in it: telling the shim that stdin ended
+	// could then overtake them, and the command lost its input or never
+	// saw its end. Closed when the exec is deleted, not with ctx.
+	dio, err = cio.NewDirectIO(context.Background(), fifos)
+	if err != nil {
+		return nil, nil, fmt.Errorf("exec in %s: %w", id, err)
+	}
+	copies = &sync.WaitGroup{}
+	for _, c := range []struct {
+		w io.Writer
+		r io.Reader
+	}{{s.Stdout, dio.Stdout}, {s.Stderr, dio.Stderr}} {
+		if c.r == nil {
+			continue // stderr with a terminal
+		}
+		copies.Add(1)
+		go func() {
+			defer copies.Done()
+			io.Copy(orDiscard(c.w), c.r)
+		}()
+	}
+	return dio, copies, nil
+}
+
+// feedStdin copies the client's stdin to the exec's, then closes it.
+func (r *Runtime) feedStdin(ctx context.Context, proc ctrd.Process, dio *cio.DirectIO, stdin io.Reader, id, execID string) {
+	// A write returns once the shim reads the FIFO; the empty
+	// one waits for that when the client sent nothing. Only then
+	// may the shim drop its own end (CloseIO), which otherwise
+	// keeps the command's stdin open.
+	if _, err := io.Copy(dio.Stdin, stdin); err == nil {
+		dio.Stdin.Write(nil)
+	}
+	dio.Stdin.Close()
+	if err := proc.CloseIO(ctx, ctrd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) && ctx.Err() == nil {
+		r.log.Warn("close exec stdin", "container", id, "exec", execID, "err", err)
 	}
 }
 
