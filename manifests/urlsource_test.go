@@ -162,8 +162,14 @@ func TestURLSourceTimeouts(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			srv := newServer(t)
 			srv.set(body(manifest("web", "nginx:1")))
-			r := newTestURLRun(t, srv.URL, WithTimeout(100*time.Millisecond))
+			// The first poll gets the default timeout: on a busy machine
+			// (or under qemu) 100 ms may not cover even an answer.
+			r := newTestURLRun(t, srv.URL)
 			r.poll(context.Background())
+			if r.fetchErr != nil {
+				t.Fatalf("the first poll: %v", r.fetchErr)
+			}
+			r.timeout = 100 * time.Millisecond
 			srv.set(tt.respond)
 			r.poll(context.Background())
 			if !errors.Is(r.fetchErr, context.DeadlineExceeded) {
