@@ -686,6 +686,8 @@ func soakSummary(samples []map[string]float64, dur time.Duration) (string, []str
 		bound := max(m.abs, start*m.pct/100)
 		result := "pass"
 		switch {
+		case !recorded(samples, m.name):
+			result = "not in this file" // a run before the column was added
 		case len(early) == 0 || len(late) == 0:
 			result = "FAIL (no samples)"
 		case start < 0 || end < 0:
@@ -695,12 +697,22 @@ func soakSummary(samples []map[string]float64, dur time.Duration) (string, []str
 		case end-start > bound:
 			result = "FAIL"
 		}
-		if result != "pass" && result != "info" {
+		if strings.HasPrefix(result, "FAIL") {
 			failed = append(failed, m.name)
 		}
 		fmt.Fprintf(&b, "%-26s %12.1f %12.1f %+12.1f %12s  %s\n", m.name, start, end, end-start, "+"+strconv.FormatFloat(bound, 'f', 0, 64), result)
 	}
 	return b.String(), failed
+}
+
+// recorded reports whether the samples hold a column.
+func recorded(samples []map[string]float64, col string) bool {
+	for _, s := range samples {
+		if _, ok := s[col]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // lowest of a column over samples; -1 as median.
