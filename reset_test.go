@@ -6,18 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/urfave/cli/v2"
 )
-
-func mkfile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // A state or run dir holding what noderun does not make there is a flag
 // naming another program's directory: reset refuses before it stops or
@@ -33,10 +24,10 @@ func TestResetRefusesForeignContent(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			root := t.TempDir()
 			state, run := filepath.Join(root, "s"), filepath.Join(root, "r")
-			mkfile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
-			mkfile(t, filepath.Join(run, "lock"), "1")
+			testenv.WriteFile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
+			testenv.WriteFile(t, filepath.Join(run, "lock"), "1")
 			for _, f := range tt.foreign {
-				mkfile(t, filepath.Join(root, tt.dir, f), "theirs")
+				testenv.WriteFile(t, filepath.Join(root, tt.dir, f), "theirs")
 			}
 			app := &cli.App{Flags: flags(), Commands: []*cli.Command{resetCommand()}}
 			err := app.Run([]string{"noderun", "--state-dir", state, "--run-dir", run, "--pod-log-dir", filepath.Join(root, "l"),

@@ -14,16 +14,6 @@ import (
 	"github.com/noderun/noderun/internal/testenv"
 )
 
-func mkfile(t *testing.T, path, content string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // Reset removes noderun's directories but keeps what an admin put in the
 // state dir for noderun to read, and never reaches through a mount left
 // below them into a host path.
@@ -35,14 +25,14 @@ func TestRemoveDirsKeepsInputsAndHostPaths(t *testing.T) {
 	root := t.TempDir()
 	state, run, logs := filepath.Join(root, "s"), filepath.Join(root, "r"), filepath.Join(root, "l")
 	host := filepath.Join(root, "host")
-	mkfile(t, filepath.Join(state, "images", "app.tar"), "tar")
-	mkfile(t, filepath.Join(state, "config.json"), `{"auths":{}}`)
-	mkfile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
-	mkfile(t, filepath.Join(state, "lock"), "1")
+	testenv.WriteFile(t, filepath.Join(state, "images", "app.tar"), "tar")
+	testenv.WriteFile(t, filepath.Join(state, "config.json"), `{"auths":{}}`)
+	testenv.WriteFile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
+	testenv.WriteFile(t, filepath.Join(state, "lock"), "1")
 	if err := os.MkdirAll(filepath.Join(state, "seccomp"), 0o755); err != nil { // empty: not kept
 		t.Fatal(err)
 	}
-	mkfile(t, filepath.Join(host, "precious"), "keep me")
+	testenv.WriteFile(t, filepath.Join(host, "precious"), "keep me")
 	mnt := filepath.Join(run, "pods", "sb", "vol")
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		t.Fatal(err)
@@ -51,7 +41,7 @@ func TestRemoveDirsKeepsInputsAndHostPaths(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-	mkfile(t, filepath.Join(logs, "other_pod_uid", "c", "0.log"), "another runtime's log")
+	testenv.WriteFile(t, filepath.Join(logs, "other_pod_uid", "c", "0.log"), "another runtime's log")
 
 	var out bytes.Buffer
 	kept, err := Layout{State: state, Run: run, PodLogs: logs, Socket: filepath.Join(run, "noderun.sock")}.RemoveDirs(&out)
@@ -87,18 +77,18 @@ func TestRemoveDirsKeepsForeign(t *testing.T) {
 	root := t.TempDir()
 	state, run, logs := filepath.Join(root, "s"), filepath.Join(root, "r"), filepath.Join(root, "l")
 	host, theirs := filepath.Join(root, "host"), filepath.Join(root, "theirs")
-	mkfile(t, filepath.Join(host, "precious"), "keep me")
-	mkfile(t, filepath.Join(theirs, "precious"), "keep me")
-	mkfile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
-	mkfile(t, filepath.Join(state, "lock"), "1")
-	mkfile(t, filepath.Join(state, ".containerd.json.tmp123"), "{")
-	mkfile(t, filepath.Join(state, "customer.db"), "theirs")
+	testenv.WriteFile(t, filepath.Join(host, "precious"), "keep me")
+	testenv.WriteFile(t, filepath.Join(theirs, "precious"), "keep me")
+	testenv.WriteFile(t, filepath.Join(state, "pods", "uid", "pod.json"), "{}")
+	testenv.WriteFile(t, filepath.Join(state, "lock"), "1")
+	testenv.WriteFile(t, filepath.Join(state, ".containerd.json.tmp123"), "{")
+	testenv.WriteFile(t, filepath.Join(state, "customer.db"), "theirs")
 	for link, target := range map[string]string{filepath.Join(state, "sources"): host, filepath.Join(state, "archive"): host} {
 		if err := os.Symlink(target, link); err != nil {
 			t.Fatal(err)
 		}
 	}
-	mkfile(t, filepath.Join(run, "noderun.sock.tmp", "s"), "")
+	testenv.WriteFile(t, filepath.Join(run, "noderun.sock.tmp", "s"), "")
 	for target, src := range map[string]string{filepath.Join(run, "pods", "sb", "vol"): host, filepath.Join(run, "user", "mnt"): theirs} {
 		if err := os.MkdirAll(target, 0o755); err != nil {
 			t.Fatal(err)
@@ -151,12 +141,12 @@ func TestCheckOwned(t *testing.T) {
 		t.Fatalf("missing dirs: %v", err)
 	}
 	for _, p := range []string{"s/pods/uid/pod.json", "s/.containerd.json.tmp42", "s/image-imports.json.tmp", "s/images/app.tar", "s/config.json", "r/lock"} {
-		mkfile(t, filepath.Join(root, p), "")
+		testenv.WriteFile(t, filepath.Join(root, p), "")
 	}
 	if err := l.CheckOwned(false); err != nil {
 		t.Fatalf("only noderun's: %v", err)
 	}
-	mkfile(t, filepath.Join(root, "r", "other.sock"), "")
+	testenv.WriteFile(t, filepath.Join(root, "r", "other.sock"), "")
 	want := "--run-dir " + l.Run + " holds what noderun did not make: other.sock"
 	if err := l.CheckOwned(false); err == nil || !strings.Contains(err.Error(), want) {
 		t.Errorf("%v, want an error with %q", err, want)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -21,35 +20,13 @@ const testNamespace = "noderun-test"
 
 var prerequisite = testenv.Require
 
-// requireDaemonPrereqs guards every test that runs a real containerd.
-func requireDaemonPrereqs(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts containerd; skipped with -short")
-	}
-	prerequisite(t, os.Geteuid() == 0, "root")
-	_, err := exec.LookPath("containerd")
-	prerequisite(t, err == nil, "containerd on PATH (apt-get install containerd)")
-}
-
-// shortTempDir is for unix sockets, whose paths must stay under 108 bytes.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "nrd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // startTestDaemon starts a private containerd that is stopped at cleanup.
 func startTestDaemon(t *testing.T) *daemon.Process {
 	t.Helper()
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	root := t.TempDir()
 	d, err := daemon.Start(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
-		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
+		filepath.Join(testenv.ShortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

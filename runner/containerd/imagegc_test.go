@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/noderun/noderun/internal/ociimage"
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 	"github.com/noderun/noderun/runner/containerd/daemon"
 )
@@ -24,14 +25,14 @@ import (
 // threshold, and keeps the referenced image and the one whose tarball is
 // still in the images dir.
 func TestGCImagesOnASmallFilesystem(t *testing.T) {
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	root := t.TempDir()
 	if err := unix.Mount("tmpfs", root, "tmpfs", 0, "size=160m"); err != nil {
 		t.Fatalf("tmpfs: %v", err)
 	}
 	t.Cleanup(func() { _ = unix.Unmount(root, unix.MNT_DETACH) })
 	d, err := daemon.Start(context.Background(), filepath.Join(root, "root"), filepath.Join(t.TempDir(), "state"),
-		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(t.TempDir(), "containerd.log"))
+		filepath.Join(testenv.ShortTempDir(t), "c.sock"), filepath.Join(t.TempDir(), "containerd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,12 +84,12 @@ func TestReapStrayShims(t *testing.T) {
 	liveShim, exitedShim := shimOf(t, d, live.ID), shimOf(t, d, exited.ID)
 
 	stray := plantShim(t, d.Address(), testNamespace, "stray")
-	otherDaemon := plantShim(t, filepath.Join(shortTempDir(t), "other.sock"), testNamespace, "stray")
+	otherDaemon := plantShim(t, filepath.Join(testenv.ShortTempDir(t), "other.sock"), testNamespace, "stray")
 	otherNamespace := plantShim(t, d.Address(), "other-namespace", "stray")
 	creating := plantShimIn(t, t.TempDir(), d.Address(), testNamespace, "creating", false)
 
 	// Through a symlink and with the scheme, as a recorded address may be.
-	link := filepath.Join(shortTempDir(t), "link.sock")
+	link := filepath.Join(testenv.ShortTempDir(t), "link.sock")
 	if err := os.Symlink(d.Address(), link); err != nil {
 		t.Fatal(err)
 	}

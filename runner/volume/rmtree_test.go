@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,9 +38,9 @@ func TestRemoveOnMountStopsAtMounts(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			dir := t.TempDir()
 			host := filepath.Join(dir, "host")
-			mkfileT(t, filepath.Join(host, "precious"))
+			testenv.WriteFile(t, filepath.Join(host, "precious"), "data")
 			tree := filepath.Join(dir, "pod")
-			mkfileT(t, filepath.Join(tree, "a", "b", "own"))
+			testenv.WriteFile(t, filepath.Join(tree, "a", "b", "own"), "data")
 			mnt := filepath.Join(tree, "a", "vol")
 			if kind == "bind" {
 				bind(t, host, mnt)
@@ -51,7 +52,7 @@ func TestRemoveOnMountStopsAtMounts(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = unix.Unmount(mnt, unix.MNT_DETACH) })
-				mkfileT(t, filepath.Join(mnt, "precious"))
+				testenv.WriteFile(t, filepath.Join(mnt, "precious"), "data")
 			}
 			err := RemoveOnMount(tree)
 			if !errors.Is(err, ErrMountPoint) {
@@ -71,9 +72,9 @@ func TestRemoveOnMountStopsAtMounts(t *testing.T) {
 func TestRemoveOnMountRemovesLinks(t *testing.T) {
 	dir := t.TempDir()
 	host := filepath.Join(dir, "host")
-	mkfileT(t, filepath.Join(host, "precious"))
+	testenv.WriteFile(t, filepath.Join(host, "precious"), "data")
 	tree := filepath.Join(dir, "pod")
-	mkfileT(t, filepath.Join(tree, "own"))
+	testenv.WriteFile(t, filepath.Join(tree, "own"), "data")
 	if err := os.Symlink(host, filepath.Join(tree, "link")); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func TestRemoveTreeThroughLink(t *testing.T) {
 	requireRoot(t)
 	dir := t.TempDir()
 	host := filepath.Join(dir, "host")
-	mkfileT(t, filepath.Join(host, "precious"))
+	testenv.WriteFile(t, filepath.Join(host, "precious"), "data")
 	real := filepath.Join(dir, "disk", "run")
 	bind(t, host, filepath.Join(real, "pods", "sb", "vol"))
 	link := filepath.Join(dir, "run")
@@ -125,16 +126,6 @@ func TestRemoveTreeThroughLink(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(host, "precious")); err != nil {
 		t.Errorf("the link's target was reached: %v", err)
-	}
-}
-
-func mkfileT(t *testing.T, path string) {
-	t.Helper()
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte("data"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 
@@ -177,10 +168,10 @@ func TestFdinfoMountIDTellsABindApart(t *testing.T) {
 // links, and refuses a dir reached through a link or on another mount.
 func TestRemoveFilesInFollowsNoLinks(t *testing.T) {
 	root, host := t.TempDir(), t.TempDir()
-	mkfileT(t, filepath.Join(host, "old"))
+	testenv.WriteFile(t, filepath.Join(host, "old"), "data")
 	dir := filepath.Join(root, "pod", "c")
-	mkfileT(t, filepath.Join(dir, "old"))
-	mkfileT(t, filepath.Join(dir, "keep"))
+	testenv.WriteFile(t, filepath.Join(dir, "old"), "data")
+	testenv.WriteFile(t, filepath.Join(dir, "keep"), "data")
 	if err := os.Symlink(filepath.Join(host, "old"), filepath.Join(dir, "old-link")); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,37 +20,13 @@ import (
 
 const testNamespace = "noderun-test"
 
-var prerequisite = testenv.Require
-
-// requireDaemonPrereqs guards every test that runs a real containerd.
-func requireDaemonPrereqs(t *testing.T) {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("starts containerd; skipped with -short")
-	}
-	prerequisite(t, os.Geteuid() == 0, "root")
-	_, err := exec.LookPath("containerd")
-	prerequisite(t, err == nil, "containerd on PATH (apt-get install containerd)")
-}
-
-// shortTempDir is for unix sockets, whose paths must stay under 108 bytes.
-func shortTempDir(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("/tmp", "nrd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
 // startTestDaemon starts a private containerd that is stopped at cleanup.
 func startTestDaemon(t *testing.T) *Process {
 	t.Helper()
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	root := t.TempDir()
 	d, err := Start(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
-		filepath.Join(shortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
+		filepath.Join(testenv.ShortTempDir(t), "c.sock"), filepath.Join(root, "containerd.log"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,12 +86,12 @@ func mustSocketPID(t *testing.T, path string) int {
 }
 
 func TestConnectStartsThenReuses(t *testing.T) {
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	t.Setenv("NOTIFY_SOCKET", "/run/systemd/notify")
 	cfg := Config{
 		Address:   "/nonexistent/containerd.sock",
 		StateDir:  t.TempDir(),
-		RunDir:    shortTempDir(t),
+		RunDir:    testenv.ShortTempDir(t),
 		Namespace: testNamespace,
 		Logger:    testLogger(t),
 		Root:      t.TempDir(), // no containerd installed
@@ -218,10 +193,10 @@ func TestConnectWithoutContainerd(t *testing.T) {
 }
 
 func TestStartDaemonEarlyExit(t *testing.T) {
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	dir := t.TempDir()
 	// A socket path longer than sun_path makes containerd exit at once.
-	socket := filepath.Join(shortTempDir(t), strings.Repeat("s", 120))
+	socket := filepath.Join(testenv.ShortTempDir(t), strings.Repeat("s", 120))
 	logPath := filepath.Join(dir, "containerd.log")
 	_, err := Start(context.Background(), filepath.Join(dir, "root"), filepath.Join(dir, "state"), socket, logPath)
 	if err == nil {
@@ -236,9 +211,9 @@ func TestStartDaemonEarlyExit(t *testing.T) {
 // for: noderun does not start a managed one in its place, even where it
 // would on a first start (no socket, no socket directory, no unit file).
 func TestConnectWaitsForRecordedDaemon(t *testing.T) {
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	root := t.TempDir()
-	socketDir := filepath.Join(shortTempDir(t), "d")
+	socketDir := filepath.Join(testenv.ShortTempDir(t), "d")
 	socket := filepath.Join(socketDir, "c.sock")
 	start := func() *Process {
 		d, err := Start(context.Background(), filepath.Join(root, "root"), filepath.Join(root, "state"),
@@ -250,7 +225,7 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 		return d
 	}
 	cfg := Config{
-		Address: socket, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace,
+		Address: socket, StateDir: t.TempDir(), RunDir: testenv.ShortTempDir(t), Namespace: testNamespace,
 		Logger: testLogger(t), Root: t.TempDir(),
 	}
 	first := start()
@@ -304,9 +279,9 @@ func TestConnectWaitsForRecordedDaemon(t *testing.T) {
 // stopped with the test.
 func connectManaged(t *testing.T) (Config, *Conn) {
 	t.Helper()
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	cfg := Config{
-		Managed: true, StateDir: t.TempDir(), RunDir: shortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
+		Managed: true, StateDir: t.TempDir(), RunDir: testenv.ShortTempDir(t), Namespace: testNamespace, Logger: testLogger(t),
 	}
 	conn, err := Connect(context.Background(), cfg)
 	if err != nil {

@@ -14,9 +14,9 @@ import (
 // one: the address names none and no unit is installed.
 func managedOnly(t *testing.T) Config {
 	t.Helper()
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	return Config{
-		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: shortTempDir(t),
+		Address: "/nonexistent/containerd.sock", StateDir: t.TempDir(), RunDir: testenv.ShortTempDir(t),
 		Namespace: testNamespace, Logger: testLogger(t), Root: t.TempDir(),
 	}
 }
