@@ -104,6 +104,14 @@ func TestHolderAfterReboot(t *testing.T) {
 	}
 	t.Cleanup(func() { RemoveNamespaces(dir, nil) })
 	ipc := inode(t, nss.IPC)
+	// The kernel reuses a freed namespace's inode number, as soon as the
+	// deferred free has run: the test keeps the old one alive, out of the
+	// holder's sight, so that an equal number can only mean the same one.
+	old, err := os.Open(nss.IPC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
 	h.Close()
 	if err := unix.Unmount(filepath.Join(hdir, holderPin), unix.MNT_DETACH); err != nil {
 		t.Fatal(err)
