@@ -338,11 +338,15 @@ func ShowCommandCompletions(ctx *Context, command string) {
 	}
 }
 
-// printHelpCustom is the default implementation of HelpPrinterCustom.
+// PrintHelpTemplate renders templ with text/template, as upstream's
+// default HelpPrinterCustom does. Not the default here (help_text.go): a
+// reachable template execution keeps every exported method of every type
+// in a program (the linker cannot tell which one a template calls). A
+// program with custom help templates sets HelpPrinterCustom to it.
 //
 // The customFuncs map will be combined with a default template.FuncMap to
 // allow using arbitrary functions in template rendering.
-func printHelpCustom(out io.Writer, templ string, data interface{}, customFuncs map[string]interface{}) {
+func PrintHelpTemplate(out io.Writer, templ string, data interface{}, customFuncs map[string]interface{}) {
 	const maxLineLength = 10000
 
 	funcMap := template.FuncMap{
