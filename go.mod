@@ -101,3 +101,8 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// urfave/cli v2.27.7 with its help written without text/template, whose
+// execution keeps every exported method in the binary (4.78 MB of it):
+// see third_party/urfave-cli-v2/README.md.
+replace github.com/urfave/cli/v2 => ./third_party/urfave-cli-v2

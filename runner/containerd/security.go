@@ -1,7 +1,6 @@
 package containerd
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -247,7 +246,7 @@ func (h hostSecurity) appArmorOpt(pod *v1.Pod, c *v1.Container, field string, pr
 		if privileged {
 			return nil, nil
 		}
-		return []oci.SpecOpts{apparmor.WithDefaultProfile(appArmorDefaultProfile)}, nil
+		return []oci.SpecOpts{withDefaultAppArmorProfile(appArmorDefaultProfile)}, nil
 	case v1.AppArmorProfileTypeLocalhost:
 		var name string
 		if p.LocalhostProfile != nil {
@@ -301,18 +300,8 @@ func appArmorLoaded(name string) bool {
 	if name == "" {
 		return false
 	}
-	f, err := os.Open("/sys/kernel/security/apparmor/profiles")
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), name+" (") {
-			return true
-		}
-	}
-	return false
+	loaded, _ := appArmorListed(name + " (")
+	return loaded
 }
 
 // legacySeccompAnnotations lists the container's seccomp annotations, which
