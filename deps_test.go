@@ -34,10 +34,11 @@ var depRules = map[string]rule{
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
 	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
 	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},
+	"internal/admission":  {nil, "the kubelet's admission decision and node labels, for runner (deciding), main (--node-labels) and check (warnings)"},
 	"internal/secretfile": {nil, "the one mode check for files holding secrets, which manifests and runner/containerd share"},
 
 	// The engine and what implements its interfaces.
-	"runner": {[]string{"manifests", "crilog", "runner/prober", "runner/volume", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups"},
+	"runner": {[]string{"manifests", "crilog", "runner/prober", "runner/volume", "internal/admission", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups"},
 		"the sync engine declares Runtime and Network and imports no implementation of them (crilog: a log's last lines for FallbackToLogsOnError)"},
 	"runner/prober": {[]string{"internal/expansion"}, "probes and hooks reach containers through an Execer: they know no runtime"},
 	"runner/volume": {nil, "hostile-path-safe file operations; knows no pod worker"},
