@@ -34,30 +34,26 @@ func (r Result) StatusMessage() string { return "Pod was rejected: " + r.Message
 // The kubelet's reasons (pkg/kubelet/lifecycle/predicate.go) and the
 // scheduler plugins' names and reasons it reports.
 const (
-	ReasonOSSelector    = "PodOSSelectorNodeLabelDoesNotMatch"
-	ReasonOSNotSupport  = "PodOSNotSupported"
-	ReasonSysctl        = "SysctlForbidden"
-	insufficientPrefix  = "OutOf"
-	nodeAffinityName    = "NodeAffinity"
-	nodeAffinityReason  = "node(s) didn't match Pod's node affinity/selector"
-	nodeNameName        = "NodeName"
-	nodeNameReason      = "node(s) didn't match the requested node name"
-	nodePortsName       = "NodePorts"
-	nodePortsReason     = "node(s) didn't have free ports for the requested pod ports"
-	osSelectorMessage   = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
-	osNotSupportMessage = "Failed to admit pod as the OS field doesn't match node OS"
+	ReasonOSSelector   = "PodOSSelectorNodeLabelDoesNotMatch"
+	ReasonSysctl       = "SysctlForbidden"
+	insufficientPrefix = "OutOf"
+	nodeAffinityName   = "NodeAffinity"
+	nodeAffinityReason = "node(s) didn't match Pod's node affinity/selector"
+	nodePortsName      = "NodePorts"
+	nodePortsReason    = "node(s) didn't have free ports for the requested pod ports"
+	osSelectorMessage  = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
 )
 
 // Pod decides whether pod may start on node beside others, the pods
-// admitted before it that are not finished. node needs its name, labels
+// admitted before it that are not finished. Two of the kubelet's checks
+// cannot fail here, so they are left out: a static pod's nodeName is
+// always this node's (the kubelet sets it, as manifests.Identify does), and
+// a spec.os other than linux is refused with the manifest. node needs its name, labels
 // and status.allocatable (nil: resources are not checked). The checks and
 // their order are the kubelet's; the first failure is the one reported.
 func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
 	if want, ok := pod.Labels[v1.LabelOSStable]; ok && want != nodeOS(node) {
 		return Result{ReasonOSSelector, osSelectorMessage}
-	}
-	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
-		return Result{ReasonOSNotSupport, osNotSupportMessage}
 	}
 	if node.Status.Allocatable != nil {
 		if r := fits(withoutMissingExtended(pod, node), others, node); !r.Admitted() {
@@ -66,9 +62,6 @@ func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
 	}
 	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
 		return predicateFailed(nodeAffinityName, nodeAffinityReason)
-	}
-	if pod.Spec.NodeName != "" && pod.Spec.NodeName != node.Name {
-		return predicateFailed(nodeNameName, nodeNameReason)
 	}
 	if portsConflict(pod, others) {
 		return predicateFailed(nodePortsName, nodePortsReason)
