@@ -2,8 +2,8 @@
 // whether a pod may start on this node beside the pods already admitted,
 // and when not, the reason and message the kubelet writes. It follows the
 // kubelet's predicate admit handler (pkg/kubelet/lifecycle/predicate.go and
-// the scheduler plugins it calls: noderesources, nodeaffinity, nodename,
-// nodeports) and its --node-labels flag. It runs nothing; runner decides
+// the scheduler plugins it calls: noderesources, nodeaffinity, nodeports)
+// and its --node-labels flag. It runs nothing; runner decides
 // with it, main reads the flag with it and `noderun check` warns with it.
 package admission
 
@@ -32,7 +32,7 @@ func (r Result) StatusMessage() string { return "Pod was rejected: " + r.Message
 // The kubelet's reasons (pkg/kubelet/lifecycle/predicate.go) and the
 // scheduler plugins' names and reasons it reports.
 const (
-	ReasonOSSelector   = "PodOSSelectorNodeLabelDoesNotMatch"
+	reasonOSSelector   = "PodOSSelectorNodeLabelDoesNotMatch"
 	ReasonSysctl       = "SysctlForbidden"
 	insufficientPrefix = "OutOf"
 	nodeAffinityName   = "NodeAffinity"
@@ -43,15 +43,17 @@ const (
 )
 
 // Pod decides whether pod may start on node beside others, the pods
-// admitted before it that are not finished. Two of the kubelet's checks
-// cannot fail here, so they are left out: a static pod's nodeName is
-// always this node's (the kubelet sets it, as manifests.Identify does), and
-// a spec.os other than linux is refused with the manifest. node needs its name, labels
+// admitted before it that are not finished. node needs its name, labels
 // and status.allocatable (nil: resources are not checked). The checks and
 // their order are the kubelet's; the first failure is the one reported.
+// Two of its checks cannot fail here and are left out: a static pod's
+// nodeName is always this node's (the kubelet sets it, as
+// manifests.Identify does), and a spec.os other than linux is refused
+// with the manifest.
 func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
-	if want, ok := pod.Labels[v1.LabelOSStable]; ok && want != nodeOS(node) {
-		return Result{ReasonOSSelector, osSelectorMessage}
+	// The kubelet compares with its own OS whatever the node's label says.
+	if want, ok := pod.Labels[v1.LabelOSStable]; ok && want != runtime.GOOS {
+		return Result{reasonOSSelector, osSelectorMessage}
 	}
 	if node.Status.Allocatable != nil {
 		if r := fits(withoutMissingExtended(pod, node), others, node); !r.Admitted() {
@@ -74,15 +76,6 @@ func MatchesNode(pod *v1.Pod, name string, labels map[string]string) bool {
 	node := &v1.Node{}
 	node.Name, node.Labels = name, labels
 	return matchesAffinity(pod, node)
-}
-
-// nodeOS is the node's kubernetes.io/os label, or this OS where it has
-// none or another (the kubelet corrects the label the same way).
-func nodeOS(node *v1.Node) string {
-	if os, ok := node.Labels[v1.LabelOSStable]; ok && os == runtime.GOOS {
-		return os
-	}
-	return runtime.GOOS
 }
 
 func predicateFailed(name, desc string) Result {
