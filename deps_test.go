@@ -16,13 +16,13 @@ type rule struct {
 // depRules holds one rule for every package, main included: a package
 // without one fails the test, so each new package states its place.
 var depRules = map[string]rule{
-	".": {[]string{"cni", "crilog", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
+	".": {[]string{"cni", "crilog", "internal/admission", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
 		"internal/logdriver", "internal/memtrim", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
 		"runner/sandbox", "systemd"},
 		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
 
 	// The leaves: what they do needs no engine.
-	"manifests":           {[]string{"internal/atomicfile", "internal/bandwidth", "internal/secretfile"}, "manifests to pods: runs nothing, so any part may use it"},
+	"manifests":           {[]string{"internal/admission", "internal/atomicfile", "internal/bandwidth", "internal/secretfile"}, "manifests to pods: runs nothing, so any part may use it"},
 	"cni":                 {[]string{"internal/atomicfile", "internal/bandwidth"}, "namespaces and libcni: knows no pod worker, so the sandbox and bench both use it"},
 	"crilog":              {nil, "the log collector and driver run in processes of their own: they link nothing of the daemon"},
 	"systemd":             {[]string{"internal/atomicfile"}, "sd_notify over an Engine interface of its own, and install (atomic replacement of the binary and unit): knows no pod"},
@@ -34,10 +34,11 @@ var depRules = map[string]rule{
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
 	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
 	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},
+	"internal/admission":  {nil, "the kubelet's admission decision and node labels, for runner (deciding), main (--node-labels) and check (warnings)"},
 	"internal/secretfile": {nil, "the one mode check for files holding secrets, which manifests and runner/containerd share"},
 
 	// The engine and what implements its interfaces.
-	"runner": {[]string{"manifests", "crilog", "runner/prober", "runner/volume", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups"},
+	"runner": {[]string{"manifests", "crilog", "runner/prober", "runner/volume", "internal/admission", "internal/expansion", "internal/atomicfile", "internal/bandwidth", "internal/cgroups"},
 		"the sync engine declares Runtime and Network and imports no implementation of them (crilog: a log's last lines for FallbackToLogsOnError)"},
 	"runner/prober": {[]string{"internal/expansion"}, "probes and hooks reach containers through an Execer: they know no runtime"},
 	"runner/volume": {nil, "hostile-path-safe file operations; knows no pod worker"},
@@ -50,7 +51,7 @@ var depRules = map[string]rule{
 	// The node's faces.
 	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio"},
 		"reads the engine only through its Backend and Streams interfaces, never runner"},
-	"internal/cli": {[]string{"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
+	"internal/cli": {[]string{"kubeapi", "manifests", "internal/admission", "internal/atomicfile", "internal/execio"},
 		"client commands talk to the node over its two APIs only (and hand exec its streams as the API client takes them)"},
 	"internal/layout": {[]string{"kubeapi", "runner", "runner/volume"},
 		"the node's dirs: names the paths kubeapi and runner own so each is spelled once, resolves and removes through runner/volume; starts nothing, and kubeapi and runner may not import it"},

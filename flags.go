@@ -13,14 +13,18 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderun/noderun/cni"
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/admission"
 	"github.com/noderun/noderun/internal/cgroups"
 	nrcli "github.com/noderun/noderun/internal/cli"
 	"github.com/noderun/noderun/internal/kernel"
 	"github.com/noderun/noderun/internal/layout"
+	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
@@ -34,6 +38,7 @@ func flags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "manifest-url", Usage: "http(s) URL of Pod manifests, polled (repeatable)", EnvVars: env("MANIFEST_URL")},
 		&cli.DurationFlag{Name: "url-check-interval", Value: defaultRelist, Usage: "poll manifest URLs this often", EnvVars: env("URL_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "node-name", Value: nrcli.DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name; static pods are named <name>-<node-name>", EnvVars: env("NODE_NAME")},
+		&cli.StringFlag{Name: "node-labels", Usage: "labels for the node, key=value pairs separated by commas, as the kubelet's --node-labels: beside kubernetes.io/hostname, os and arch; pods' nodeSelector and node affinity are admitted against them", EnvVars: env("NODE_LABELS")},
 		&cli.StringFlag{Name: "node-ip", Usage: "the node's IP for status.hostIP (default: the address of the default route's interface)", EnvVars: env("NODE_IP")},
 		&cli.StringFlag{Name: "containerd-address", Value: "/run/containerd/containerd.sock", Usage: "the containerd to use; if it does not answer, noderun waits for it", EnvVars: env("CONTAINERD_ADDRESS")},
 		&cli.BoolFlag{Name: "containerd-managed", Usage: "run a private containerd under --state-dir and --run-dir instead of using --containerd-address (chosen by itself, once, when no containerd is installed)", EnvVars: env("CONTAINERD_MANAGED")},
@@ -116,7 +121,8 @@ type nodeConfig struct {
 	pullFallback bool
 	registry     ctrdrt.RegistryConfig
 	rotation     crilog.Rotation
-	engine       runner.Config // what the flags say; node.go adds the rest
+	labels       map[string]string // the node's, well-known and --node-labels
+	engine       runner.Config     // what the flags say; node.go adds the rest
 }
 
 // apiConfig is where the Kubernetes API listens.
@@ -166,6 +172,11 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	if cfg.hostIP == "" {
 		cfg.hostIP = defaultHostIP()
 	}
+	extra, err := admission.ParseNodeLabels(c.String("node-labels"))
+	if err != nil {
+		return nodeConfig{}, fmt.Errorf("--node-labels: %w", err)
+	}
+	cfg.labels = admission.NodeLabels(cfg.nodeName, extra)
 	cfg.engine = runner.Config{
 		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.State, RunDir: cfg.layout.Run,
 		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
@@ -173,8 +184,18 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
 		ImageGC:              gc,
 		ImageGCPeriod:        c.Duration("image-gc-period"),
+		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
 	}
 	return cfg, nil
+}
+
+// admissionNode is the node as pod admission sees it: its name, labels
+// and allocatable resources, as the Node the API shows.
+func admissionNode(name string, labels map[string]string, storageDir string) func() *v1.Node {
+	return func() *v1.Node {
+		_, alloc := kubeapi.Resources(storageDir)
+		return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Status: v1.NodeStatus{Allocatable: alloc}}
+	}
 }
 
 // nSources is how many manifest sources the engine waits for.

@@ -107,7 +107,7 @@ func (a *apis) setWaiting(msg string) {
 // counts to both APIs.
 func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 	backend := apiBackend{Engine: n.engine, logs: n.logs, node: &kubeapi.NodeReporter{
-		Name: cfg.nodeName, HostIP: cfg.hostIP, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
+		Name: cfg.nodeName, HostIP: cfg.hostIP, Labels: cfg.labels, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
 			v, err := conn.Client.Version(ctx)
 			return v.Version, err

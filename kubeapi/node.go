@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"maps"
 	"os"
 	"runtime"
 	"strconv"
@@ -30,10 +31,13 @@ const (
 )
 
 // NodeReporter makes this node's Node object from the host (memory, disk,
-// kernel, OS, IDs) and from what only noderun knows (its name, address,
-// version, containerd's version, its health).
+// kernel, OS, IDs) and from what only noderun knows (its name, labels,
+// address, version, containerd's version, its health).
 type NodeReporter struct {
 	Name, HostIP string
+	// Labels are the node's labels: the kubelet's well-known ones and
+	// --node-labels.
+	Labels map[string]string
 	// Version is noderun's version, reported as the kubelet's (semver).
 	Version string
 	// RuntimeVersion is containerd's version ("1.6.20").
@@ -55,32 +59,40 @@ type condState struct {
 	since  time.Time
 }
 
+// Resources are the capacity and allocatable resources of a node whose
+// pods keep their logs and volumes on the filesystem of storageDir: the
+// machine's CPUs and memory, the filesystem's size and the kubelet's
+// default maxPods, less the kubelet's default hard eviction thresholds.
+func Resources(storageDir string) (capacity, allocatable v1.ResourceList) {
+	mem := readMeminfo()
+	capacity = v1.ResourceList{
+		v1.ResourceCPU:    *qty.NewQuantity(int64(runtime.NumCPU()), qty.DecimalSI),
+		v1.ResourceMemory: *qty.NewQuantity(mem["MemTotal"], qty.BinarySI),
+		v1.ResourcePods:   *qty.NewQuantity(defaultMaxPods, qty.DecimalSI),
+	}
+	allocatable = capacity.DeepCopy()
+	allocatable[v1.ResourceMemory] = *qty.NewQuantity(max(0, mem["MemTotal"]-evictionMemoryAvailable), qty.BinarySI)
+	var fs unix.Statfs_t
+	if err := unix.Statfs(storageDir, &fs); err == nil {
+		storage := int64(fs.Blocks) * int64(fs.Bsize) // Bsize is an int32 on 32-bit ARM
+		capacity[v1.ResourceEphemeralStorage] = *qty.NewQuantity(storage, qty.BinarySI)
+		allocatable[v1.ResourceEphemeralStorage] = *qty.NewQuantity(storage-storage*evictionNodefsPercent/100, qty.DecimalSI)
+	}
+	return capacity, allocatable
+}
+
 // Node returns the node as it is now.
 func (n *NodeReporter) Node(ctx context.Context) *v1.Node {
 	now := time.Now()
 	mem := readMeminfo()
 	var fs unix.Statfs_t
 	fsErr := unix.Statfs(n.StorageDir, &fs)
-	storage := int64(fs.Blocks) * int64(fs.Bsize) // Bsize is an int32 on 32-bit ARM
-	capacity := v1.ResourceList{
-		v1.ResourceCPU:    *qty.NewQuantity(int64(runtime.NumCPU()), qty.DecimalSI),
-		v1.ResourceMemory: *qty.NewQuantity(mem["MemTotal"], qty.BinarySI),
-		v1.ResourcePods:   *qty.NewQuantity(defaultMaxPods, qty.DecimalSI),
-	}
-	allocatable := capacity.DeepCopy()
-	allocatable[v1.ResourceMemory] = *qty.NewQuantity(max(0, mem["MemTotal"]-evictionMemoryAvailable), qty.BinarySI)
-	if fsErr == nil {
-		capacity[v1.ResourceEphemeralStorage] = *qty.NewQuantity(storage, qty.BinarySI)
-		allocatable[v1.ResourceEphemeralStorage] = *qty.NewQuantity(storage-storage*evictionNodefsPercent/100, qty.DecimalSI)
-	}
+	capacity, allocatable := Resources(n.StorageDir)
 	host, _ := os.Hostname()
 	node := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: n.Name, UID: nodeUID(), CreationTimestamp: metav1.NewTime(n.Started.Truncate(time.Second)),
-			Labels: map[string]string{
-				"kubernetes.io/hostname": n.Name, "kubernetes.io/os": runtime.GOOS, "kubernetes.io/arch": runtime.GOARCH,
-				"beta.kubernetes.io/os": runtime.GOOS, "beta.kubernetes.io/arch": runtime.GOARCH,
-			},
+			Labels: maps.Clone(n.Labels),
 		},
 		Status: v1.NodeStatus{
 			Capacity: capacity, Allocatable: allocatable,

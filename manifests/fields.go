@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/admission"
 )
 
 // FieldStatus says what noderun does with a Pod field.
@@ -38,6 +40,9 @@ const (
 	whySELinux    = "this node has no SELinux; the kubelet with containerd ignores it there too"
 	whyWindows    = "Linux node: the kubelet ignores Windows options on Linux"
 	whyNotHere    = "not implemented by noderun"
+	whyResources  = "cpu and memory are enforced and admitted against the node; extended resources (example.com/foo) are admitted without a device, as by the kubelet with no device plugin registered; others (ephemeral-storage, hugepages) are not supported"
+	whyAdmission  = "admitted against the node's labels (the kubelet's well-known ones and --node-labels): a pod they do not match is rejected, phase Failed, reason NodeAffinity, as by the kubelet"
+	whyPodAffin   = "scheduling only: the kubelet does not check it at admission either"
 )
 
 var fieldRules = []fieldRule{
@@ -121,8 +126,8 @@ var fieldRules = []fieldRule{
 	{path: "container.env[].valueFrom.secretKeyRef", status: Refused, reason: whyAPIServer},
 	{path: "container.env[].valueFrom.fileKeyRef", status: Refused, reason: whyNotHere},
 	{path: "container.resources", status: Works},
-	{path: "container.resources.limits", status: Refused, reason: "only cpu and memory are enforced", accept: cpuMemoryOnly},
-	{path: "container.resources.requests", status: Refused, reason: "only cpu and memory are enforced", accept: cpuMemoryOnly},
+	{path: "container.resources.limits", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
+	{path: "container.resources.requests", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
 	{path: "container.resources.claims", status: Refused, reason: whyAPIServer},
 	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
 	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar (Kubernetes 1.29+); app containers may not set it, as in Kubernetes"},
@@ -274,7 +279,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.terminationGracePeriodSeconds", status: Works},
 	{path: "spec.activeDeadlineSeconds", status: Works, reason: "counted from the pod's start; the pod ends Failed, reason DeadlineExceeded"},
 	{path: "spec.dnsPolicy", status: Works, reason: "ClusterFirst falls back to Default: there is no cluster DNS"},
-	{path: "spec.nodeSelector", status: Ignored, reason: whyScheduling},
+	{path: "spec.nodeSelector", status: Works, reason: whyAdmission},
 	{path: "spec.serviceAccountName", status: Ignored, reason: "no ServiceAccount admission and no token on a standalone node, as for the kubelet's static pods"},
 	{path: "spec.serviceAccount", status: Ignored, reason: "deprecated alias of serviceAccountName"},
 	{path: "spec.automountServiceAccountToken", status: Ignored, reason: "no token to mount without an API server"},
@@ -306,9 +311,23 @@ var fieldRules = []fieldRule{
 	{path: "spec.imagePullSecrets", status: Refused, reason: whyAPIServer},
 	{path: "spec.hostname", status: Works},
 	{path: "spec.subdomain", status: Works},
-	{path: "spec.affinity", status: Ignored, reason: whyScheduling},
+	{path: "spec.affinity", status: Works},
+	{path: "spec.affinity.nodeAffinity", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution", status: Works, reason: whyAdmission},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions[].key", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions[].operator", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchExpressions[].values", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchFields", status: Works, reason: "metadata.name, the node's name"},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchFields[].key", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchFields[].operator", status: Works},
+	{path: "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[].matchFields[].values", status: Works},
+	{path: "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution", status: Ignored, reason: whyScheduling},
+	{path: "spec.affinity.podAffinity", status: Ignored, reason: whyPodAffin},
+	{path: "spec.affinity.podAntiAffinity", status: Ignored, reason: whyPodAffin},
 	{path: "spec.schedulerName", status: Ignored, reason: whyScheduling},
-	{path: "spec.tolerations", status: Ignored, reason: whyScheduling + "; noderun evicts nothing"},
+	{path: "spec.tolerations", status: Ignored, reason: "the kubelet checks no taint for static pods, and noderun evicts nothing"},
 	{path: "spec.hostAliases", status: Works},
 	{path: "spec.hostAliases[].ip", status: Works},
 	{path: "spec.hostAliases[].hostnames", status: Works},
@@ -354,9 +373,11 @@ func equals(want string) func(reflect.Value) bool {
 
 func isTrue(v reflect.Value) bool { return !v.IsNil() && v.Elem().Bool() }
 
-func cpuMemoryOnly(v reflect.Value) bool {
+// cpuMemoryOrExtended accepts resource lists of cpu, memory and extended
+// resources.
+func cpuMemoryOrExtended(v reflect.Value) bool {
 	for name := range v.Interface().(v1.ResourceList) {
-		if name != v1.ResourceCPU && name != v1.ResourceMemory {
+		if name != v1.ResourceCPU && name != v1.ResourceMemory && !admission.IsExtendedResource(name) {
 			return false
 		}
 	}

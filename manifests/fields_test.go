@@ -110,15 +110,22 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		{
 			name:     "scheduling fields are ignored with a warning",
 			spec:     "  schedulerName: custom\n  priorityClassName: system-node-critical\n  tolerations: [{operator: Exists}]\n  nodeSelector: {a: b}\n" + oneContainer,
-			warnings: []string{"spec.nodeSelector", "spec.schedulerName", "spec.tolerations", "spec.priorityClassName"},
+			warnings: []string{"spec.schedulerName", "spec.tolerations", "spec.priorityClassName"},
+		},
+		{
+			name: "required node affinity is admitted; preferred and pod affinity are ignored",
+			spec: "  affinity:\n    nodeAffinity:\n      requiredDuringSchedulingIgnoredDuringExecution:\n        nodeSelectorTerms: [{matchExpressions: [{key: a, operator: In, values: [b]}], matchFields: [{key: metadata.name, operator: In, values: [n1]}]}]\n" +
+				"      preferredDuringSchedulingIgnoredDuringExecution: [{weight: 1, preference: {matchExpressions: [{key: a, operator: Exists}]}}]\n" +
+				"    podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{topologyKey: x}]}\n" + oneContainer,
+			warnings: []string{"spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution", "spec.affinity.podAntiAffinity"},
 		},
 		{
 			name: "values accepted and refused",
-			spec: "  hostUsers: true\n  os: {name: linux}\n  setHostnameAsFQDN: false\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /dev/termination-log\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: None}]\n    resources: {limits: {cpu: 1, memory: 1Gi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			spec: "  hostUsers: true\n  os: {name: linux}\n  setHostnameAsFQDN: false\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /dev/termination-log\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: None}]\n    resources: {limits: {cpu: 1, memory: 1Gi, example.com/foo: 2}}\n  volumes: [{name: v, emptyDir: {}}]\n",
 		},
 		{
 			name: "values refused",
-			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1, hugepages-2Mi: 2Mi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
 			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.os.name", "spec.hostUsers"},
 		},
 	}

@@ -2,6 +2,7 @@ package manifests
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strings"
@@ -9,6 +10,8 @@ import (
 	capability "github.com/containerd/containerd/pkg/cap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/noderun/noderun/internal/admission"
 )
 
 // container validates one init or app container. Names must be unique across
@@ -28,6 +31,36 @@ func (v *validator) container(c *v1.Container, field string) {
 	v.env(c, field)
 	v.mounts(c, field)
 	v.securityContext(c.SecurityContext, field)
+	v.extendedResources(c.Resources, field+".resources")
+}
+
+// extendedResources applies Kubernetes' rules to extended resources
+// (example.com/foo, a device plugin's): a qualified name, whole numbers,
+// and, as they cannot be overcommitted, a limit with any request equal to
+// it. Defaulting has already made a missing request the limit.
+func (v *validator) extendedResources(r v1.ResourceRequirements, field string) {
+	for _, list := range []struct {
+		name string
+		l    v1.ResourceList
+	}{{"limits", r.Limits}, {"requests", r.Requests}} {
+		for _, name := range slices.Sorted(maps.Keys(list.l)) {
+			if !admission.IsExtendedResource(name) {
+				continue
+			}
+			f, q := fmt.Sprintf("%s.%s[%s]", field, list.name, name), list.l[name]
+			limit, hasLimit := r.Limits[name]
+			switch {
+			case len(validation.IsQualifiedName(string(name))) > 0:
+				v.check(f, validation.IsQualifiedName(string(name)))
+			case q.MilliValue()%1000 != 0:
+				v.add(f, "%s: must be an integer", q.String())
+			case list.name == "requests" && !hasLimit:
+				v.add(f, "Limit must be set for non overcommitable resources")
+			case list.name == "requests" && q.Cmp(limit) != 0:
+				v.add(f, "%s: must be equal to %s limit of %s", q.String(), name, limit.String())
+			}
+		}
+	}
 }
 
 func (v *validator) ports(ports []v1.ContainerPort, field string) {

@@ -22,6 +22,25 @@ func TestValidate(t *testing.T) {
 	}{
 		{name: "minimal pod", in: podWith(oneContainer)},
 		{
+			name: "extended resource limit, request defaulted from it",
+			in:   podWith("  containers:\n  - {name: a, image: busybox, resources: {limits: {example.com/foo: 2}}}\n"),
+		},
+		{
+			name:    "extended resource request without a limit",
+			in:      podWith("  containers:\n  - {name: a, image: busybox, resources: {requests: {example.com/foo: 2}}}\n"),
+			wantErr: `spec.containers[0].resources.requests[example.com/foo]: Limit must be set for non overcommitable resources`,
+		},
+		{
+			name:    "extended resource request other than its limit",
+			in:      podWith("  containers:\n  - {name: a, image: busybox, resources: {requests: {example.com/foo: 1}, limits: {example.com/foo: 2}}}\n"),
+			wantErr: `spec.containers[0].resources.requests[example.com/foo]: 1: must be equal to example.com/foo limit of 2`,
+		},
+		{
+			name:    "extended resource that is not whole",
+			in:      podWith("  containers:\n  - {name: a, image: busybox, resources: {requests: {example.com/foo: 500m}, limits: {example.com/foo: 1}}}\n"),
+			wantErr: `spec.containers[0].resources.requests[example.com/foo]: 500m: must be an integer`,
+		},
+		{
 			name: "bandwidth annotations",
 			in:   "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {kubernetes.io/ingress-bandwidth: 10M, kubernetes.io/egress-bandwidth: 1Gi}\nspec:\n" + oneContainer,
 		},

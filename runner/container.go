@@ -25,9 +25,6 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 	if err != nil {
 		return nil, err
 	}
-	if err := checkSysctls(pod, w.env.cfg.AllowedUnsafeSysctls); err != nil {
-		return nil, err
-	}
 	// The kubelet checks the FQDN for every container, hostNetwork too.
 	if _, err := kernelHostname(pod); err != nil {
 		return nil, err

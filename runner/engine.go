@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 
+	"github.com/noderun/noderun/internal/admission"
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner/prober"
@@ -43,6 +44,11 @@ type Config struct {
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string
+	// Node is this node as admission sees it: its name, labels and
+	// status.allocatable, read when new pods arrive. Default: the kubelet's
+	// well-known labels and no allocatable, so that resources are not
+	// checked (tests of other parts).
+	Node func() *v1.Node
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.
@@ -87,6 +93,7 @@ type Engine struct {
 	// source defines the same namespace/name or UID.
 	conflicts     map[string][]error
 	workers       map[types.UID]*podWorker
+	rejected      map[types.UID]rejection // by admission, see admitLocked
 	statuses      map[types.UID]*v1.Pod
 	statusRev     uint64        // the last stamp putStatusLocked gave a status
 	counts        PodCounts     // of statuses
@@ -123,6 +130,10 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	if cfg.Resync == 0 {
 		cfg.Resync = time.Minute
 	}
+	if cfg.Node == nil {
+		node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: cfg.NodeName, Labels: admission.NodeLabels(cfg.NodeName, nil)}}
+		cfg.Node = func() *v1.Node { return node }
+	}
 	if cfg.GCInterval == 0 {
 		cfg.GCInterval = 10 * time.Minute
 	}
@@ -133,6 +144,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
 		sources:       map[string]manifests.Snapshot{},
 		workers:       map[types.UID]*podWorker{},
+		rejected:      map[types.UID]rejection{},
 		statuses:      map[types.UID]*v1.Pod{},
 		countsChanged: make(chan struct{}, 1),
 		readyCh:       make(chan struct{}),
@@ -461,13 +473,18 @@ func (e *Engine) conflict(source string, p *v1.Pod, first string) error {
 	return me
 }
 
-// apply hands every desired pod to its worker and asks workers of pods no
-// longer desired to kill them.
+// apply hands every desired pod that admission lets run to its worker and
+// asks workers of pods no longer desired to kill them.
 func (e *Engine) apply(ctx context.Context) {
 	want := e.desired()
+	ran := map[types.UID]bool{}
+	for _, uid := range e.podDirs() {
+		ran[uid] = true
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for uid, pod := range want {
+	run := e.admitLocked(want, ran)
+	for uid, pod := range run {
 		w := e.workers[uid]
 		if w == nil {
 			w = e.startWorkerLocked(ctx, uid)
@@ -475,7 +492,7 @@ func (e *Engine) apply(ctx context.Context) {
 		w.update(pod)
 	}
 	for uid, w := range e.workers {
-		if _, ok := want[uid]; !ok {
+		if _, ok := run[uid]; !ok {
 			w.kill()
 		}
 	}

@@ -28,9 +28,10 @@ var safeSysctls = []string{
 	"net.ipv4.tcp_wmem",
 }
 
-// checkSysctls refuses, as the kubelet's sysctl admission does, a pod
+// checkSysctls refuses, as the kubelet's sysctl admit handler does, a pod
 // sysctl that is neither safe nor matched by allowedUnsafe (names, or
-// prefixes ending in "*", as --allowed-unsafe-sysctls takes them).
+// prefixes ending in "*", as --allowed-unsafe-sysctls takes them); the
+// error is the kubelet's text.
 func checkSysctls(pod *v1.Pod, allowedUnsafe []string) error {
 	sc := pod.Spec.SecurityContext
 	if sc == nil {
@@ -44,7 +45,7 @@ func checkSysctls(pod *v1.Pod, allowedUnsafe []string) error {
 		}) {
 			continue
 		}
-		return fmt.Errorf("%w: forbidden sysctl: %q not allowlisted (allow it with --allowed-unsafe-sysctls)", ErrContainerConfig, s.Name)
+		return fmt.Errorf("%q not allowlisted", name)
 	}
 	return nil
 }

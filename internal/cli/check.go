@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/noderun/noderun/internal/admission"
 	"github.com/noderun/noderun/manifests"
 )
 
@@ -78,6 +81,7 @@ func checkCommand() *cli.Command {
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
 			&cli.StringFlag{Name: "node-name", Value: DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
+			&cli.StringFlag{Name: "node-labels", Usage: "the node's --node-labels: a pod whose nodeSelector or required node affinity they cannot match is warned of", EnvVars: []string{"NODERUN_NODE_LABELS"}},
 		}, URLFlags()...),
 		Action: runCheck,
 	}
@@ -95,6 +99,11 @@ func runCheck(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	extra, err := admission.ParseNodeLabels(c.String("node-labels"))
+	if err != nil {
+		return fmt.Errorf("check: --node-labels: %w", err)
+	}
+	labels := admission.NodeLabels(c.String("node-name"), extra)
 	var results []checkResult
 	nErrs := 0
 	for _, in := range c.Args().Slice() {
@@ -106,6 +115,7 @@ func runCheck(c *cli.Context) error {
 		} else {
 			snap = manifests.CheckPath(in, c.String("node-name"))
 		}
+		snap.Warnings = append(snap.Warnings, admissionWarnings(snap, c.String("node-name"), labels)...)
 		results = append(results, newCheckResult(shown, snap))
 		nErrs += len(snap.Errors)
 	}
@@ -122,6 +132,45 @@ func runCheck(c *cli.Context) error {
 		return fmt.Errorf("check: %w: %d", errCheckFailed, nErrs)
 	}
 	return nil
+}
+
+// admissionWarnings names the pods the node would reject for their
+// nodeSelector or required node affinity with the labels it has now: a
+// warning, not an error, as labels may change before the pod arrives.
+func admissionWarnings(snap manifests.Snapshot, nodeName string, labels map[string]string) []error {
+	var out []error
+	for _, p := range snap.Pods {
+		if admission.MatchesNode(p, nodeName, labels) {
+			continue
+		}
+		field := "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+		if sel := p.DeepCopy(); sel.Spec.Affinity != nil {
+			sel.Spec.Affinity = nil
+			if !admission.MatchesNode(sel, nodeName, labels) {
+				field = "spec.nodeSelector"
+			}
+		} else {
+			field = "spec.nodeSelector"
+		}
+		me := &manifests.ManifestError{Field: field, Message: "the node's labels (" + formatLabels(labels) +
+			") do not match it: the pod would be rejected at admission (NodeAffinity) unless they change (--node-labels)"}
+		for _, info := range snap.Info.Pods {
+			if info.UID == p.UID {
+				me.File, me.Line = info.File, info.Line
+			}
+		}
+		out = append(out, me)
+	}
+	return out
+}
+
+// formatLabels is labels as key=value, sorted, comma-separated.
+func formatLabels(labels map[string]string) string {
+	var kv []string
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		kv = append(kv, k+"="+labels[k])
+	}
+	return strings.Join(kv, ",")
 }
 
 // checkReport is `noderun check --output json`.

@@ -202,12 +202,58 @@ func TestCheckWarnsAndRefusesFields(t *testing.T) {
 	ignored := write("ignored.yaml", "  tolerations: [{operator: Exists}]\n")
 	out, errOut, err := runCLI(t, "check", "--node-name", "n1", ignored)
 	if err != nil || !strings.Contains(out, "OK, 1 pods") ||
-		!strings.Contains(errOut, "warning: "+ignored+":5:3: spec.tolerations: ignored: scheduling only") {
+		!strings.Contains(errOut, "warning: "+ignored+":5:3: spec.tolerations: ignored: the kubelet checks no taint for static pods") {
 		t.Errorf("ignored field: err %v, stdout %q, stderr %q", err, out, errOut)
 	}
 	refused := write("refused.yaml", "  hostUsers: false\n")
 	_, errOut, err = runCLI(t, "check", "--node-name", "n1", refused)
 	if !errors.Is(err, errCheckFailed) || !strings.Contains(errOut, refused+":5:3: spec.hostUsers: not supported by noderun: user namespaces") {
 		t.Errorf("refused field: err %v, stderr %q", err, errOut)
+	}
+}
+
+// A nodeSelector or node affinity the node's labels cannot match is a
+// warning, not an error: the labels may change before the pod arrives.
+func TestCheckWarnsOfNodeSelector(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pod.yaml")
+	manifest := `apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  nodeSelector: {disk: ssd}
+  containers: [{name: c, image: busybox}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: q}
+spec:
+  affinity:
+    nodeAffinity:
+      requiredDuringSchedulingIgnoredDuringExecution:
+        nodeSelectorTerms: [{matchExpressions: [{key: zone, operator: In, values: [a, b]}]}]
+  containers: [{name: c, image: busybox}]
+`
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runCLI(t, "check", "--node-name", "n1", file)
+	if err != nil || !strings.Contains(out, "OK, 2 pods") {
+		t.Fatalf("err %v, stdout %q: want OK", err, out)
+	}
+	for _, want := range []string{
+		"warning: " + file + ":1: spec.nodeSelector: the node's labels (",
+		"warning: " + file + ":8: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: the node's labels (",
+		"kubernetes.io/hostname=n1,",
+		"do not match it: the pod would be rejected at admission (NodeAffinity) unless they change (--node-labels)",
+	} {
+		if !strings.Contains(errOut, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errOut)
+		}
+	}
+	if _, errOut, err := runCLI(t, "check", "--node-name", "n1", "--node-labels", "disk=ssd,zone=b", file); err != nil || errOut != "" {
+		t.Errorf("with matching labels: err %v, stderr %q", err, errOut)
+	}
+	if _, _, err := runCLI(t, "check", "--node-labels", "kubernetes.io/role=x", file); err == nil || !strings.Contains(err.Error(), "--node-labels: unknown 'kubernetes.io'") {
+		t.Errorf("a label the kubelet refuses: %v", err)
 	}
 }

@@ -174,3 +174,28 @@ func TestNotRunning(t *testing.T) {
 		t.Errorf("kubeconfig: %v, want the --server hint", err)
 	}
 }
+
+// A pod rejected at admission: describe shows its reason and message, as
+// kubectl, and no state for containers that have no status; pods shows
+// the reason in STATUS.
+func TestDescribeRejectedPod(t *testing.T) {
+	p := v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "big-n1", Namespace: "default", UID: "u2"},
+		Spec: v1.PodSpec{NodeName: "n1", Containers: []v1.Container{{Name: "main", Image: "busybox"}}},
+		Status: v1.PodStatus{Phase: v1.PodFailed, Reason: "OutOfcpu",
+			Message: "Pod was rejected: Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"}}
+	flags := serveNode(t, &fakeNode{pods: []v1.Pod{p}})
+	out, _, err := runClient(t, append(flags, "describe", "big-n1")...)
+	for _, want := range []string{"Status:       Failed", "Reason:       OutOfcpu",
+		"Message:      Pod was rejected: Node didn't have enough resource: cpu, requested: 3000, used: 0, capacity: 2000"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("describe: %v, no %q in\n%s", err, want, out)
+		}
+	}
+	if strings.Contains(out, "State:") || strings.Contains(out, "Restart Count:") {
+		t.Errorf("describe shows a state for a container without status:\n%s", out)
+	}
+	out, _, err = runClient(t, append(flags, "pods")...)
+	if err != nil || !strings.Contains(out, "OutOfcpu") {
+		t.Errorf("pods: %v\n%s", err, out)
+	}
+}

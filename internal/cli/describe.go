@@ -81,6 +81,9 @@ func describePod(w io.Writer, p *v1.Pod, events []v1.Event, now time.Time) {
 	if p.Status.Reason != "" {
 		line(0, "Reason:\t%s", p.Status.Reason)
 	}
+	if p.Status.Message != "" {
+		line(0, "Message:\t%s", p.Status.Message)
+	}
 	line(0, "IP:\t%s", p.Status.PodIP)
 	if len(p.Status.PodIPs) > 0 {
 		line(0, "IPs:\t")
@@ -118,9 +121,10 @@ func describeContainers(line func(int, string, ...any), title string, specs []v1
 	line(0, "%s:", title)
 	for _, c := range specs {
 		var st v1.ContainerStatus
+		found := false
 		for _, s := range statuses {
 			if s.Name == c.Name {
-				st = s
+				st, found = s, true
 			}
 		}
 		line(1, "%s:", c.Name)
@@ -141,12 +145,16 @@ func describeContainers(line func(int, string, ...any), title string, specs []v1
 				line(3, "%s", a)
 			}
 		}
-		describeState(line, "State", st.State)
-		if st.LastTerminationState.Terminated != nil {
-			describeState(line, "Last State", st.LastTerminationState)
+		// As kubectl: a container with no status (its pod was rejected
+		// at admission) has no state to show.
+		if found {
+			describeState(line, "State", st.State)
+			if st.LastTerminationState.Terminated != nil {
+				describeState(line, "Last State", st.LastTerminationState)
+			}
+			line(2, "Ready:\t%v", st.Ready)
+			line(2, "Restart Count:\t%d", st.RestartCount)
 		}
-		line(2, "Ready:\t%v", st.Ready)
-		line(2, "Restart Count:\t%d", st.RestartCount)
 		for _, pr := range []struct {
 			name  string
 			probe *v1.Probe
