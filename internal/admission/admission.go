@@ -14,6 +14,8 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 )
 
 // Result is an admission decision: an empty Reason admits the pod.
@@ -60,7 +62,7 @@ func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
 			return r
 		}
 	}
-	if !matchesAffinity(pod, node) {
+	if ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node); !ok {
 		return predicateFailed(nodeAffinityName, nodeAffinityReason)
 	}
 	if portsConflict(pod, others) {
@@ -75,7 +77,8 @@ func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
 func MatchesNode(pod *v1.Pod, name string, labels map[string]string) bool {
 	node := &v1.Node{}
 	node.Name, node.Labels = name, labels
-	return matchesAffinity(pod, node)
+	ok, _ := nodeaffinity.GetRequiredNodeAffinity(pod).Match(node)
+	return ok
 }
 
 func predicateFailed(name, desc string) Result {
@@ -154,50 +157,9 @@ func hostPorts(pod *v1.Pod) []v1.ContainerPort {
 	return out
 }
 
-// requests is what a pod takes of the node's allocatable, as the scheduler
-// and kubelet count it (k8s.io/component-helpers/resource.PodRequests,
-// written out for the binary's size, checked against it in the tests):
-// the app containers and sidecars summed; an init container needs itself
-// plus the sidecars started before it, and the pod the larger of that and
-// the sum; then the overhead.
+// requests is what a pod takes of the node's allocatable, as the
+// scheduler and kubelet count it: the larger of the app containers' and
+// sidecars' sum and any init container's, plus the pod overhead.
 func requests(pod *v1.Pod) v1.ResourceList {
-	sum := v1.ResourceList{}
-	for _, c := range pod.Spec.Containers {
-		addTo(sum, c.Resources.Requests)
-	}
-	sidecars, inits := v1.ResourceList{}, v1.ResourceList{}
-	for _, c := range pod.Spec.InitContainers {
-		need := sidecars
-		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			addTo(sum, c.Resources.Requests)
-			addTo(sidecars, c.Resources.Requests)
-		} else {
-			need = v1.ResourceList{}
-			addTo(need, c.Resources.Requests)
-			addTo(need, sidecars)
-		}
-		maxTo(inits, need)
-	}
-	maxTo(sum, inits)
-	addTo(sum, pod.Spec.Overhead)
-	return sum
-}
-
-func addTo(list, more v1.ResourceList) {
-	for name, q := range more {
-		if v, ok := list[name]; ok {
-			v.Add(q)
-			list[name] = v
-		} else {
-			list[name] = q.DeepCopy()
-		}
-	}
-}
-
-func maxTo(list, other v1.ResourceList) {
-	for name, q := range other {
-		if v, ok := list[name]; !ok || q.Cmp(v) > 0 {
-			list[name] = q.DeepCopy()
-		}
-	}
+	return resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 }
