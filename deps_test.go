@@ -32,6 +32,7 @@ var depRules = map[string]rule{
 	"internal/bandwidth":  {nil, "the annotations as the kubelet reads them, for manifests (validation) and cni (applying)"},
 	"internal/cgroups":    {nil, "cgroup paths for both drivers and hierarchies: runner decides, runner/containerd applies"},
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
+	"internal/podstats":   {[]string{"internal/cgroups"}, "usage read on request from the pods' cgroups, netns and dirs: kubeapi serves it, main tells it where each pod is; knows no engine"},
 	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
 	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},
 	"internal/secretfile": {nil, "the one mode check for files holding secrets, which manifests and runner/containerd share"},

@@ -208,21 +208,29 @@ func (l Layout) Procs(cgroupsPath string) ([]int, error) {
 }
 
 // NodeUsage reads the whole node's usage as the kubelet does through
-// cAdvisor: the root cgroup's on v1; on v2, whose root cgroup has no
+// cAdvisor: the root cgroup's on v1 (MemoryLimit: MemTotal); on v2, whose root cgroup has no
 // memory files, CPU from the root's cpu.stat and memory from meminfo
-// (MemTotal - MemFree, less Inactive(file)). PSI comes from /proc/pressure
+// (MemTotal - MemFree, less Inactive(file)), and PSI from /proc/pressure
 // when the kernel has it.
 func (l Layout) NodeUsage(procDir string) (Usage, error) {
 	var u Usage
 	var err error
 	if !l.Unified {
 		u, err = usageV1(filepath.Join(l.fs(), "cpuacct"), filepath.Join(l.fs(), "memory"))
-		u.MemoryLimit = 0
 	} else {
 		u, err = nodeUsageV2(l.fs(), procDir)
 	}
 	if err != nil {
 		return u, err
+	}
+	// The node's limit is its memory, as cAdvisor's machine info has it.
+	mi, err := readMeminfo(filepath.Join(procDir, "meminfo"))
+	if err != nil {
+		return u, err
+	}
+	u.MemoryLimit = mi["MemTotal"]
+	if !l.Unified {
+		return u, nil // cAdvisor reads PSI on cgroup v2 only
 	}
 	u.CPUPressure, _ = ReadPressure(filepath.Join(procDir, "pressure", "cpu"))
 	u.MemoryPressure, _ = ReadPressure(filepath.Join(procDir, "pressure", "memory"))
