@@ -17,7 +17,7 @@ type rule struct {
 // without one fails the test, so each new package states its place.
 var depRules = map[string]rule{
 	".": {[]string{"cni", "crilog", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
-		"internal/logdriver", "internal/memtrim", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
+		"internal/logdriver", "internal/memtrim", "internal/podstats", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
 		"runner/sandbox", "systemd"},
 		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
 
@@ -49,8 +49,8 @@ var depRules = map[string]rule{
 	"runner/sandbox": {[]string{"runner", "cni", "internal/dirpoll"}, "implements runner.Network; runner and cni may not import it"},
 
 	// The node's faces.
-	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio"},
-		"reads the engine only through its Backend and Streams interfaces, never runner"},
+	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio", "internal/podstats"},
+		"reads the engine only through its Backend and Streams interfaces, never runner (podstats: the usage it serves, through Usage)"},
 	"internal/cli": {[]string{"kubeapi", "manifests", "internal/atomicfile", "internal/execio"},
 		"client commands talk to the node over its two APIs only (and hand exec its streams as the API client takes them)"},
 	"internal/layout": {[]string{"kubeapi", "runner", "runner/volume"},

@@ -1,6 +1,8 @@
 package podstats
 
 import (
+	"context"
+
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -73,10 +75,12 @@ var (
 		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
 )
 
-// CadvisorMetrics is the kubelet's /metrics/cadvisor from one collection:
-// the node's root cgroup, each pod's and each running container's.
-func CadvisorMetrics(s *Snapshot, err error, cg cgroups.Layout) prometheus.Collector {
-	return cadvisor{s, err, cg}
+// CadvisorMetrics is the kubelet's /metrics/cadvisor from the latest
+// collection: the node's root cgroup, each pod's and each running
+// container's.
+func (c *Collector) CadvisorMetrics(ctx context.Context) prometheus.Collector {
+	s, err := c.Snapshot(ctx)
+	return cadvisor{s, err, c.cfg.Cgroups}
 }
 
 type cadvisor struct {

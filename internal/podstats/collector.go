@@ -86,10 +86,11 @@ func New(cfg Config) *Collector {
 // Snapshot is one collection: the Summary, and what the cAdvisor series
 // need beyond it.
 type Snapshot struct {
-	Summary Summary
-	At      time.Time
-	Node    cgroups.Usage
-	Pods    []PodSample
+	Summary    Summary
+	At         time.Time
+	Node       cgroups.Usage
+	NodeWindow time.Duration // of the node's CPU rate; 0: none
+	Pods       []PodSample
 }
 
 // PodSample is a pod's raw usage, in the order of Summary.Pods.
@@ -198,7 +199,8 @@ func (c *Collector) collect(pods []Pod) (*Snapshot, error) {
 		return nil, err
 	}
 	s := &Snapshot{At: at, Node: node}
-	nodeRate, _ := c.rate(next, "", at, node.CPU)
+	nodeRate, window := c.rate(next, "", at, node.CPU)
+	s.NodeWindow = window
 	s.Summary.Node = c.nodeStats(at, node, nodeRate)
 	s.Summary.Pods = []PodStats{}
 	for _, p := range pods {

@@ -183,7 +183,7 @@ func TestMetricNames(t *testing.T) {
 	clk := clocktesting.NewFakeClock(time.Unix(2000, 0))
 	s := snapshotStepping(t, n.collector(clk), clk, func() {})
 	reg := prometheus.NewPedanticRegistry()
-	reg.MustRegister(ResourceMetrics(s, nil))
+	reg.MustRegister(resourceMetrics{s, nil})
 	want := `# HELP container_memory_working_set_bytes Current working set of the container in bytes
 # TYPE container_memory_working_set_bytes gauge
 container_memory_working_set_bytes{container="app",namespace="default",pod="web"} 8.388608e+07 2001000
@@ -192,7 +192,7 @@ container_memory_working_set_bytes{container="app",namespace="default",pod="web"
 		t.Error(err)
 	}
 	reg = prometheus.NewPedanticRegistry()
-	reg.MustRegister(CadvisorMetrics(s, nil, n.cg))
+	reg.MustRegister(cadvisor{s, nil, n.cg})
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

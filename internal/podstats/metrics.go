@@ -1,6 +1,7 @@
 package podstats
 
 import (
+	"context"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -34,9 +35,12 @@ var (
 		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
 )
 
-// ResourceMetrics is the kubelet's /metrics/resource from one collection
-// (nil with err: only the scrape error series, set).
-func ResourceMetrics(s *Snapshot, err error) prometheus.Collector { return resourceMetrics{s, err} }
+// ResourceMetrics is the kubelet's /metrics/resource from the latest
+// collection (when collecting fails, only its scrape error series, set).
+func (c *Collector) ResourceMetrics(ctx context.Context) prometheus.Collector {
+	s, err := c.Snapshot(ctx)
+	return resourceMetrics{s, err}
+}
 
 type resourceMetrics struct {
 	s   *Snapshot
