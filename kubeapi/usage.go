@@ -117,8 +117,8 @@ func (s *Server) metricsDiscovery() ([]metav1.APIGroup, []apidiscoveryv2.APIGrou
 
 // metricsResources are metrics-server's resources.
 var metricsResources = []metav1.APIResource{
-	{Name: "nodes", SingularName: "", Namespaced: false, Kind: "NodeMetrics", Verbs: metav1.Verbs{"get", "list"}},
-	{Name: "pods", SingularName: "", Namespaced: true, Kind: "PodMetrics", Verbs: metav1.Verbs{"get", "list"}},
+	{Name: "nodes", Kind: "NodeMetrics", Verbs: metav1.Verbs{"get", "list"}},
+	{Name: "pods", Namespaced: true, Kind: "PodMetrics", Verbs: metav1.Verbs{"get", "list"}},
 }
 
 func (s *Server) serveMetricsGroup(w http.ResponseWriter, _ *http.Request) {
