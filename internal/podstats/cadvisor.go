@@ -14,66 +14,68 @@ import (
 // root ("/") none of them.
 var cadvisorLabels = []string{"container", "id", "image", "name", "namespace", "pod"}
 
-// cadvisorMetric is one cAdvisor series family, from a cgroup's usage.
-type cadvisorMetric struct {
-	desc  *prometheus.Desc
-	typ   prometheus.ValueType
-	value func(u *cgroups.Usage) float64
-	extra []string // values of the family's extra labels
-}
-
-func cadvisorDesc(name, help string, extra ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, append(append([]string(nil), cadvisorLabels...), extra...), nil)
-}
-
-// cadvisorMetrics are cAdvisor's names and help (metrics/prometheus.go)
-// for what a cgroup tells; network, start time and pressure are below.
-var cadvisorMetrics = []cadvisorMetric{
-	{cadvisorDesc("container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", "cpu"),
-		prometheus.CounterValue, func(u *cgroups.Usage) float64 { return seconds(u.CPU) }, []string{"total"}},
-	{cadvisorDesc("container_cpu_user_seconds_total", "Cumulative user cpu time consumed in seconds."),
-		prometheus.CounterValue, func(u *cgroups.Usage) float64 { return seconds(u.CPUUser) }, nil},
-	{cadvisorDesc("container_cpu_system_seconds_total", "Cumulative system cpu time consumed in seconds."),
-		prometheus.CounterValue, func(u *cgroups.Usage) float64 { return seconds(u.CPUSystem) }, nil},
-	{cadvisorDesc("container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed"),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.Memory) }, nil},
-	{cadvisorDesc("container_memory_working_set_bytes", "Current working set in bytes."),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.WorkingSet) }, nil},
-	{cadvisorDesc("container_memory_rss", "Size of RSS in bytes."),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.RSS) }, nil},
-	{cadvisorDesc("container_memory_cache", "Number of bytes of page cache memory."),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.Cache) }, nil},
-	{cadvisorDesc("container_memory_swap", "Container swap usage in bytes."),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.Swap) }, nil},
-	{cadvisorDesc("container_spec_memory_limit_bytes", "Memory limit for the container."),
-		prometheus.GaugeValue, func(u *cgroups.Usage) float64 { return float64(u.MemoryLimit) }, nil},
-}
-
-var (
-	failuresDesc = cadvisorDesc("container_memory_failures_total", "Cumulative count of memory allocation failures.", "failure_type", "scope")
-	startDesc    = cadvisorDesc("container_start_time_seconds", "Start time of the container since unix epoch in seconds.")
-	netDescs     = []*prometheus.Desc{
-		cadvisorDesc("container_network_receive_bytes_total", "Cumulative count of bytes received", "interface"),
-		cadvisorDesc("container_network_receive_packets_total", "Cumulative count of packets received", "interface"),
-		cadvisorDesc("container_network_receive_errors_total", "Cumulative count of errors encountered while receiving", "interface"),
-		cadvisorDesc("container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving", "interface"),
-		cadvisorDesc("container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", "interface"),
-		cadvisorDesc("container_network_transmit_packets_total", "Cumulative count of packets transmitted", "interface"),
-		cadvisorDesc("container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting", "interface"),
-		cadvisorDesc("container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting", "interface"),
+// cadvisorDescs are cAdvisor's names and help (metrics/prometheus.go),
+// the families a cgroup's usage gives first, in the order of cgroupValues;
+// then the memory failures, the start time, network (8, in the order of
+// Interface's counters), pressure (stalled then waiting, per resource)
+// and the scrape error.
+var cadvisorDescs = func() []*prometheus.Desc {
+	specs := []desc{
+		{"container_cpu_usage_seconds_total", "Cumulative cpu time consumed in seconds.", []string{"cpu"}},
+		{"container_cpu_user_seconds_total", "Cumulative user cpu time consumed in seconds.", nil},
+		{"container_cpu_system_seconds_total", "Cumulative system cpu time consumed in seconds.", nil},
+		{"container_memory_usage_bytes", "Current memory usage in bytes, including all memory regardless of when it was accessed", nil},
+		{"container_memory_working_set_bytes", "Current working set in bytes.", nil},
+		{"container_memory_rss", "Size of RSS in bytes.", nil},
+		{"container_memory_cache", "Number of bytes of page cache memory.", nil},
+		{"container_memory_swap", "Container swap usage in bytes.", nil},
+		{"container_spec_memory_limit_bytes", "Memory limit for the container.", nil},
+		{"container_memory_failures_total", "Cumulative count of memory allocation failures.", []string{"failure_type", "scope"}},
+		{"container_start_time_seconds", "Start time of the container since unix epoch in seconds.", nil},
+		{"container_network_receive_bytes_total", "Cumulative count of bytes received", []string{"interface"}},
+		{"container_network_receive_packets_total", "Cumulative count of packets received", []string{"interface"}},
+		{"container_network_receive_errors_total", "Cumulative count of errors encountered while receiving", []string{"interface"}},
+		{"container_network_receive_packets_dropped_total", "Cumulative count of packets dropped while receiving", []string{"interface"}},
+		{"container_network_transmit_bytes_total", "Cumulative count of bytes transmitted", []string{"interface"}},
+		{"container_network_transmit_packets_total", "Cumulative count of packets transmitted", []string{"interface"}},
+		{"container_network_transmit_errors_total", "Cumulative count of errors encountered while transmitting", []string{"interface"}},
+		{"container_network_transmit_packets_dropped_total", "Cumulative count of packets dropped while transmitting", []string{"interface"}},
+		{"container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion.", nil},
+		{"container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.", nil},
+		{"container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion.", nil},
+		{"container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.", nil},
+		{"container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion.", nil},
+		{"container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.", nil},
 	}
-	// pressureDescs: stalled is PSI's "full" line, waiting its "some".
-	pressureDescs = map[string][2]*prometheus.Desc{
-		"cpu": {cadvisorDesc("container_pressure_cpu_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to CPU congestion."),
-			cadvisorDesc("container_pressure_cpu_waiting_seconds_total", "Total time duration tasks in the container have waited due to CPU congestion.")},
-		"memory": {cadvisorDesc("container_pressure_memory_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to memory congestion."),
-			cadvisorDesc("container_pressure_memory_waiting_seconds_total", "Total time duration tasks in the container have waited due to memory congestion.")},
-		"io": {cadvisorDesc("container_pressure_io_stalled_seconds_total", "Total time duration no tasks in the container could make progress due to IO congestion."),
-			cadvisorDesc("container_pressure_io_waiting_seconds_total", "Total time duration tasks in the container have waited due to IO congestion.")},
+	for i := range specs {
+		specs[i].labels = append(append([]string(nil), cadvisorLabels...), specs[i].labels...)
 	}
-	containerScrapeErrorDesc = prometheus.NewDesc("container_scrape_error",
-		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil)
+	return append(descs(specs), prometheus.NewDesc("container_scrape_error",
+		"1 if there was an error while getting container metrics, 0 otherwise", nil, nil))
+}()
+
+// Where the families after cgroupValues' are in cadvisorDescs.
+const (
+	failuresFamily = 9 + iota
+	startFamily
+	networkFamily
+	pressureFamily = networkFamily + 8
+	scrapeFamily   = pressureFamily + 6
 )
+
+// cgroupValues are the first families' values, from a cgroup's usage;
+// all but the CPU time counters are gauges.
+var cgroupValues = []func(u *cgroups.Usage) float64{
+	func(u *cgroups.Usage) float64 { return seconds(u.CPU) },
+	func(u *cgroups.Usage) float64 { return seconds(u.CPUUser) },
+	func(u *cgroups.Usage) float64 { return seconds(u.CPUSystem) },
+	func(u *cgroups.Usage) float64 { return float64(u.Memory) },
+	func(u *cgroups.Usage) float64 { return float64(u.WorkingSet) },
+	func(u *cgroups.Usage) float64 { return float64(u.RSS) },
+	func(u *cgroups.Usage) float64 { return float64(u.Cache) },
+	func(u *cgroups.Usage) float64 { return float64(u.Swap) },
+	func(u *cgroups.Usage) float64 { return float64(u.MemoryLimit) },
+}
 
 // CadvisorMetrics is the kubelet's /metrics/cadvisor from the latest
 // collection: the node's root cgroup, each pod's and each running
@@ -97,7 +99,7 @@ func (c cadvisor) Collect(ch chan<- prometheus.Metric) {
 	if c.err != nil {
 		failed = 1
 	}
-	ch <- prometheus.MustNewConstMetric(containerScrapeErrorDesc, prometheus.GaugeValue, failed)
+	ch <- prometheus.MustNewConstMetric(cadvisorDescs[scrapeFamily], prometheus.GaugeValue, failed)
 	if c.s == nil {
 		return
 	}
@@ -110,7 +112,7 @@ func (c cadvisor) Collect(ch chan<- prometheus.Metric) {
 			labels := []string{ct.Container.Name, c.cg.Path(ct.Container.Cgroup), ct.Container.Image, ct.Container.ID, p.Pod.Namespace, p.Pod.Name}
 			c.cgroup(ch, &ct.Usage, labels, nil)
 			if !ct.Container.StartTime.IsZero() {
-				ch <- prometheus.MustNewConstMetric(startDesc, prometheus.GaugeValue, float64(ct.Container.StartTime.UnixNano())/1e9, labels...)
+				ch <- prometheus.MustNewConstMetric(cadvisorDescs[startFamily], prometheus.GaugeValue, float64(ct.Container.StartTime.UnixNano())/1e9, labels...)
 			}
 		}
 	}
@@ -118,24 +120,30 @@ func (c cadvisor) Collect(ch chan<- prometheus.Metric) {
 
 // cgroup sends one cgroup's series with its labels.
 func (c cadvisor) cgroup(ch chan<- prometheus.Metric, u *cgroups.Usage, labels []string, net []Interface) {
-	send := func(d *prometheus.Desc, t prometheus.ValueType, v float64, extra ...string) {
-		m := prometheus.MustNewConstMetric(d, t, v, append(append([]string(nil), labels...), extra...)...)
+	send := func(family int, t prometheus.ValueType, v float64, extra ...string) {
+		m := prometheus.MustNewConstMetric(cadvisorDescs[family], t, v, append(labels[:len(labels):len(labels)], extra...)...)
 		ch <- prometheus.NewMetricWithTimestamp(c.s.At, m)
 	}
-	for _, m := range cadvisorMetrics {
-		send(m.desc, m.typ, m.value(u), m.extra...)
+	counter := prometheus.CounterValue
+	send(0, counter, cgroupValues[0](u), "total") // cpu="total": the kubelet reads no per-CPU usage
+	for i := 1; i < len(cgroupValues); i++ {
+		t := prometheus.GaugeValue
+		if i < 3 {
+			t = counter
+		}
+		send(i, t, cgroupValues[i](u))
 	}
-	send(failuresDesc, prometheus.CounterValue, float64(u.PageFaults), "pgfault", "hierarchy")
-	send(failuresDesc, prometheus.CounterValue, float64(u.MajorPageFaults), "pgmajfault", "hierarchy")
+	send(failuresFamily, counter, float64(u.PageFaults), "pgfault", "hierarchy")
+	send(failuresFamily, counter, float64(u.MajorPageFaults), "pgmajfault", "hierarchy")
 	for _, i := range net {
 		for j, v := range []uint64{i.RxBytes, i.RxPackets, i.RxErrors, i.RxDropped, i.TxBytes, i.TxPackets, i.TxErrors, i.TxDropped} {
-			send(netDescs[j], prometheus.CounterValue, float64(v), i.Name)
+			send(networkFamily+j, counter, float64(v), i.Name)
 		}
 	}
-	for kind, p := range map[string]*cgroups.Pressure{"cpu": u.CPUPressure, "memory": u.MemoryPressure, "io": u.IOPressure} {
-		if p != nil { // PSI totals are in microseconds
-			send(pressureDescs[kind][0], prometheus.CounterValue, float64(p.Full.Total)/1e6)
-			send(pressureDescs[kind][1], prometheus.CounterValue, float64(p.Some.Total)/1e6)
+	for j, p := range []*cgroups.Pressure{u.CPUPressure, u.MemoryPressure, u.IOPressure} {
+		if p != nil { // PSI totals are in microseconds; stalled is "full", waiting "some"
+			send(pressureFamily+2*j, counter, float64(p.Full.Total)/1e6)
+			send(pressureFamily+2*j+1, counter, float64(p.Some.Total)/1e6)
 		}
 	}
 }
