@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 )
 
@@ -53,6 +54,16 @@ func topRow(out, pod, container string) []string {
 	return nil
 }
 
+// startUsagePod starts a node running usagePod, once its memory is held,
+// and returns its view kubeconfig.
+func startUsagePod(t *testing.T) (*node, *v1.Pod, string) {
+	n := newNode(t)
+	n.writeManifest("usage.yaml", usagePod)
+	p := n.waitPod("usage", "Running", running)
+	n.waitLogLine(n.logPath(p, "mem", 0), "filled")
+	return n, p, n.kubeconfig(false)
+}
+
 func quantity(t *testing.T, s string) *resource.Quantity {
 	t.Helper()
 	q, err := resource.ParseQuantity(s)
@@ -68,13 +79,10 @@ func quantity(t *testing.T, s string) *resource.Quantity {
 // shows its usage.
 func TestKubectlTop(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("usage.yaml", usagePod)
-	p := n.waitPod("usage", "Running", running)
-	n.waitLogLine(n.logPath(p, "mem", 0), "filled")
-	view := n.kubeconfig(false)
+	n, _, view := startUsagePod(t)
 
 	out := n.kubectlOK(view, "top", "pod", "-A", "--containers")
+	t.Logf("kubectl top pod -A --containers:\n%s", out)
 	if h := strings.Join(strings.Fields(strings.SplitN(out, "\n", 2)[0]), " "); !strings.HasPrefix(h, "NAMESPACE POD NAME CPU(cores) MEMORY(bytes)") {
 		t.Errorf("header %q\n%s", h, out)
 	}
@@ -101,6 +109,7 @@ func TestKubectlTop(t *testing.T) {
 	}
 
 	nodeOut := n.kubectlOK(view, "top", "node")
+	t.Logf("kubectl top node:\n%s", nodeOut)
 	row := podRow(nodeOut, nodeName)
 	if len(row) < 5 || !regexp.MustCompile(`^[0-9]+m$`).MatchString(row[1]) || !strings.HasSuffix(row[2], "%") ||
 		quantity(t, row[3]).Value() < fillMiB<<20 {
@@ -151,11 +160,7 @@ type summary struct {
 // paths and through the node proxy paths.
 func TestUsageEndpoints(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	n.writeManifest("usage.yaml", usagePod)
-	p := n.waitPod("usage", "Running", running)
-	n.waitLogLine(n.logPath(p, "mem", 0), "filled")
-	view := n.kubeconfig(false)
+	n, p, view := startUsagePod(t)
 
 	raw := n.kubectlOK(view, "get", "--raw", "/stats/summary")
 	var s summary
