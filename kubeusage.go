@@ -27,7 +27,7 @@ func usagePods(pods []v1.Pod, cg cgroups.Layout, stateDir, podLogDir string) []p
 	for _, p := range pods {
 		parent := cg.PodParent(runner.SandboxID(string(p.UID)))
 		up := podstats.Pod{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID), Cgroup: parent,
-			HostNetwork: p.Spec.HostNetwork, LogDir: filepath.Join(podLogDir, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID))}
+			LogDir: filepath.Join(podLogDir, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID))}
 		if p.Status.StartTime != nil {
 			up.StartTime = p.Status.StartTime.Time
 		}

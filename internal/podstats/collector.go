@@ -13,8 +13,7 @@ import (
 type Pod struct {
 	Name, Namespace, UID string
 	StartTime            time.Time
-	Cgroup               string // the pod's cgroup parent, a cgroupsPath
-	HostNetwork          bool
+	Cgroup               string      // the pod's cgroup parent, a cgroupsPath
 	Containers           []Container // the running ones
 	Volumes              []Volume    // emptyDirs
 	LogDir               string      // the pod's log dir: a container's logs are in LogDir/<name>
@@ -220,9 +219,7 @@ func (c *Collector) collect(pods []Pod) (*Snapshot, error) {
 			ps.Containers = append(ps.Containers, ContainerSample{Container: ct, Usage: u, Window: w})
 			rates = append(rates, r)
 		}
-		if !p.HostNetwork {
-			ps.Network = c.podNetwork(ps)
-		}
+		ps.Network = c.podNetwork(ps)
 		s.Pods = append(s.Pods, ps)
 		s.Summary.Pods = append(s.Summary.Pods, c.podStats(at, ps, podRate, rates))
 	}

@@ -146,8 +146,9 @@ func networkStats(t metav1.Time, ifs []Interface) *NetworkStats {
 }
 
 // podNetwork reads the interfaces of the pod's network namespace through
-// a process of one of its containers: noderun pins the namespace without a
-// process of its own in it.
+// a process of one of its containers, as cAdvisor does (noderun pins the
+// namespace without a process of its own in it): a hostNetwork pod's are
+// the host's.
 func (c *Collector) podNetwork(ps PodSample) []Interface {
 	for _, cs := range ps.Containers {
 		pids, err := c.cfg.Cgroups.Procs(cs.Container.Cgroup)
