@@ -177,7 +177,8 @@ func (c *Collector) warmUp(ctx context.Context, pods []Pod) error {
 }
 
 // rate is the CPU rate in nanocores of the cgroup key since its last
-// sample, and the window; it records cur as the next one's start.
+// sample, and the window; it keeps this sample, in next, as the start of
+// the next collection's window.
 func (c *Collector) rate(next map[string]cpuSample, key string, at time.Time, nanos uint64) (*uint64, time.Duration) {
 	next[key] = cpuSample{at, nanos}
 	p, ok := c.prev[key]
