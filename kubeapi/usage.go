@@ -220,17 +220,23 @@ func (s *Server) serveNodeMetrics(w http.ResponseWriter, r *http.Request) {
 			Usage: usageList(n.CPU.UsageNanoCores, n.Memory.WorkingSetBytes),
 		})
 	}
+	writeMetrics(w, name, "nodes", "NodeMetricsList", items)
+}
+
+// writeMetrics answers a get of name (the one item, or NotFound) or a
+// list of the items.
+func writeMetrics[T any](w http.ResponseWriter, name, resource, listKind string, items []T) {
 	if name != "" {
 		if len(items) == 0 {
-			writeStatus(w, notFound("nodes.metrics.k8s.io", name))
+			writeStatus(w, notFound(resource+"."+metricsGroup, name))
 			return
 		}
 		writeJSON(w, http.StatusOK, &items[0])
 		return
 	}
-	writeJSON(w, http.StatusOK, &metricsList[nodeMetrics]{
-		TypeMeta: metav1.TypeMeta{Kind: "NodeMetricsList", APIVersion: metricsGroup + "/" + metricsVersion},
-		Items:    append([]nodeMetrics{}, items...),
+	writeJSON(w, http.StatusOK, &metricsList[T]{
+		TypeMeta: metav1.TypeMeta{Kind: listKind, APIVersion: metricsGroup + "/" + metricsVersion},
+		Items:    append([]T{}, items...),
 	})
 }
 
@@ -247,7 +253,7 @@ func (s *Server) servePodMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.be().Pods() {
 		podLabels[string(p.UID)] = p.Labels
 	}
-	items := []podMetrics{}
+	var items []podMetrics
 	for i, ps := range snap.Summary.Pods {
 		ref := ps.PodRef
 		lbls, known := podLabels[ref.UID]
@@ -258,18 +264,7 @@ func (s *Server) servePodMetrics(w http.ResponseWriter, r *http.Request) {
 			items = append(items, pm)
 		}
 	}
-	if name != "" {
-		if len(items) == 0 {
-			writeStatus(w, notFound("pods.metrics.k8s.io", name))
-			return
-		}
-		writeJSON(w, http.StatusOK, &items[0])
-		return
-	}
-	writeJSON(w, http.StatusOK, &metricsList[podMetrics]{
-		TypeMeta: metav1.TypeMeta{Kind: "PodMetricsList", APIVersion: metricsGroup + "/" + metricsVersion},
-		Items:    items,
-	})
+	writeMetrics(w, name, "pods", "PodMetricsList", items)
 }
 
 // podMetricsOf is the i-th pod of snap as PodMetrics; false while a
