@@ -164,10 +164,10 @@ type (
 		Window            metav1.Duration `json:"window"`
 		Usage             v1.ResourceList `json:"usage"`
 	}
-	metricsList[T any] struct {
+	metricsList struct {
 		metav1.TypeMeta `json:",inline"`
 		metav1.ListMeta `json:"metadata"`
-		Items           []T `json:"items"`
+		Items           []any `json:"items"`
 	}
 )
 
@@ -211,33 +211,31 @@ func (s *Server) serveNodeMetrics(w http.ResponseWriter, r *http.Request) {
 	node := s.be().Node(r.Context())
 	name := r.PathValue("name")
 	n := snap.Summary.Node
-	var items []nodeMetrics
+	var items []any
 	if n.CPU.UsageNanoCores != nil && sel.Matches(labels.Set(node.Labels)) && (name == "" || name == node.Name) {
-		items = append(items, nodeMetrics{
+		items = append(items, &nodeMetrics{
 			TypeMeta:   metav1.TypeMeta{Kind: "NodeMetrics", APIVersion: metricsGroup + "/" + metricsVersion},
 			ObjectMeta: metav1.ObjectMeta{Name: node.Name, Labels: node.Labels, CreationTimestamp: metav1.NewTime(snap.At)},
 			Timestamp:  metav1.NewTime(snap.At), Window: metav1.Duration{Duration: snap.NodeWindow},
 			Usage: usageList(n.CPU.UsageNanoCores, n.Memory.WorkingSetBytes),
 		})
 	}
-	writeMetrics(w, name, "nodes", "NodeMetricsList", items)
+	writeMetrics(w, name, "nodes", items, &metricsList{TypeMeta: metav1.TypeMeta{Kind: "NodeMetricsList"}})
 }
 
-// writeMetrics answers a get of name (the one item, or NotFound) or a
-// list of the items.
-func writeMetrics[T any](w http.ResponseWriter, name, resource, listKind string, items []T) {
-	if name != "" {
-		if len(items) == 0 {
-			writeStatus(w, notFound(resource+"."+metricsGroup, name))
-			return
-		}
-		writeJSON(w, http.StatusOK, &items[0])
+// writeMetrics answers a get of name with its item (NotFound when there
+// is none) and a list with all of them.
+func writeMetrics(w http.ResponseWriter, name, resource string, items []any, list *metricsList) {
+	if name == "" {
+		list.TypeMeta.APIVersion, list.Items = metricsGroup+"/"+metricsVersion, append([]any{}, items...)
+		writeJSON(w, http.StatusOK, list)
 		return
 	}
-	writeJSON(w, http.StatusOK, &metricsList[T]{
-		TypeMeta: metav1.TypeMeta{Kind: listKind, APIVersion: metricsGroup + "/" + metricsVersion},
-		Items:    append([]T{}, items...),
-	})
+	if len(items) == 0 {
+		writeStatus(w, notFound(resource+"."+metricsGroup, name))
+		return
+	}
+	writeJSON(w, http.StatusOK, items[0])
 }
 
 // servePodMetrics lists or gets pods' usage. A pod is listed once each of
@@ -253,7 +251,7 @@ func (s *Server) servePodMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, p := range s.be().Pods() {
 		podLabels[string(p.UID)] = p.Labels
 	}
-	var items []podMetrics
+	var items []any
 	for i, ps := range snap.Summary.Pods {
 		ref := ps.PodRef
 		lbls, known := podLabels[ref.UID]
@@ -261,10 +259,10 @@ func (s *Server) servePodMetrics(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if pm, ok := podMetricsOf(snap, i, lbls); ok {
-			items = append(items, pm)
+			items = append(items, &pm)
 		}
 	}
-	writeMetrics(w, name, "pods", "PodMetricsList", items)
+	writeMetrics(w, name, "pods", items, &metricsList{TypeMeta: metav1.TypeMeta{Kind: "PodMetricsList"}})
 }
 
 // podMetricsOf is the i-th pod of snap as PodMetrics; false while a

@@ -101,7 +101,10 @@ func TestMetricsDiscovery(t *testing.T) {
 // label selector filter as the Metrics API does.
 func TestPodMetrics(t *testing.T) {
 	s := newUsageServer(t)
-	var list metricsList[podMetrics]
+	var list struct {
+		Kind  string
+		Items []podMetrics
+	}
 	getJSON(t, s, "/apis/metrics.k8s.io/v1beta1/pods", &list)
 	if list.Kind != "PodMetricsList" || len(list.Items) != 1 || list.Items[0].Name != "web-e2e" {
 		t.Fatalf("list %+v", list)
@@ -117,7 +120,10 @@ func TestPodMetrics(t *testing.T) {
 		"/apis/metrics.k8s.io/v1beta1/namespaces/kube-system/pods":  0,
 		"/apis/metrics.k8s.io/v1beta1/namespaces/default/pods":      1,
 	} {
-		list = metricsList[podMetrics]{}
+		list = struct {
+			Kind  string
+			Items []podMetrics
+		}{}
 		if code := getJSON(t, s, path, &list); code != http.StatusOK || len(list.Items) != want {
 			t.Errorf("%s: %d, %d items, want %d", path, code, len(list.Items), want)
 		}
@@ -135,7 +141,7 @@ func TestPodMetrics(t *testing.T) {
 
 func TestNodeMetrics(t *testing.T) {
 	s := newUsageServer(t)
-	var list metricsList[nodeMetrics]
+	var list struct{ Items []nodeMetrics }
 	getJSON(t, s, "/apis/metrics.k8s.io/v1beta1/nodes", &list)
 	if len(list.Items) != 1 || list.Items[0].Name != "node1" || list.Items[0].Window.Duration != 10*time.Second {
 		t.Fatalf("nodes %+v", list)
