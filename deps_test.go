@@ -17,7 +17,7 @@ type rule struct {
 // without one fails the test, so each new package states its place.
 var depRules = map[string]rule{
 	".": {[]string{"cni", "crilog", "internal/admission", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
-		"internal/logdriver", "internal/memtrim", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
+		"internal/logdriver", "internal/memtrim", "internal/podstats", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
 		"runner/sandbox", "systemd"},
 		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
 
@@ -32,6 +32,7 @@ var depRules = map[string]rule{
 	"internal/bandwidth":  {nil, "the annotations as the kubelet reads them, for manifests (validation) and cni (applying)"},
 	"internal/cgroups":    {nil, "cgroup paths for both drivers and hierarchies: runner decides, runner/containerd applies"},
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
+	"internal/podstats":   {[]string{"internal/cgroups"}, "usage read on request from the pods' cgroups, netns and dirs: kubeapi serves it, main tells it where each pod is; knows no engine"},
 	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
 	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},
 	"internal/admission":  {nil, "the kubelet's admission decision and node labels, for runner (deciding), main (--node-labels) and check (warnings)"},
@@ -49,8 +50,8 @@ var depRules = map[string]rule{
 	"runner/sandbox": {[]string{"runner", "cni", "internal/dirpoll"}, "implements runner.Network; runner and cni may not import it"},
 
 	// The node's faces.
-	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio"},
-		"reads the engine only through its Backend and Streams interfaces, never runner"},
+	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio", "internal/podstats"},
+		"reads the engine only through its Backend and Streams interfaces, never runner (podstats: the usage it serves, through Usage)"},
 	"internal/cli": {[]string{"kubeapi", "manifests", "internal/admission", "internal/atomicfile", "internal/execio"},
 		"client commands talk to the node over its two APIs only (and hand exec its streams as the API client takes them)"},
 	"internal/layout": {[]string{"kubeapi", "runner", "runner/volume"},

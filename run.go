@@ -115,6 +115,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 		Healthy: n.engine.Healthy,
 	}}
 	a.status.Ready(backend)
+	a.kube.ServeUsage(podUsage(n.engine, cfg))
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
 }
 

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,8 @@ const tableAccept = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 type kubeMeasures struct {
 	pods          int
 	tableGetMS    []float64 // GET /api/v1/pods as Table, as kubectl get pods asks
+	summaryMS     []float64 // GET /stats/summary, a fresh collection (kubectl top reads the same)
+	summaryCPUMS  []float64 // noderun's CPU time for it
 	watchCPU      float64   // noderun's CPU with kubeWatches watches open, idle
 	watchHostBusy float64
 }
@@ -94,6 +97,9 @@ func (b *bench) kubeAPI(ctx context.Context, n int) error {
 		}
 	}
 	b.kube.pods = n
+	if err := b.usageRequests(ctx, get); err != nil {
+		return err
+	}
 
 	wctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -135,6 +141,41 @@ func (b *bench) kubeAPI(ctx context.Context, n int) error {
 	return nil
 }
 
+// usageCollection is longer than the node's usage cache (2 s): each timed
+// request is a fresh collection of every pod's usage.
+const usageCollection = 2100 * time.Millisecond
+
+// usageRequests times GET /stats/summary (what kubectl top and a scrape
+// cost) and noderun's CPU for it, after one untimed request that takes
+// the first CPU samples.
+func (b *bench) usageRequests(ctx context.Context, get func(context.Context, string) (*http.Response, error)) error {
+	for i := range max(b.cfg.APIGets/3, 1) + 1 {
+		if err := sleep(ctx, usageCollection); err != nil {
+			return err
+		}
+		cpu0, err := b.node.cpuTime()
+		if err != nil {
+			return err
+		}
+		t := time.Now()
+		resp, err := get(ctx, "/stats/summary")
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		cpu1, cerr := b.node.cpuTime()
+		if err != nil || cerr != nil {
+			return errors.Join(err, cerr)
+		}
+		if i > 0 {
+			b.kube.summaryMS = append(b.kube.summaryMS, float64(time.Since(t))/float64(time.Millisecond))
+			b.kube.summaryCPUMS = append(b.kube.summaryCPUMS, float64(cpu1-cpu0)/float64(time.Millisecond))
+		}
+	}
+	return nil
+}
+
 // kubeRows report them; the idle CPU with watches is held to the idle
 // CPU without them (same pods, same window) plus a tenth of a percent.
 func (m *measurements) kubeRows(k kubeMeasures, cfg Config) []Row {
@@ -145,6 +186,10 @@ func (m *measurements) kubeRows(k kubeMeasures, cfg Config) []Row {
 	add := func(r Row) { rows = append(rows, r.finish()) }
 	add(Row{Key: "kubeapi_get_pods_table", Measure: fmt.Sprintf("GET /api/v1/pods as Table (kubectl get pods), %d pods", k.pods), Unit: "ms",
 		Noderun: statsOf(k.tableGetMS)})
+	add(Row{Key: "kubeapi_usage_summary", Measure: fmt.Sprintf("GET /stats/summary, a fresh collection (kubectl top), %d pods", k.pods), Unit: "ms",
+		Noderun: statsOf(k.summaryMS)})
+	add(Row{Key: "kubeapi_usage_summary_cpu", Measure: fmt.Sprintf("noderun's CPU time for one GET /stats/summary, %d pods", k.pods), Unit: "ms",
+		Noderun: statsOf(k.summaryCPUMS)})
 	add(Row{Key: "kubeapi_watch_idle_cpu", Measure: fmt.Sprintf("CPU, %d pods, %d open watches, %s steady state", k.pods, kubeWatches, cfg.CPUWindow),
 		Unit: "% of a core", Noderun: statsOf([]float64{k.watchCPU}),
 		Kubelet: fmt.Sprintf("%.2f %% without watches", m.cpuPercent), target: atMost(m.cpuPercent+0.1, "% of a core")})

@@ -57,14 +57,17 @@ func (s *Server) serveAPIVersions(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// serveAPIGroups lists the groups beyond core/v1: the Metrics API, when
+// usage is served (kubectl top looks for it here).
 func (s *Server) serveAPIGroups(w http.ResponseWriter, r *http.Request) {
+	groups, aggregated := s.metricsDiscovery()
 	if wantsAggregated(r) {
-		writeAggregated(w, []apidiscoveryv2.APIGroupDiscovery{})
+		writeAggregated(w, aggregated)
 		return
 	}
 	writeJSON(w, http.StatusOK, &metav1.APIGroupList{
 		TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"},
-		Groups:   []metav1.APIGroup{},
+		Groups:   groups,
 	})
 }
 

@@ -66,6 +66,7 @@ type Server struct {
 	log     *slog.Logger
 	version string
 	backend atomic.Pointer[Backend]
+	usage   atomic.Pointer[Usage] // ServeUsage
 	waiting atomic.Pointer[string]
 	mux     *http.ServeMux
 	now     func() time.Time
@@ -279,6 +280,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(m+pod+"portforward", stream("portforward", Streams.PortForward))
 	}
 	s.readRoutes(mux)
+	s.usageRoutes(mux)
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", s.metrics.handler())
 	}

@@ -43,6 +43,10 @@ func notFound(resource, name string) *metav1.Status {
 	return st
 }
 
+func internalError(msg string) *metav1.Status {
+	return status(http.StatusInternalServerError, metav1.StatusReasonInternalError, msg)
+}
+
 func badRequest(msg string) *metav1.Status {
 	return status(http.StatusBadRequest, metav1.StatusReasonBadRequest, msg)
 }

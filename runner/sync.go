@@ -513,9 +513,9 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	return nil
 }
 
-func (w *podWorker) podStateDir() string {
-	return filepath.Join(w.env.cfg.StateDir, "pods", string(w.uid))
-}
+func (w *podWorker) podStateDir() string { return podStateDir(w.env.cfg.StateDir, string(w.uid)) }
+
+func podStateDir(stateDir, uid string) string { return filepath.Join(stateDir, "pods", uid) }
 
 func (w *podWorker) podRunDir() string {
 	return SandboxDir(w.env.cfg.RunDir, string(w.uid))

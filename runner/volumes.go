@@ -20,6 +20,12 @@ func emptyDirPath(podDir, name string) string {
 	return filepath.Join(podDir, "volumes", "empty-dir", name)
 }
 
+// EmptyDirPath is where a pod's emptyDir volume is under the state dir,
+// for the usage endpoints.
+func EmptyDirPath(stateDir, podUID, name string) string {
+	return emptyDirPath(podStateDir(stateDir, podUID), name)
+}
+
 func downwardAPIPath(podDir, name string) string {
 	return filepath.Join(podDir, "volumes", "downward-api", name)
 }
