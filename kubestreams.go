@@ -18,6 +18,7 @@ func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, pods *sandbox.Pods, 
 		Changes:   engine.Changes,
 		PodLogDir: podLogDir,
 		Exec:      rt.Exec,
+		Attach:    rt.Attach,
 		DialPod:   pods.DialPod,
 		Log:       log,
 	})

@@ -124,7 +124,7 @@ func TestStreamRequestErrors(t *testing.T) {
 		{"web/exec?command=ls&stdout=true&container=nope", 400, "container nope is not valid for pod web"},
 		{"stopped/exec?command=ls&stdout=true", 400, "container app is not running"},
 		{"two/exec?command=ls&stdout=true", 400, "a container name must be specified for pod two, choose one of: [app side]"},
-		{"web/attach?stdin=true&stdout=true", 400, "no stdin or tty"},
+		{"stopped/attach?stdin=true&stdout=true", 500, `container not found (\"app\")`},
 		{"web/log?tailLines=-1", 400, "tailLines"},
 		{"web/log?limitBytes=0", 400, "limitBytes"},
 		{"web/log?sinceSeconds=1&sinceTime=2026-01-01T00:00:00Z", 400, "at most one of"},
