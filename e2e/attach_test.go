@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 )
@@ -82,6 +83,10 @@ func TestKubectlAttach(t *testing.T) {
 		t.Errorf("echo after two attaches: %+v, want its first run still running", st)
 	}
 
+	// noderun attach does the same without kubectl.
+	attachWithInput(t, exec.CommandContext(ctx, noderunBin, "--state-dir", n.state, "--run-dir", n.run, "attach", "-i", "-c", "echo", pod),
+		"from noderun", "got from noderun")
+
 	// stdinOnce: the first attach's end is the container's EOF; the
 	// attach shows the output up to the container's end.
 	out, code = attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "once"), "first", "once first")
@@ -95,8 +100,56 @@ func TestKubectlAttach(t *testing.T) {
 	if st := containerStatus(p, "once"); st.LastTerminationState.Terminated == nil || st.LastTerminationState.Terminated.ExitCode != 3 {
 		t.Errorf("once's last state %+v, want exit code 3", st.LastTerminationState)
 	}
-	// The restart has a new, open stdin.
+	// The restart has a new, open stdin, which this attach closes too;
+	// in the crash backoff that follows, the container does not run and
+	// an attach gets the kubelet's answer.
 	attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "once"), "second", "once second")
+	n.waitPod("attach", "once in its crash backoff", func(p *v1.Pod) bool {
+		st := containerStatus(p, "once")
+		return st != nil && st.State.Waiting != nil && st.State.Waiting.Reason == "CrashLoopBackOff"
+	})
+	if _, e, err := n.kubectl(admin, "attach", pod, "-c", "once"); err == nil || !strings.Contains(e, `container not found ("once")`) {
+		t.Errorf("kubectl attach to a container in its backoff: %v, %s; want the kubelet's container not found", err, e)
+	}
+
+	// A restarted noderun leaves stdin open, and attaches to it again.
+	n.stop()
+	n.start()
+	n.waitHealthy()
+	admin, view = n.kubeconfig(true), n.kubeconfig(false) // its API's new port
+	n.waitPod("attach", "adopted", func(p *v1.Pod) bool {
+		st := containerStatus(p, "echo")
+		return st != nil && st.State.Running != nil
+	})
+	attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "echo"), "after restart", "got after restart")
+	if o, _, _ := n.kubectl(view, "logs", pod, "-c", "echo"); strings.Contains(o, "saw EOF") {
+		t.Errorf("a noderun restart closed the container's stdin: %q", o)
+	}
+
+	// attach -it: the shell on the client's terminal, at its size; its
+	// exit ends the attach, and the restart has a terminal again.
+	ptmx, tout, wait := startOnTerminal(t, n.kubectlCmd(ctx, admin, "attach", "-it", pod, "-c", "shell"), 33, 101)
+	defer ptmx.Close()
+	waitUntil(t, "the shell to answer through attach -it", func() bool {
+		io.WriteString(ptmx, "echo $((6*7))\r")
+		return strings.Contains(tout.String(), "42\r\n")
+	})
+	waitUntil(t, "the shell's terminal to have the client's size", func() bool {
+		io.WriteString(ptmx, "stty size\r")
+		return strings.Contains(tout.String(), "33 101\r\n")
+	})
+	io.WriteString(ptmx, "exit 4\r")
+	if code := wait(); code != 0 {
+		t.Errorf("kubectl attach -it: exit %d after the shell's exit, %q", code, tout.String())
+	}
+	p = n.waitPod("attach", "shell restarted", func(p *v1.Pod) bool {
+		st := containerStatus(p, "shell")
+		return st != nil && st.RestartCount == 1 && st.State.Running != nil
+	})
+	n.waitLogLine(n.logPath(p, "shell", 1), "is a tty")
+	if o, e, err := n.kubectl(view, "logs", "-p", pod, "-c", "shell"); err != nil || !strings.Contains(o, "\n42\n") {
+		t.Errorf("kubectl logs -p of the shell: %v, %q %s; want the attach's \"42\" line", err, o, e)
+	}
 
 	// The view token may read, not attach.
 	if _, e, err := n.kubectl(view, "attach", pod, "-c", "plain"); err == nil || !strings.Contains(e, "forbidden") {
@@ -120,10 +173,15 @@ func attachWithInput(t *testing.T, cmd *exec.Cmd, line, want string) (string, in
 	}
 	// The attach shows output from when it took hold: send until the
 	// answer to one shows.
-	waitUntil(t, "the attach to show "+want, func() bool {
-		io.WriteString(in, line+"\n")
-		return strings.Contains(out.String(), want)
-	})
+	deadline := time.Now().Add(waitTimeout)
+	for io.WriteString(in, line+"\n"); !strings.Contains(out.String(), want); io.WriteString(in, line+"\n") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatalf("%s did not show %q: %q", cmd.Args, want, out.String())
+		}
+		time.Sleep(pollEvery)
+	}
 	in.Close()
 	err = cmd.Wait()
 	return out.String(), exitCode(err)
