@@ -134,6 +134,15 @@ func TestKubectlAttach(t *testing.T) {
 		io.WriteString(ptmx, "echo $((6*7))\r")
 		return strings.Contains(tout.String(), "42\r\n")
 	})
+	// The prompt, an unfinished line no log record holds yet, shows at once
+	// (with busybox's query for the cursor's position, which a terminal
+	// would answer).
+	prompted := func() bool { return strings.HasSuffix(strings.TrimSuffix(tout.String(), "\x1b[6n"), "/ # ") }
+	for deadline := time.Now().Add(waitTimeout); !prompted(); time.Sleep(pollEvery) {
+		if time.Now().After(deadline) {
+			t.Fatalf("attach -it did not show the shell's prompt: %q", tout.String())
+		}
+	}
 	waitUntil(t, "the shell's terminal to have the client's size", func() bool {
 		io.WriteString(ptmx, "stty size\r")
 		return strings.Contains(tout.String(), "33 101\r\n")
@@ -186,4 +195,3 @@ func attachWithInput(t *testing.T, cmd *exec.Cmd, line, want string) (string, in
 	err = cmd.Wait()
 	return out.String(), exitCode(err)
 }
-

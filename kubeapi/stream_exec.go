@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
@@ -142,20 +143,8 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 	}
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
-	stdout := writerOrDiscard(rs.stdout)
-	stderr := writerOrDiscard(rs.stderr)
-	if c.TTY {
-		// A terminal's lines end in "\r\n", which the log keeps as a line
-		// end only; the client's terminal is raw and needs both.
-		stdout, stderr = &crlfWriter{w: stdout}, io.Discard
-	}
 	output := make(chan error, 1)
-	go func() {
-		output <- crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), stdout, crilog.ReadOptions{
-			Follow: true, Stderr: stderr, Ended: s.ended(ctx, namespace, podName, name, id),
-			Polling: s.followPolls(namespace+"/"+podName, name), Root: s.cfg.PodLogDir,
-		})
-	}()
+	go func() { output <- s.attachOutput(ctx, pod, c, st.RestartCount, id, rs) }()
 	var stdin io.Reader // the container's stdin, if both ends have one
 	if c.Stdin && rs.stdin != nil {
 		stdin = rs.stdin
@@ -168,6 +157,31 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 		}()
 	}
 	rs.finish(0, waitAttach(output, input, stdin != nil, c.StdinOnce && !c.TTY, cancel))
+}
+
+// attachOutput writes the output of container c's run id to the client
+// from now on until it ends: as the container writes it, from the log
+// collector, or else from its log.
+func (s *StreamServer) attachOutput(ctx context.Context, pod *v1.Pod, c *v1.Container, restart int32, id string, rs *remoteStreams) error {
+	stdout, stderr := writerOrDiscard(rs.stdout), writerOrDiscard(rs.stderr)
+	if c.TTY {
+		stderr = nil // a terminal's output is all stdout
+	}
+	if s.cfg.AttachOutput != nil {
+		err := s.cfg.AttachOutput(ctx, id, stdout, stderr)
+		if !errors.Is(err, crilog.ErrNotCollected) {
+			return err
+		}
+	}
+	if c.TTY {
+		// A terminal's lines end in "\r\n", which the log keeps as a line
+		// end only; the client's terminal is raw and needs both.
+		stdout, stderr = &crlfWriter{w: stdout}, io.Discard
+	}
+	return crilog.ReadLog(ctx, s.logPath(pod, c.Name, restart), stdout, crilog.ReadOptions{
+		Follow: true, Stderr: stderr, Ended: s.ended(ctx, pod.Namespace, pod.Name, c.Name, id),
+		Polling: s.followPolls(pod.Namespace+"/"+pod.Name, c.Name), Root: s.cfg.PodLogDir,
+	})
 }
 
 // waitAttach waits for the end of an attach session: its output, or the

@@ -2,6 +2,7 @@ package kubeapi
 
 import (
 	"context"
+	"io"
 	"fmt"
 	"log/slog"
 	"net"
@@ -31,9 +32,13 @@ type StreamConfig struct {
 	// streams and returns its exit code (the runtime's Exec).
 	Exec func(ctx context.Context, containerID string, cmd []string, s execio.ExecIO) (int, error)
 	// Attach connects an attach session's stdin and terminal sizes to a
-	// running container (the runtime's Attach); the output comes from its
-	// log. Nil: attach only shows the output.
+	// running container (the runtime's Attach). Nil: attach only shows the
+	// output.
 	Attach func(ctx context.Context, containerID string, stdinOnce bool, s execio.ExecIO) error
+	// AttachOutput writes a running container's output as it comes (the
+	// runtime's AttachOutput); with crilog.ErrNotCollected, or nil, an
+	// attach reads the output from the log.
+	AttachOutput func(ctx context.Context, containerID string, stdout, stderr io.Writer) error
 	// DialPod connects to port on the loopback of the pod's network (the
 	// host's for a hostNetwork pod).
 	DialPod func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error)

@@ -245,3 +245,15 @@ func (r *Runtime) Attach(ctx context.Context, id string, stdinOnce bool, s execi
 	}
 	return nil
 }
+
+// AttachOutput writes the output of the container id, as it writes it
+// from now on, to stdout and stderr (nil with a terminal: its output is
+// all stdout) until it ends or ctx does: from the log collector, which
+// reads the container's pipes. crilog.ErrNotCollected: no collector holds
+// them (the log is where the output is).
+func (r *Runtime) AttachOutput(ctx context.Context, id string, stdout, stderr io.Writer) error {
+	if r.logCollector == "" {
+		return crilog.ErrNotCollected
+	}
+	return crilog.Attach(ctx, r.logCollector, r.namespace+"/"+id, stdout, stderr)
+}
