@@ -2,8 +2,8 @@ package kubeapi
 
 import (
 	"context"
-	"io"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
