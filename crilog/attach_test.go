@@ -7,27 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // An attach gets a stream's output as written, an unfinished line too,
 // stdout and stderr apart, and ends once both pipes did; the log has the
@@ -55,7 +37,7 @@ func TestCollectorAttach(t *testing.T) {
 	if err := Attach(ctx, sock, "ns/other", io.Discard, io.Discard); !errors.Is(err, ErrNotCollected) {
 		t.Errorf("attach to an unknown key: %v, want ErrNotCollected", err)
 	}
-	stdout, stderr := &lockedWriter{}, &lockedWriter{}
+	stdout, stderr := &syncBuffer{}, &syncBuffer{}
 	attached := make(chan error, 1)
 	go func() { attached <- Attach(ctx, sock, "ns/c1", stdout, stderr) }()
 	// Written until the attach shows it: it sees what comes once it took hold.
