@@ -759,7 +759,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 		if err := r.client.SnapshotService(r.snapshotter).Remove(ctx, id); ignoreNotFound(err) != nil {
 			return fmt.Errorf("remove snapshot %s: %w", id, err)
 		}
-		return nil
+		return os.RemoveAll(r.stdioDir(id))
 	} else if err != nil {
 		return fmt.Errorf("load container %s: %w", id, err)
 	}

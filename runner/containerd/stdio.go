@@ -130,6 +130,44 @@ func openOutputs(stdout, stderr string, t crilog.Target) *fifoOutputs {
 	return o
 }
 
+// wait returns the read ends once their opens are done. Without created,
+// or once driverReadyWait passed without the shim's opening them, it
+// opens each FIFO for reading and writing, which never waits, until the
+// opens are done, so that none is left waiting.
+func (o *fifoOutputs) wait(created bool) (files [2]*os.File, err error) {
+	var holds []*os.File
+	defer func() {
+		for _, h := range holds {
+			h.Close()
+		}
+	}()
+	hold := func() {
+		for _, p := range o.paths {
+			if h, err := os.OpenFile(p, os.O_RDWR, 0); err == nil {
+				holds = append(holds, h)
+			}
+		}
+	}
+	if !created {
+		hold()
+	}
+	timeout := time.NewTimer(driverReadyWait)
+	defer timeout.Stop()
+	var errs []error
+	for got := 0; got < len(o.paths); {
+		select {
+		case op := <-o.opened:
+			files[op.i] = op.f
+			errs = append(errs, op.err)
+			got++
+		case <-timeout.C:
+			hold()
+			errs = append(errs, fmt.Errorf("output FIFOs: the shim did not open them in %s", driverReadyWait))
+		}
+	}
+	return files, errors.Join(errs...)
+}
+
 // driverReadyWait bounds the wait for the shim's opening of the output
 // FIFOs and for the log driver's ready signal.
 const driverReadyWait = 30 * time.Second
@@ -139,9 +177,9 @@ const driverReadyWait = 30 * time.Second
 // with stdout on fd 3, stderr on fd 4 and the ready pipe on fd 5, in a
 // session of its own so that it outlives noderun. It returns once the
 // driver is ready. With created false (the task was not made) it only
-// releases the opens.
+// ends the opens.
 func (r *Runtime) runDriver(id string, o *fifoOutputs, created bool) error {
-	var files [2]*os.File
+	files, err := o.wait(created)
 	defer func() {
 		for _, f := range files {
 			if f != nil {
@@ -149,26 +187,7 @@ func (r *Runtime) runDriver(id string, o *fifoOutputs, created bool) error {
 			}
 		}
 	}()
-	if !created {
-		for _, p := range o.paths { // a writer that comes and goes releases a waiting open
-			if w, err := os.OpenFile(p, os.O_WRONLY|unix.O_NONBLOCK, 0); err == nil {
-				w.Close()
-			}
-		}
-	}
-	timeout := time.NewTimer(driverReadyWait)
-	defer timeout.Stop()
-	var errs []error
-	for range o.paths {
-		select {
-		case op := <-o.opened:
-			files[op.i] = op.f
-			errs = append(errs, op.err)
-		case <-timeout.C:
-			return fmt.Errorf("output FIFOs of %s: the shim did not open them in %s", id, driverReadyWait)
-		}
-	}
-	if err := errors.Join(errs...); err != nil || !created {
+	if err != nil || !created {
 		return err
 	}
 	ready, readyW, err := os.Pipe()
