@@ -218,8 +218,8 @@ func (r *Runtime) runDriver(id string, o *fifoOutputs, created bool) error {
 }
 
 // Attach connects an attach session's stdin and terminal size to the
-// running container id, as containerd's CRI attach does; the output comes
-// from the container's log. s.Stdin, when not nil, goes to the container's
+// running container id, as containerd's CRI attach does (AttachOutput
+// gives its output). s.Stdin, when not nil, goes to the container's
 // stdin until it ends or ctx does; then, with stdinOnce and no terminal,
 // the container's stdin is closed (its process reads EOF), while with a
 // terminal or without stdinOnce it stays open for the next attach. It
@@ -237,10 +237,13 @@ func (r *Runtime) Attach(ctx context.Context, id string, stdinOnce bool, s execi
 	if s.Stdin == nil {
 		return nil
 	}
-	// Non-blocking: with no reader (the shim went with its task) it fails
-	// at once instead of waiting.
+	// Non-blocking: with no reader it fails at once instead of waiting.
 	in, err := os.OpenFile(r.stdinFIFO(id), os.O_WRONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
+	if errors.Is(err, unix.ENXIO) {
+		// The shim closed its end: stdin was closed (stdinOnce) or the
+		// task is ending. As with CRI, the session shows the output.
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("attach to %s: stdin: %w", id, err)
 	}
 	done := make(chan struct{})
