@@ -14,11 +14,13 @@ import (
 // the pods' pinned network namespaces.
 func kubeStreams(engine *runner.Engine, rt *ctrdrt.Runtime, pods *sandbox.Pods, podLogDir string, log *slog.Logger) *kubeapi.StreamServer {
 	return kubeapi.NewStreamServer(kubeapi.StreamConfig{
-		Pods:      engine.Pods,
-		Changes:   engine.Changes,
-		PodLogDir: podLogDir,
-		Exec:      rt.Exec,
-		DialPod:   pods.DialPod,
-		Log:       log,
+		Pods:         engine.Pods,
+		Changes:      engine.Changes,
+		PodLogDir:    podLogDir,
+		Exec:         rt.Exec,
+		Attach:       rt.Attach,
+		AttachOutput: rt.AttachOutput,
+		DialPod:      pods.DialPod,
+		Log:          log,
 	})
 }

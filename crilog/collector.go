@@ -50,6 +50,7 @@ type stream struct {
 	w     *recordWriter
 	files [2]*os.File // stdout, stderr read ends
 	fds   [2]int      // the same, for passing on
+	taps  taps        // attach sessions' raw copies (attach.go)
 }
 
 // idleStart is how long a collector that no holder ever reached waits:
@@ -193,6 +194,9 @@ func (c *Collector) serveConn(conn *net.UnixConn) {
 	case opHold:
 		closeFDs(fds)
 		c.serveHolder(conn, buf)
+	case opAttach:
+		closeFDs(fds)
+		c.serveAttach(conn, m.Key)
 	default:
 		closeFDs(fds)
 	}
@@ -265,9 +269,10 @@ func (c *Collector) add(s *stream, toHolder bool) bool {
 	open.Store(2)
 	for i, name := range []string{Stdout, Stderr} {
 		go func() {
-			if err := copyStream(s.w, s.files[i], name); err != nil {
+			if err := copyTapped(s.w, s.files[i], name, func(p []byte) { s.taps.send(i, p) }); err != nil {
 				c.report(s.w.path, err)
 			}
+			s.taps.ended(i)
 			if open.Add(-1) == 0 {
 				c.end(s)
 			}

@@ -457,12 +457,21 @@ func (b *batch) flush() {
 // The records of what one read brought are written together before the
 // next read, so a line is in the file before the copy waits again.
 func copyStream(w *recordWriter, r io.Reader, stream string) error {
+	return copyTapped(w, r, stream, nil)
+}
+
+// copyTapped is copyStream that also hands each chunk read, as read, to
+// tap (when not nil) before its records are written.
+func copyTapped(w *recordWriter, r io.Reader, stream string, tap func([]byte)) error {
 	cr := newChunkReader(r)
 	b := &batch{w: w, stream: stream}
 	var line []byte // the start of a line whose end has not come
 	for {
 		buf, n, rerr := cr.read()
 		data := (*buf)[:n]
+		if tap != nil && n > 0 {
+			tap(data)
+		}
 		for len(data) > 0 {
 			i := bytes.IndexByte(data, '\n')
 			if i < 0 {

@@ -22,6 +22,7 @@ const (
 	opStream   = "stream"   // either way on a holder connection: a stream's pipes
 	opEnd      = "end"      // collector -> holder: both pipes reached EOF; close them
 	opStats    = "stats"    // holder asks, collector answers with Streams
+	opAttach   = "attach"   // an attach -> collector: a stream's output as read, from now on
 )
 
 // maxMessage bounds one packet: a stats answer for about a thousand

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -310,11 +309,22 @@ spec:
 // stdin, stdout and stderr, and returns what it wrote and its exit code.
 func runOnTerminal(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (string, int) {
 	t.Helper()
+	ptmx, out, wait := startOnTerminal(t, cmd, rows, cols)
+	defer ptmx.Close()
+	code := wait()
+	return out.String(), code
+}
+
+// startOnTerminal starts cmd with a new pseudo-terminal of rows x cols as
+// its stdin, stdout and stderr. It returns the terminal's other end (what
+// is written to it is typed), what cmd writes, and the wait for cmd's
+// exit code, which returns once its output was read.
+func startOnTerminal(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (*os.File, *syncBuffer, func() int) {
+	t.Helper()
 	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ptmx.Close()
 	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 		t.Fatal(err)
 	}
@@ -335,18 +345,20 @@ func runOnTerminal(t *testing.T, cmd *exec.Cmd, rows, cols uint16) (string, int)
 		t.Fatal(err)
 	}
 	pts.Close() // the child has it
-	var out bytes.Buffer
+	out := &syncBuffer{}
 	copied := make(chan struct{})
 	go func() {
-		io.Copy(&out, ptmx) // ends with EIO once the child's side is closed
+		io.Copy(out, ptmx) // ends with EIO once the child's side is closed
 		close(copied)
 	}()
-	err = cmd.Wait()
-	select {
-	case <-copied:
-	case <-time.After(5 * time.Second):
+	return ptmx, out, func() int {
+		err := cmd.Wait()
+		select {
+		case <-copied:
+		case <-time.After(5 * time.Second):
+		}
+		return exitCode(err)
 	}
-	return out.String(), exitCode(err)
 }
 
 // kubectl logs reads the rotated files too, the gzipped one included, in

@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/streaming/pkg/httpstream"
 	"k8s.io/streaming/pkg/httpstream/spdy"
@@ -88,7 +90,9 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 		writeStatus(w, serr)
 		return
 	}
-	_, _, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "exec into")
+	_, _, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "exec into", func(name string) *metav1.Status {
+		return badRequest(fmt.Sprintf("container %s is not running", name))
+	})
 	if serr != nil {
 		writeStatus(w, serr)
 		return
@@ -109,10 +113,14 @@ func (s *StreamServer) Exec(w http.ResponseWriter, r *http.Request, namespace, p
 	rs.finish(code, err)
 }
 
-// Attach serves pods/attach. noderun refuses stdin and tty in manifests
-// and its containers write to their log driver, so attaching is what the
-// kubelet gives for a container without stdin: its output from now on,
-// stdout and stderr apart, until it ends (read from its log).
+// Attach serves pods/attach as the kubelet and containerd's CRI do: the
+// container's output from now on (read from its log, stdout and stderr
+// apart, all stdout with a terminal) until it ends; with stdin asked for
+// and the container's stdin open, the client's stdin goes to it (see the
+// runtime's Attach) and the session ends with it, unless stdinOnce without
+// a terminal closed the container's stdin, when the output goes on until
+// the container ends. Whether there is a terminal is the container's tty,
+// not the client's: a process's terminal cannot change once it runs.
 func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace, podName string) {
 	q := r.URL.Query()
 	opts, serr := parseRemoteOptions(q)
@@ -120,27 +128,92 @@ func (s *StreamServer) Attach(w http.ResponseWriter, r *http.Request, namespace,
 		writeStatus(w, serr)
 		return
 	}
-	pod, name, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "attach to")
+	// The kubelet finds only running containers to attach to.
+	pod, name, id, serr := s.runningContainer(namespace, podName, q.Get("container"), "attach to", func(name string) *metav1.Status {
+		return status(http.StatusInternalServerError, metav1.StatusReasonInternalError, fmt.Sprintf("container not found (%q)", name))
+	})
 	if serr != nil {
 		writeStatus(w, serr)
 		return
 	}
-	if opts.stdin || opts.tty {
-		writeStatus(w, badRequest(fmt.Sprintf("container %s has no stdin or tty to attach to: noderun runs containers without them (stdin and tty are refused in manifests)", name)))
-		return
-	}
-	_, st, _ := findContainer(pod, name)
+	c, st, _ := findContainer(pod, name)
 	rs, ok := s.acceptRemote(w, r, opts)
 	if !ok {
 		return
 	}
 	ctx, cancel := rs.context(r.Context())
 	defer cancel()
-	err := crilog.ReadLog(ctx, s.logPath(pod, name, st.RestartCount), writerOrDiscard(rs.stdout), crilog.ReadOptions{
-		Follow: true, Stderr: writerOrDiscard(rs.stderr), Ended: s.ended(ctx, namespace, podName, name, id),
-		Polling: s.followPolls(namespace+"/"+podName, name), Root: s.cfg.PodLogDir,
+	output := make(chan error, 1)
+	go func() { output <- s.attachOutput(ctx, pod, c, st.RestartCount, id, rs) }()
+	var stdin io.Reader // the container's stdin, if both ends have one
+	if c.Stdin && rs.stdin != nil {
+		stdin = rs.stdin
+	}
+	var input chan error // nil: the session ends with the output only
+	if (stdin != nil || c.TTY && rs.resize != nil) && s.cfg.Attach != nil {
+		input = make(chan error, 1)
+		go func() {
+			input <- s.cfg.Attach(ctx, id, c.StdinOnce, execio.ExecIO{Stdin: stdin, TTY: c.TTY, Resize: rs.resize})
+		}()
+	}
+	rs.finish(0, waitAttach(output, input, stdin != nil, c.StdinOnce && !c.TTY, cancel))
+}
+
+// attachOutput writes the output of container c's run id to the client
+// from now on until it ends: as the container writes it, from the log
+// collector, or else from its log.
+func (s *StreamServer) attachOutput(ctx context.Context, pod *v1.Pod, c *v1.Container, restart int32, id string, rs *remoteStreams) error {
+	stdout, stderr := writerOrDiscard(rs.stdout), writerOrDiscard(rs.stderr)
+	if c.TTY {
+		stderr = nil // a terminal's output is all stdout
+	}
+	if s.cfg.AttachOutput != nil {
+		err := s.cfg.AttachOutput(ctx, id, stdout, stderr)
+		if !errors.Is(err, crilog.ErrNotCollected) {
+			return err
+		}
+	}
+	if c.TTY {
+		// A terminal's lines end in "\r\n", which the log keeps as a line
+		// end only; the client's terminal is raw and needs both.
+		stdout, stderr = &crlfWriter{w: stdout}, io.Discard
+	}
+	return crilog.ReadLog(ctx, s.logPath(pod, c.Name, restart), stdout, crilog.ReadOptions{
+		Follow: true, Stderr: stderr, Ended: s.ended(ctx, pod.Namespace, pod.Name, c.Name, id),
+		Polling: s.followPolls(pod.Namespace+"/"+pod.Name, c.Name), Root: s.cfg.PodLogDir,
 	})
-	rs.finish(0, err)
+}
+
+// waitAttach waits for the end of an attach session: its output, or the
+// end of its stdin (withStdin) unless that closed the container's stdin
+// (closesStdin), when the output goes on to the container's end.
+func waitAttach(output, input <-chan error, withStdin, closesStdin bool, cancel func()) error {
+	select {
+	case err := <-output:
+		return err
+	case err := <-input:
+		switch {
+		case err != nil:
+			cancel()
+			<-output
+			return err
+		case !withStdin || closesStdin:
+			return <-output
+		}
+		cancel()
+		<-output
+		return nil
+	}
+}
+
+// crlfWriter writes each "\n" as "\r\n".
+type crlfWriter struct{ w io.Writer }
+
+func (c *crlfWriter) Write(p []byte) (int, error) {
+	if _, err := c.w.Write(bytes.ReplaceAll(p, []byte("\n"), []byte("\r\n"))); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // remoteStreams are the client's streams of one exec or attach, over SPDY

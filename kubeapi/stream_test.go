@@ -124,7 +124,7 @@ func TestStreamRequestErrors(t *testing.T) {
 		{"web/exec?command=ls&stdout=true&container=nope", 400, "container nope is not valid for pod web"},
 		{"stopped/exec?command=ls&stdout=true", 400, "container app is not running"},
 		{"two/exec?command=ls&stdout=true", 400, "a container name must be specified for pod two, choose one of: [app side]"},
-		{"web/attach?stdin=true&stdout=true", 400, "no stdin or tty"},
+		{"stopped/attach?stdin=true&stdout=true", 500, `container not found (\"app\")`},
 		{"web/log?tailLines=-1", 400, "tailLines"},
 		{"web/log?limitBytes=0", 400, "limitBytes"},
 		{"web/log?sinceSeconds=1&sinceTime=2026-01-01T00:00:00Z", 400, "at most one of"},
@@ -473,5 +473,89 @@ func TestExecTerminalOverWebSocket(t *testing.T) {
 	want := []execio.TerminalSize{{Width: 80, Height: 24}, {Width: 120, Height: 40}}
 	if sizes := <-got; len(sizes) != 2 || sizes[0] != want[0] || sizes[1] != want[1] {
 		t.Errorf("sizes %v, want %v", sizes, want)
+	}
+}
+
+// An attach session ends with its output, or with its stdin unless that
+// closed the container's stdin (stdinOnce without a terminal): then the
+// output goes on to the container's end.
+func TestWaitAttach(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name                   string
+		outputFirst            bool
+		inputErr               error
+		withStdin, closesStdin bool
+		wantCancel             bool
+		wantErr                error
+	}{
+		{name: "output ends", outputFirst: true, withStdin: true},
+		{name: "stdin ends", withStdin: true, wantCancel: true},
+		{name: "stdin ends, stdinOnce", withStdin: true, closesStdin: true},
+		{name: "resizes only", withStdin: false},
+		{name: "stdin fails", withStdin: true, inputErr: boom, wantCancel: true, wantErr: boom},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			output, input := make(chan error, 1), make(chan error, 1)
+			cancelled := false
+			cancel := func() {
+				cancelled = true
+				output <- nil // the output follow ends with its context
+			}
+			if tc.outputFirst {
+				output <- nil
+			} else {
+				input <- tc.inputErr
+				if !tc.wantCancel {
+					output <- nil // the container ended
+				}
+			}
+			err := waitAttach(output, input, tc.withStdin, tc.closesStdin, cancel)
+			if !errors.Is(err, tc.wantErr) || cancelled != tc.wantCancel {
+				t.Errorf("err %v cancelled %v, want %v %v", err, cancelled, tc.wantErr, tc.wantCancel)
+			}
+		})
+	}
+}
+
+// A terminal's output reaches the client with "\r\n" line ends, which the
+// log keeps as line ends only.
+func TestCRLFWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := &crlfWriter{w: &b}
+	if n, err := io.WriteString(w, "a\nb\n"); n != 4 || err != nil || b.String() != "a\r\nb\r\n" {
+		t.Errorf("wrote %d %v: %q", n, err, b.String())
+	}
+}
+
+// Attach passes the client's stdin and the container's stdinOnce and tty
+// to the runtime; with a terminal the session ends with the client's stdin.
+func TestAttachStdin(t *testing.T) {
+	pod := streamPod()
+	pod.Spec.Containers[0].Stdin, pod.Spec.Containers[0].StdinOnce, pod.Spec.Containers[0].TTY = true, true, true
+	s, _ := newTestStreams(t, pod)
+	type call struct {
+		id        string
+		stdinOnce bool
+		tty       bool
+		in        string
+	}
+	calls := make(chan call, 1)
+	s.cfg.Attach = func(ctx context.Context, id string, stdinOnce bool, e execio.ExecIO) error {
+		in, _ := io.ReadAll(e.Stdin)
+		calls <- call{id, stdinOnce, e.TTY, string(in)}
+		return nil
+	}
+	srv := streamServer(t, s)
+	sizes := make(chan execio.TerminalSize)
+	close(sizes)
+	err := RemoteCommand(context.Background(), srv.URL+"/api/v1/namespaces/default/pods/web/attach?stdin=true&stdout=true&tty=true",
+		srv.Client().Transport.(*http.Transport).TLSClientConfig, "t", execio.ExecIO{Stdin: strings.NewReader("typed"), Stdout: io.Discard, TTY: true, Resize: sizes})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := <-calls; c != (call{"run2", true, true, "typed"}) {
+		t.Errorf("runtime's Attach got %+v", c)
 	}
 }

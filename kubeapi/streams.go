@@ -3,6 +3,7 @@ package kubeapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"path/filepath"
@@ -30,6 +31,14 @@ type StreamConfig struct {
 	// Exec runs a command in a running container with the client's
 	// streams and returns its exit code (the runtime's Exec).
 	Exec func(ctx context.Context, containerID string, cmd []string, s execio.ExecIO) (int, error)
+	// Attach connects an attach session's stdin and terminal sizes to a
+	// running container (the runtime's Attach). Nil: attach only shows the
+	// output.
+	Attach func(ctx context.Context, containerID string, stdinOnce bool, s execio.ExecIO) error
+	// AttachOutput writes a running container's output as it comes (the
+	// runtime's AttachOutput); with crilog.ErrNotCollected, or nil, an
+	// attach reads the output from the log.
+	AttachOutput func(ctx context.Context, containerID string, stdout, stderr io.Writer) error
 	// DialPod connects to port on the loopback of the pod's network (the
 	// host's for a hostNetwork pod).
 	DialPod func(ctx context.Context, pod *v1.Pod, port int) (net.Conn, error)
@@ -94,8 +103,9 @@ func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus
 }
 
 // runningContainer is the ID of the named container's running run; verb
-// says what the client asked ("exec into", "attach to").
-func (s *StreamServer) runningContainer(namespace, podName, name, verb string) (pod *v1.Pod, container string, id string, _ *metav1.Status) {
+// says what the client asked ("exec into", "attach to"), notRunning how a
+// container that does not run is answered.
+func (s *StreamServer) runningContainer(namespace, podName, name, verb string, notRunning func(container string) *metav1.Status) (pod *v1.Pod, container string, id string, _ *metav1.Status) {
 	pod, serr := s.pod(namespace, podName)
 	if serr != nil {
 		return nil, "", "", serr
@@ -108,7 +118,7 @@ func (s *StreamServer) runningContainer(namespace, podName, name, verb string) (
 		return nil, "", "", serr
 	}
 	if st.State.Running == nil {
-		return nil, "", "", badRequest(fmt.Sprintf("container %s is not running", c.Name))
+		return nil, "", "", notRunning(c.Name)
 	}
 	return pod, c.Name, runtimeID(st.ContainerID), nil
 }

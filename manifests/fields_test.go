@@ -163,14 +163,14 @@ func TestDefaultedPodHasNoFindings(t *testing.T) {
 
 // Errors and warnings name the line and column of the field's key.
 func TestFieldErrorsPointAtTheirKey(t *testing.T) {
-	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    stdin: true\n    ports:\n    - containerPort: 99999\n"
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    envFrom: []\n    ports:\n    - containerPort: 99999\n"
 	res := parseManifest([]byte(in), "web.yaml", "n1", "file:/x", time.Now())
 	var got []string
 	for _, e := range append(res.errs, res.warns...) {
 		got = append(got, e.Error())
 	}
 	want := []string{
-		"web.yaml:12:5: spec.containers[1].stdin: not supported by noderun: attach needs an API server",
+		"web.yaml:12:5: spec.containers[1].envFrom: not supported by noderun: its sources are config maps and secrets: " + whyAPIServer,
 		"web.yaml:14:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
 		"web.yaml:6:3: spec.schedulerName: ignored: " + whyScheduling,
 	}

@@ -21,6 +21,7 @@ func Commands() []*cli.Command {
 		kubeconfigCommand(),
 		logsCommand(),
 		execCommand(),
+		attachCommand(),
 		describeCommand(),
 		eventsCommand(),
 	}

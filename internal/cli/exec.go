@@ -38,39 +38,47 @@ func execCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			tty := c.Bool("tty") && c.Bool("stdin") && term.IsTerminal(int(os.Stdin.Fd()))
-			if c.Bool("tty") && !tty {
-				fmt.Fprintln(os.Stderr, "Unable to use a TTY - input is not a terminal or the -i flag is not given")
-			}
-			q := url.Values{"command": args[1:], "stdout": {"true"}}
-			s := execio.ExecIO{Stdout: os.Stdout, TTY: tty}
-			if c.Bool("stdin") {
-				q.Set("stdin", "true")
-				s.Stdin = os.Stdin
-			}
-			if tty {
-				q.Set("tty", "true")
-				restore, sizes, err := rawTerminal()
-				if err != nil {
-					return err
-				}
-				defer restore()
-				s.Resize = sizes
-			} else {
-				q.Set("stderr", "true")
-				s.Stderr = os.Stderr
-			}
-			if ctr := c.String("container"); ctr != "" {
-				q.Set("container", ctr)
-			}
-			err = kubeapi.RemoteCommand(c.Context, a.url(podPath(c.String("namespace"), args[0], "exec"), q), a.tls, a.token, s)
-			var exit *kubeapi.ExitError
-			if errors.As(err, &exit) {
-				return cli.Exit("", exit.Code)
-			}
-			return err
+			return runRemote(c, a, podPath(c.String("namespace"), args[0], "exec"), url.Values{"command": args[1:]}, c.Bool("stdin"), c.Bool("tty"))
 		},
 	}
+}
+
+// runRemote runs the exec or attach at path with this process's streams,
+// as kubectl does: stdin with withStdin, a terminal in raw mode with tty
+// when stdin is one, stderr apart otherwise. It exits with the command's
+// exit code.
+func runRemote(c *cli.Context, a *client, path string, q url.Values, withStdin, wantTTY bool) error {
+	tty := wantTTY && withStdin && term.IsTerminal(int(os.Stdin.Fd()))
+	if wantTTY && !tty {
+		fmt.Fprintln(os.Stderr, "Unable to use a TTY - input is not a terminal or the -i flag is not given")
+	}
+	q.Set("stdout", "true")
+	s := execio.ExecIO{Stdout: os.Stdout, TTY: tty}
+	if withStdin {
+		q.Set("stdin", "true")
+		s.Stdin = os.Stdin
+	}
+	if tty {
+		q.Set("tty", "true")
+		restore, sizes, err := rawTerminal()
+		if err != nil {
+			return err
+		}
+		defer restore()
+		s.Resize = sizes
+	} else {
+		q.Set("stderr", "true")
+		s.Stderr = os.Stderr
+	}
+	if ctr := c.String("container"); ctr != "" {
+		q.Set("container", ctr)
+	}
+	err := kubeapi.RemoteCommand(c.Context, a.url(path, q), a.tls, a.token, s)
+	var exit *kubeapi.ExitError
+	if errors.As(err, &exit) {
+		return cli.Exit("", exit.Code)
+	}
+	return err
 }
 
 // rawTerminal puts the terminal on stdin in raw mode, as kubectl exec -t

@@ -75,11 +75,12 @@ var stateInputs = []string{"images", "seccomp", "config.json"}
 // manages) makes in --state-dir and --run-dir: reset removes these and
 // nothing else. Besides the paths above: the engine's pods (runner), the
 // single-instance lock (lock.go), the containerd choice and a managed
-// containerd (runner/containerd/daemon), the log collector's lock and
+// containerd (runner/containerd/daemon), the exec and container stdio FIFOs
+// beside runc's state (runner/containerd), the log collector's lock and
 // stderr (crilog, main's logcollector.go).
 var (
 	stateOwned = []string{"pods", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
-	runOwned   = []string{"pods", "ns", "runc", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
+	runOwned   = []string{"pods", "ns", "runc", "exec-fifo", "stdio", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
 		"log-collector.sock", "log-collector.sock.lock", "log-collector.stderr"}
 )
 

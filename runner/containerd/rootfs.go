@@ -3,7 +3,6 @@ package containerd
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"strings"
 
 	ctrd "github.com/containerd/containerd"
@@ -91,9 +90,9 @@ func insideMount(ms []mount.Mount, s *oci.Spec) (specs.Mount, bool) {
 // host unless the spec mounts it: containerd's client always hands the
 // shim the container's snapshot, so that task is created through the task
 // service itself.
-func (fs *rootfs) newTask(ctx context.Context, client *ctrd.Client, c ctrd.Container, logURI *url.URL, o *options.Options) error {
+func (fs *rootfs) newTask(ctx context.Context, client *ctrd.Client, c ctrd.Container, stdio cio.Config, o *options.Options) error {
 	if !fs.inside {
-		_, err := c.NewTask(ctx, cio.LogURI(logURI), withTaskOptions(o))
+		_, err := c.NewTask(ctx, func(string) (cio.IO, error) { return configIO(stdio), nil }, withTaskOptions(o))
 		return err
 	}
 	opts, err := typeurl.MarshalAny(o)
@@ -102,9 +101,20 @@ func (fs *rootfs) newTask(ctx context.Context, client *ctrd.Client, c ctrd.Conta
 	}
 	_, err = client.TaskService().Create(ctx, &tasksapi.CreateTaskRequest{
 		ContainerID: c.ID(),
-		Stdout:      logURI.String(),
-		Stderr:      logURI.String(),
+		Stdin:       stdio.Stdin,
+		Stdout:      stdio.Stdout,
+		Stderr:      stdio.Stderr,
+		Terminal:    stdio.Terminal,
 		Options:     protobuf.FromAny(opts),
 	})
 	return errdefs.FromGRPC(err)
 }
+
+// configIO is a task's stdio as the shim is to open it: paths and URIs
+// only, nothing copied on this side (cio.LogURI's IO, with any Config).
+type configIO cio.Config
+
+func (c configIO) Config() cio.Config { return cio.Config(c) }
+func (configIO) Cancel()              {}
+func (configIO) Wait()                {}
+func (configIO) Close() error         { return nil }

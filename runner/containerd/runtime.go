@@ -2,9 +2,9 @@ package containerd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +46,7 @@ type Runtime struct {
 	snapshotter  string
 	runcRoot     string // private runc state root, so several containerds never share one
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
+	stdioRoot    string // containers' stdin (and output) FIFOs, next to fifoDir (stdio.go)
 	logDriver    string // absolute path of the program containerd runs as log driver
 	logRotation  crilog.Rotation
 	logCollector string // the collector's socket; "": one driver process per container
@@ -127,7 +128,8 @@ func WithLogger(l *slog.Logger) Option { return func(r *Runtime) { r.log = l } }
 // New returns a Runtime using client in namespace ns. logDriver is the
 // program containerd runs as `<logDriver> log-driver <target>` (crilog):
 // the driver noderun embeds, or noderun's binary.
-// runcRoot's parent, noderun's run directory, also holds exec FIFOs.
+// runcRoot's parent, noderun's run directory, also holds exec FIFOs and
+// containers' stdio FIFOs.
 func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *Runtime {
 	r := &Runtime{
 		client:      client,
@@ -135,6 +137,7 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 		snapshotter: "overlayfs",
 		runcRoot:    runcRoot,
 		fifoDir:     filepath.Join(filepath.Dir(runcRoot), "exec-fifo"),
+		stdioRoot:   filepath.Join(filepath.Dir(runcRoot), "stdio"),
 		logDriver:   logDriver,
 		ownOOM:      OwnOOMScoreAdj(),
 		cgroups:     cgroups.Detect(cgroups.Cgroupfs),
@@ -349,11 +352,15 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 		}
 	}
 	t2 := time.Now()
-	logURI, err := url.Parse(crilog.URI(r.logDriver, crilog.Target{Path: cfg.LogPath, Rotation: r.logRotation, Collector: r.logCollector, Root: r.podLogDir}))
+	stdio, outputs, err := r.taskStdio(cfg)
 	if err != nil {
-		return fmt.Errorf("log uri for %s: %w", cfg.ID, err)
+		return err
 	}
-	if err := fs.newTask(ctx, r.client, c, logURI, runtimeOpts); err != nil {
+	err = fs.newTask(ctx, r.client, c, stdio, runtimeOpts)
+	if outputs != nil {
+		err = errors.Join(err, r.runDriver(cfg.ID, outputs, err == nil))
+	}
+	if err != nil {
 		return fmt.Errorf("create task %s: %w", cfg.ID, err)
 	}
 	r.log.Debug("created container", "container", cfg.ID, "create", t1.Sub(t0), "waited", t2.Sub(t1), "task", time.Since(t2))
@@ -408,7 +415,7 @@ func digestOf(imageID string) string {
 // up in the image's passwd and group files (a rootfs mount) only the first
 // time an image is run with given user settings.
 func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
-	opts := specOpts(cfg, r.ownOOM, r.cgroups)
+	opts := append(specOpts(cfg, r.ownOOM, r.cgroups), withTerminal(cfg.Container.TTY))
 	key := userKey(cfg)
 	r.mu.Lock()
 	u, ok := r.users[key]
@@ -752,7 +759,7 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 		if err := r.client.SnapshotService(r.snapshotter).Remove(ctx, id); ignoreNotFound(err) != nil {
 			return fmt.Errorf("remove snapshot %s: %w", id, err)
 		}
-		return nil
+		return os.RemoveAll(r.stdioDir(id))
 	} else if err != nil {
 		return fmt.Errorf("load container %s: %w", id, err)
 	}
@@ -767,6 +774,9 @@ func (r *Runtime) RemoveContainer(ctx context.Context, id string) error {
 	}
 	if err := c.Delete(ctx, ctrd.WithSnapshotCleanup); ignoreNotFound(err) != nil {
 		return fmt.Errorf("delete container %s: %w", id, err)
+	}
+	if err := os.RemoveAll(r.stdioDir(id)); err != nil {
+		return fmt.Errorf("remove stdio of %s: %w", id, err)
 	}
 	return nil
 }
