@@ -22,7 +22,7 @@ func apiFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "api-address", Value: "127.0.0.1", Usage: "address the Kubernetes API (HTTPS, for kubectl) listens on; beyond loopback anyone who reaches it needs only a token", EnvVars: env("API_ADDRESS")},
 		&cli.IntFlag{Name: "api-port", Value: kubeapi.DefaultPort, Usage: "port of the Kubernetes API (0: one the kernel picks; `noderun kubeconfig` finds it)", EnvVars: env("API_PORT")},
-		&cli.StringFlag{Name: "node-log-dir", Value: nodelog.DefaultDir, Usage: "the files the node log query (`kubectl get --raw /api/v1/nodes/<node>/proxy/logs/`, admin token) serves, as the kubelet's /var/log", EnvVars: env("NODE_LOG_DIR")},
+		&cli.StringFlag{Name: "node-log-dir", Value: nodelog.DefaultDir, Usage: "directory the node log query (GET /api/v1/nodes/<node>/proxy/logs/, admin token) serves files from, as the kubelet serves /var/log", EnvVars: env("NODE_LOG_DIR")},
 	}
 }
 

@@ -61,6 +61,7 @@ func TestKubectlNodeLogs(t *testing.T) {
 		"?query=noderun&boot=1":           "must be less than 1",
 		"?query=/escape.log":              "path escapes from parent",
 		"?query=/../secret":               "no such file or directory",
+		"escape.log":                      "(Forbidden)",
 		"app.log?query=noderun":           "path not allowed in query mode",
 	} {
 		if out, stderr, err := n.kubectl(admin, "get", "--raw", logs+query); err == nil || !strings.Contains(stderr, want) || strings.Contains(out+stderr, "secret\n") {

@@ -80,6 +80,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		r = r.Clone(r.Context())
 		r.URL.Path, r.URL.RawPath = "/"+inRoot(n.Files[0]), ""
+	} else if _, err := root.Stat(inRoot(r.URL.Path)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// A symlink leading out: the file server would call it a 500.
+		http.Error(w, err.Error(), http.StatusForbidden)
+		return
 	}
 	// http.FileServerFS streams a file (ServeContent: ranges, no buffering)
 	// and lists a directory, as the kubelet's http.FileServer does.
