@@ -127,8 +127,9 @@ type nodeConfig struct {
 
 // apiConfig is where the Kubernetes API listens.
 type apiConfig struct {
-	address string
-	port    int
+	address    string
+	port       int
+	nodeLogDir string // the node log query's files
 }
 
 // nodeConfigFrom reads and checks every flag of the node; it starts
@@ -144,7 +145,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		return nodeConfig{}, err
 	}
 	cfg := nodeConfig{files: uniq(c.StringSlice("manifests")), fileCheck: c.Duration("file-check-interval"),
-		api: apiConfig{c.String("api-address"), c.Int("api-port")}, hostIP: c.String("node-ip")}
+		api: apiConfig{c.String("api-address"), c.Int("api-port"), c.String("node-log-dir")}, hostIP: c.String("node-ip")}
 	if cfg.api.port < 0 || cfg.api.port > 65535 {
 		return nodeConfig{}, fmt.Errorf("--api-port %d: want 0 to 65535", cfg.api.port)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/noderun/noderun/crilog"
 	"github.com/noderun/noderun/internal/atomicfile"
 	"github.com/noderun/noderun/internal/layout"
+	"github.com/noderun/noderun/internal/nodelog"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/runner"
 )
@@ -21,6 +22,7 @@ func apiFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "api-address", Value: "127.0.0.1", Usage: "address the Kubernetes API (HTTPS, for kubectl) listens on; beyond loopback anyone who reaches it needs only a token", EnvVars: env("API_ADDRESS")},
 		&cli.IntFlag{Name: "api-port", Value: kubeapi.DefaultPort, Usage: "port of the Kubernetes API (0: one the kernel picks; `noderun kubeconfig` finds it)", EnvVars: env("API_PORT")},
+		&cli.StringFlag{Name: "node-log-dir", Value: nodelog.DefaultDir, Usage: "directory the node log query (GET /api/v1/nodes/<node>/proxy/logs/, admin token) serves files from, as the kubelet serves /var/log", EnvVars: env("NODE_LOG_DIR")},
 	}
 }
 
@@ -43,7 +45,8 @@ func startKubeAPI(cfg apiConfig, dirs layout.Layout, log *slog.Logger) (srv *kub
 		l.Close()
 		return nil, nil, err
 	}
-	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics()))
+	srv = kubeapi.New(creds, kubeapi.WithLogger(log), kubeapi.WithVersion(version), kubeapi.WithMetrics(kubeapi.NewMetrics()),
+		kubeapi.WithNodeLogs(nodelog.New(cfg.nodeLogDir)))
 	log.Info("kubernetes API", "server", url, "kubeconfig", "noderun kubeconfig [--admin]")
 	return srv, srv.Serve(l), nil
 }

@@ -67,6 +67,7 @@ type Server struct {
 	version string
 	backend atomic.Pointer[Backend]
 	usage   atomic.Pointer[Usage] // ServeUsage
+	nodeLog http.Handler          // WithNodeLogs
 	waiting atomic.Pointer[string]
 	mux     *http.ServeMux
 	now     func() time.Time
@@ -93,6 +94,10 @@ func WithLogger(l *slog.Logger) Option { return func(srv *Server) { srv.log = l 
 
 // WithMetrics serves m on /metrics (with either token).
 func WithMetrics(m *Metrics) Option { return func(srv *Server) { srv.metrics = m } }
+
+// WithNodeLogs serves h as the kubelet's node log query, /logs/ (admin
+// token only): h gets the path under /logs.
+func WithNodeLogs(h http.Handler) Option { return func(srv *Server) { srv.nodeLog = h } }
 
 // WithVersion is noderun's version, reported by /version.
 func WithVersion(v string) Option { return func(srv *Server) { srv.version = v } }
@@ -281,6 +286,7 @@ func (s *Server) routes() *http.ServeMux {
 	}
 	s.readRoutes(mux)
 	s.usageRoutes(mux)
+	s.nodeLogRoutes(mux)
 	if s.metrics != nil {
 		mux.Handle("GET /metrics", s.metrics.handler())
 	}
