@@ -4,8 +4,9 @@
 GO          ?= go
 BIN         := bin/noderun
 RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
-# gcc and libc6-dev: the race detector needs cgo.
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount
+# gcc and libc6-dev: the race detector needs cgo; systemd-journal-remote
+# writes the journal file the node log query's journalctl test reads.
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount systemd-journal-remote
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;

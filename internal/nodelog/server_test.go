@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 // logRoot is a log directory with a file, a service's log by each of the
@@ -192,12 +194,9 @@ func journalExport() string {
 func TestRealJournal(t *testing.T) {
 	const remote = "/usr/lib/systemd/systemd-journal-remote"
 	jctl, err := exec.LookPath("journalctl")
-	if err != nil {
-		t.Skip("no journalctl")
-	}
-	if _, err := os.Stat(remote); err != nil {
-		t.Skip("no systemd-journal-remote (Debian package systemd-journal-remote) to write a journal file")
-	}
+	testenv.Require(t, err == nil, "journalctl (apt-get install systemd)")
+	_, err = os.Stat(remote)
+	testenv.Require(t, err == nil, remote+" to write a journal file (apt-get install systemd-journal-remote)")
 	dir := t.TempDir()
 	export, file := filepath.Join(dir, "export.txt"), filepath.Join(dir, "test.journal")
 	must(t, os.WriteFile(export, []byte(journalExport()), 0o644))
