@@ -40,6 +40,7 @@ func missingPrerequisite() string { return testnode.MissingPrerequisite("mkfs.ex
 // binary, the image tarball, a private containerd and the CNI config.
 type env struct {
 	cfg      Config
+	releases []func() // the claims on the bridges' names, dropped last
 	dir      string
 	img      string // the filesystem image mounted on dir, if any
 	bin      string // stripped noderun binary
@@ -56,18 +57,33 @@ type env struct {
 }
 
 func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
-	if err := testnode.NetworkFree(cfg.Bridge, cfg.Subnet); err != nil {
-		return nil, err
-	}
-	if err := testnode.NetworkFree(nodeBridgeName(cfg.Bridge), cfg.Subnet); err != nil {
-		return nil, err
+	var releases []func()
+	defer func() {
+		if retErr != nil && e == nil {
+			for _, r := range releases {
+				r()
+			}
+		}
+	}()
+	for _, br := range []string{cfg.Bridge, nodeBridgeName(cfg.Bridge)} {
+		release, ok, err := testnode.ClaimNetwork(br)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("bridge %s: another run on this machine uses it", br)
+		}
+		releases = append(releases, release)
+		if err := testnode.NetworkFree(br, cfg.Subnet); err != nil {
+			return nil, err
+		}
 	}
 	// Under /tmp and short: containerd's socket path must fit sun_path.
 	dir, err := os.MkdirTemp("/tmp", "nrb")
 	if err != nil {
 		return nil, err
 	}
-	e = &env{cfg: cfg, dir: dir}
+	e = &env{cfg: cfg, dir: dir, releases: releases}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, e.close())
@@ -251,6 +267,9 @@ func (e *env) close() error {
 	errs = append(errs, os.RemoveAll(e.dir))
 	if e.img != "" {
 		errs = append(errs, os.Remove(e.img))
+	}
+	for _, release := range e.releases {
+		release()
 	}
 	return errors.Join(errs...)
 }

@@ -173,8 +173,9 @@ type node struct {
 }
 
 // Bridges and subnets are handed out per test so parallel tests never share
-// one. Each test process starts at its own offset, so two suites run at once
-// (two checkouts on one machine) do not race for the same index.
+// one. Each test process starts at its own offset, and claims each name
+// (testnode.ClaimNetwork), so two suites run at once (two checkouts on one
+// machine) never use the same one.
 var (
 	netMu   sync.Mutex
 	netNext = os.Getpid() % 254
@@ -188,10 +189,22 @@ func allocNet(t *testing.T) int {
 	for ; netUsed < 254; netUsed++ {
 		n := 1 + netNext%254
 		netNext++
-		// A bridge there is left by an interrupted run, or another suite's.
-		if testnode.NetworkFree(fmt.Sprintf("nre2e%d", n), fmt.Sprintf("10.211.%d.0/24", n)) != nil {
+		bridge := fmt.Sprintf("nre2e%d", n)
+		release, ok, err := testnode.ClaimNetwork(bridge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			continue // another suite's, now or soon
+		}
+		// A bridge there is left by an interrupted run.
+		if testnode.NetworkFree(bridge, fmt.Sprintf("10.211.%d.0/24", n)) != nil {
+			release()
 			continue
 		}
+		// Registered before the node's own cleanups, so it runs after them:
+		// the name is free again only once the bridge is gone.
+		t.Cleanup(release)
 		netUsed++
 		return n
 	}

@@ -2,6 +2,7 @@ package testnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/noderun/noderun/internal/logdriver"
 	"github.com/noderun/noderun/internal/ociimage"
+	"golang.org/x/sys/unix"
 )
 
 // CNIBinDir holds the CNI plugins a node under test runs.
@@ -77,4 +79,29 @@ func NetworkFree(bridge, subnet string) error {
 		}
 	}
 	return nil
+}
+
+// ClaimNetwork claims bridge's name for this process until release: a
+// bridge exists only once its node's first pod is set up, so two test
+// processes on one machine could otherwise both find a name free, and the
+// first to finish would delete the other's bridge. The claim is a flock,
+// which the kernel drops if the process dies. ok is false when another
+// process holds it.
+func ClaimNetwork(bridge string) (release func(), ok bool, err error) {
+	dir := filepath.Join(os.TempDir(), "noderun-test-networks")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, false, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, bridge), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, false, nil
+		}
+		return nil, false, err
+	}
+	return func() { f.Close() }, true, nil
 }
