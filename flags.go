@@ -177,6 +177,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		return nodeConfig{}, fmt.Errorf("--node-labels: %w", err)
 	}
 	cfg.labels = admission.NodeLabels(cfg.nodeName, extra)
+	capacity, _ := kubeapi.Resources(cfg.layout.PodLogs)
 	cfg.engine = runner.Config{
 		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.State, RunDir: cfg.layout.Run,
 		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
@@ -185,6 +186,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		ImageGC:              gc,
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
+		MemoryCapacity:       capacity.Memory().Value(),
 	}
 	return cfg, nil
 }
