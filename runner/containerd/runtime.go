@@ -49,11 +49,11 @@ type Runtime struct {
 	stdioRoot    string // containers' stdin (and output) FIFOs, next to fifoDir (stdio.go)
 	logDriver    string // absolute path of the program containerd runs as log driver
 	logRotation  crilog.Rotation
-	logCollector string // the collector's socket; "": one driver process per container
-	podLogDir    string // below it the log driver follows no link; "": the log's own dir
+	logCollector string    // the collector's socket; "": one driver process per container
+	podLogDir    string    // below it the log driver follows no link; "": the log's own dir
 	oomFloor     int       // see OOMScoreFloor
 	oomClamped   sync.Once // the warning that scores were raised to oomFloor
-	pullFallback bool // Always may run the local copy when the registry is unreachable
+	pullFallback bool      // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
 	pulls        pullGroup
 	refresh      refresher
