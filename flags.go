@@ -118,6 +118,7 @@ type nodeConfig struct {
 	fileCheck    time.Duration
 	urls         []*manifests.URLSource
 	api          apiConfig
+	healthz      apiConfig // port 0: off
 	pullFallback bool
 	registry     ctrdrt.RegistryConfig
 	rotation     crilog.Rotation
@@ -147,6 +148,10 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		api: apiConfig{c.String("api-address"), c.Int("api-port")}, hostIP: c.String("node-ip")}
 	if cfg.api.port < 0 || cfg.api.port > 65535 {
 		return nodeConfig{}, fmt.Errorf("--api-port %d: want 0 to 65535", cfg.api.port)
+	}
+	cfg.healthz = apiConfig{c.String("healthz-bind-address"), c.Int("healthz-port")}
+	if cfg.healthz.port < 0 || cfg.healthz.port > 65535 {
+		return nodeConfig{}, fmt.Errorf("--healthz-port %d: want 1 to 65535, or 0 for none", cfg.healthz.port)
 	}
 	if cfg.pullFallback, err = pullFallback(c.String("image-pull-fallback")); err != nil {
 		return nodeConfig{}, err
