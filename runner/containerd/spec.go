@@ -264,7 +264,7 @@ const capSysResource = 24
 // namespace) its own score, as containerd's restrict_oom_score_adj does.
 func OOMScoreFloor() int {
 	status, _ := os.ReadFile("/proc/self/status")
-	return oomScoreFloor(string(status), OwnOOMScoreAdj())
+	return oomScoreFloor(string(status), ownOOMScoreAdj())
 }
 
 func oomScoreFloor(status string, own int) int {
@@ -279,8 +279,8 @@ func oomScoreFloor(status string, own int) int {
 	return own
 }
 
-// OwnOOMScoreAdj reads the calling process's oom_score_adj.
-func OwnOOMScoreAdj() int {
+// ownOOMScoreAdj reads the calling process's oom_score_adj.
+func ownOOMScoreAdj() int {
 	b, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
 		return 0
