@@ -118,6 +118,7 @@ type nodeConfig struct {
 	fileCheck    time.Duration
 	urls         []*manifests.URLSource
 	api          apiConfig
+	healthz      apiConfig // port 0: off
 	pullFallback bool
 	registry     ctrdrt.RegistryConfig
 	rotation     crilog.Rotation
@@ -149,6 +150,10 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	if cfg.api.port < 0 || cfg.api.port > 65535 {
 		return nodeConfig{}, fmt.Errorf("--api-port %d: want 0 to 65535", cfg.api.port)
 	}
+	cfg.healthz = apiConfig{address: c.String("healthz-bind-address"), port: c.Int("healthz-port")}
+	if cfg.healthz.port < 0 || cfg.healthz.port > 65535 {
+		return nodeConfig{}, fmt.Errorf("--healthz-port %d: want 1 to 65535, or 0 for none", cfg.healthz.port)
+	}
 	if cfg.pullFallback, err = pullFallback(c.String("image-pull-fallback")); err != nil {
 		return nodeConfig{}, err
 	}
@@ -178,6 +183,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		return nodeConfig{}, fmt.Errorf("--node-labels: %w", err)
 	}
 	cfg.labels = admission.NodeLabels(cfg.nodeName, extra)
+	capacity, _ := kubeapi.Resources(cfg.layout.PodLogs)
 	cfg.engine = runner.Config{
 		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.State, RunDir: cfg.layout.Run,
 		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
@@ -186,6 +192,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		ImageGC:              gc,
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
+		MemoryCapacity:       capacity.Memory().Value(),
 	}
 	return cfg, nil
 }

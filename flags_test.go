@@ -44,6 +44,7 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 		{"--container-log-max-files", "1"},
 		{"--cgroup-driver", "upstart"},
 		{"--api-port", "70000"},
+		{"--healthz-port", "-1"},
 		{"--manifest-url-header", "no colon"},
 		{"--log-level", "loud"},
 	} {

@@ -73,9 +73,10 @@ func runNode(c *cli.Context) error {
 // containerd answers: until ready they answer 503 and what start-up waits
 // for.
 type apis struct {
-	status *kubeapi.StatusServer
-	kube   *kubeapi.Server
-	close  func()
+	status  *kubeapi.StatusServer
+	kube    *kubeapi.Server
+	healthz *kubeapi.Healthz // nil: --healthz-port 0
+	close   func()
 }
 
 func serveAPIs(cfg nodeConfig) (*apis, error) {
@@ -89,10 +90,24 @@ func serveAPIs(cfg nodeConfig) (*apis, error) {
 		closeStatus()
 		return nil, err
 	}
-	return &apis{status: status, kube: kube, close: func() {
+	a := &apis{status: status, kube: kube, close: func() {
 		closeKube()
 		closeStatus()
-	}}, nil
+	}}
+	if cfg.healthz.port == 0 {
+		return a, nil
+	}
+	healthz, closeHealthz, err := kubeapi.ServeHealthz(cfg.healthz.address, cfg.healthz.port, cfg.log)
+	if err != nil {
+		a.close()
+		return nil, err
+	}
+	closeOthers := a.close
+	a.healthz, a.close = healthz, func() {
+		closeHealthz()
+		closeOthers()
+	}
+	return a, nil
 }
 
 // setWaiting says, on both APIs and systemd's status line, what start-up
@@ -115,6 +130,9 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 		Healthy: n.engine.Healthy,
 	}}
 	a.status.Ready(backend)
+	if a.healthz != nil {
+		a.healthz.Ready(n.engine.LoopHealthy)
+	}
 	a.kube.ServeUsage(podUsage(n.engine, cfg))
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
 }

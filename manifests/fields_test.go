@@ -108,9 +108,9 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 			errs: []string{"spec.containers[0].readinessProbe.grpc.mode", "spec.containers[1].lifecycle.stopSignal"},
 		},
 		{
-			name:     "scheduling fields are ignored with a warning",
+			name:     "scheduling fields are ignored with a warning; priorityClassName works",
 			spec:     "  schedulerName: custom\n  priorityClassName: system-node-critical\n  tolerations: [{operator: Exists}]\n  nodeSelector: {a: b}\n" + oneContainer,
-			warnings: []string{"spec.schedulerName", "spec.tolerations", "spec.priorityClassName"},
+			warnings: []string{"spec.schedulerName", "spec.tolerations"},
 		},
 		{
 			name: "required node affinity is admitted; preferred and pod affinity are ignored",

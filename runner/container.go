@@ -60,7 +60,7 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 		Sandbox:      w.sandbox(pod),
 		CgroupParent: w.cgroupParent(),
 		Resources:    containerResources(c.Resources),
-		OOMScoreAdj:  oomScoreAdj(pod),
+		OOMScoreAdj:  oomScoreAdj(pod, c, w.env.cfg.MemoryCapacity),
 		LogPath:      filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"),
 		RestartCount: restart,
 		SpecHash:     specHash(c),

@@ -49,6 +49,10 @@ type Config struct {
 	// well-known labels and no allocatable, so that resources are not
 	// checked (tests of other parts).
 	Node func() *v1.Node
+	// MemoryCapacity is the machine's memory in bytes (MemTotal), from
+	// which Burstable containers' oom_score_adj is computed, as the
+	// kubelet does; 0: unknown (their score is 999).
+	MemoryCapacity int64
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.

@@ -82,3 +82,23 @@ func TestHealthzIgnoresWallClockStep(t *testing.T) {
 		t.Fatalf("after a wall-clock step: %v, want healthy", err)
 	}
 }
+
+// A loop stuck for three resync intervals fails LoopHealthy, the judgement
+// the systemd watchdog and the healthz port share, and passes again once it
+// turns. The loop is stuck on the engine's lock, held here, as a deadlock
+// would hold it; time is the fake clock's.
+func TestLoopHealthyFailsWhileTheLoopIsStuck(t *testing.T) {
+	f := startEngine(t)
+	f.send()
+	<-f.e.Ready()
+	f.waitLoop(t)
+	f.e.mu.Lock()
+	f.send() // taken by the loop, which then waits for the lock
+	f.clock.Advance(3*f.e.cfg.Resync + time.Second)
+	err := f.e.LoopHealthy()
+	f.e.mu.Unlock()
+	if err == nil || !strings.Contains(err.Error(), "sync loop stalled for 3m1s") {
+		t.Fatalf("stuck for 3m1s: %v, want the stall named", err)
+	}
+	waitFor(t, "the loop to turn again", func() bool { return f.e.LoopHealthy() == nil })
+}

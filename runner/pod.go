@@ -15,8 +15,10 @@ func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 	guaranteed, any := true, false
 	for _, c := range allContainers(pod) {
 		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+			// A zero quantity counts as none, as in the kubelet's GetPodQOS.
 			req, hasReq := c.Resources.Requests[r]
 			lim, hasLim := c.Resources.Limits[r]
+			hasReq, hasLim = hasReq && req.Sign() > 0, hasLim && lim.Sign() > 0
 			if hasReq || hasLim {
 				any = true
 			}

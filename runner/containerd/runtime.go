@@ -49,10 +49,11 @@ type Runtime struct {
 	stdioRoot    string // containers' stdin (and output) FIFOs, next to fifoDir (stdio.go)
 	logDriver    string // absolute path of the program containerd runs as log driver
 	logRotation  crilog.Rotation
-	logCollector string // the collector's socket; "": one driver process per container
-	podLogDir    string // below it the log driver follows no link; "": the log's own dir
-	ownOOM       int
-	pullFallback bool // Always may run the local copy when the registry is unreachable
+	logCollector string    // the collector's socket; "": one driver process per container
+	podLogDir    string    // below it the log driver follows no link; "": the log's own dir
+	oomFloor     int       // see OOMScoreFloor
+	oomClamped   sync.Once // the warning that scores were raised to oomFloor
+	pullFallback bool      // Always may run the local copy when the registry is unreachable
 	registry     RegistryConfig
 	pulls        pullGroup
 	refresh      refresher
@@ -139,7 +140,7 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 		fifoDir:     filepath.Join(filepath.Dir(runcRoot), "exec-fifo"),
 		stdioRoot:   filepath.Join(filepath.Dir(runcRoot), "stdio"),
 		logDriver:   logDriver,
-		ownOOM:      OwnOOMScoreAdj(),
+		oomFloor:    OOMScoreFloor(),
 		cgroups:     cgroups.Detect(cgroups.Cgroupfs),
 		log:         slog.New(slog.DiscardHandler),
 		images:      map[string]imageFacts{},
@@ -415,7 +416,13 @@ func digestOf(imageID string) string {
 // up in the image's passwd and group files (a rootfs mount) only the first
 // time an image is run with given user settings.
 func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
-	opts := append(specOpts(cfg, r.ownOOM, r.cgroups), withTerminal(cfg.Container.TTY))
+	if cfg.OOMScoreAdj < r.oomFloor {
+		r.oomClamped.Do(func() {
+			r.log.Warn("oom_score_adj raised to noderun's own: without CAP_SYS_RESOURCE no container can be given less; critical and Guaranteed pods are no better protected from the OOM killer than noderun",
+				"floor", r.oomFloor, "wanted", cfg.OOMScoreAdj, "pod", cfg.Pod.Name, "container", cfg.Container.Name)
+		})
+	}
+	opts := append(specOpts(cfg, r.oomFloor, r.cgroups), withTerminal(cfg.Container.TTY))
 	key := userKey(cfg)
 	r.mu.Lock()
 	u, ok := r.users[key]

@@ -21,7 +21,7 @@ import (
 
 // specOpts turns an engine-resolved container config into OCI spec options.
 // Each tweak is a small function so it can be tested on an empty spec.
-func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int, cg cgroups.Layout) []oci.SpecOpts {
+func specOpts(cfg *runner.ContainerConfig, oomFloor int, cg cgroups.Layout) []oci.SpecOpts {
 	opts := []oci.SpecOpts{
 		oci.WithProcessArgs(cfg.Args...),
 		oci.WithEnv(cfg.Env),
@@ -30,7 +30,7 @@ func specOpts(cfg *runner.ContainerConfig, ownOOMScoreAdj int, cg cgroups.Layout
 		withCRIDefaultMounts(cg.Unified && !privileged(cfg.Container)),
 		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
-		withOOMScoreAdj(cfg.OOMScoreAdj, ownOOMScoreAdj),
+		withOOMScoreAdj(cfg.OOMScoreAdj, oomFloor),
 		withResources(cfg.Resources),
 		withoutDefaultRlimits,
 		withSysctls(cfg.Pod),
@@ -242,14 +242,11 @@ func mountOf(path string, infos []mountInfo) mountInfo {
 	return best
 }
 
-// withOOMScoreAdj never goes below noderun's own score: lowering it needs
-// CAP_SYS_RESOURCE, which runc would otherwise fail on (containerd's
-// restrict_oom_score_adj does the same).
-func withOOMScoreAdj(want, own int) oci.SpecOpts {
+// withOOMScoreAdj sets the process's oom_score_adj, at least floor (see
+// OOMScoreFloor): runc fails a container whose score it may not set.
+func withOOMScoreAdj(want, floor int) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
-		if want < own {
-			want = own
-		}
+		want = max(want, floor)
 		if s.Process == nil {
 			s.Process = &specs.Process{}
 		}
@@ -258,8 +255,32 @@ func withOOMScoreAdj(want, own int) oci.SpecOpts {
 	}
 }
 
-// OwnOOMScoreAdj reads the calling process's oom_score_adj.
-func OwnOOMScoreAdj() int {
+// capSysResource is CAP_SYS_RESOURCE's bit in /proc/<pid>/status's CapEff.
+const capSysResource = 24
+
+// OOMScoreFloor is the lowest oom_score_adj this process can give a
+// container: any (-1000) with CAP_SYS_RESOURCE, which lowering a score
+// below the process's own takes; without it (a container host, a user
+// namespace) its own score, as containerd's restrict_oom_score_adj does.
+func OOMScoreFloor() int {
+	status, _ := os.ReadFile("/proc/self/status")
+	return oomScoreFloor(string(status), ownOOMScoreAdj())
+}
+
+func oomScoreFloor(status string, own int) int {
+	for line := range strings.Lines(status) {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			if err == nil && caps&(1<<capSysResource) != 0 {
+				return -1000
+			}
+		}
+	}
+	return own
+}
+
+// ownOOMScoreAdj reads the calling process's oom_score_adj.
+func ownOOMScoreAdj() int {
 	b, err := os.ReadFile("/proc/self/oom_score_adj")
 	if err != nil {
 		return 0

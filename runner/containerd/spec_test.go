@@ -77,11 +77,30 @@ func TestWithMountsReplacesDefaults(t *testing.T) {
 	}
 }
 
-func TestWithOOMScoreAdjClampsToOwn(t *testing.T) {
+func TestWithOOMScoreAdjClampsToFloor(t *testing.T) {
 	for _, tc := range []struct{ want, own, got int }{{-997, 0, 0}, {1000, 0, 1000}, {500, 600, 600}} {
 		s := genSpec(t, withOOMScoreAdj(tc.want, tc.own))
 		if *s.Process.OOMScoreAdj != tc.got {
 			t.Errorf("want %d own %d: got %d, expected %d", tc.want, tc.own, *s.Process.OOMScoreAdj, tc.got)
+		}
+	}
+}
+
+// The floor is -1000 only with CAP_SYS_RESOURCE (bit 24 of CapEff); this
+// host's container lacks it (000001fffeffffff), so there it is noderun's own.
+func TestOOMScoreFloor(t *testing.T) {
+	for _, tc := range []struct {
+		capEff    string
+		own, want int
+	}{
+		{"000001ffffffffff", 0, -1000},
+		{"000001fffeffffff", 0, 0},
+		{"000001fffeffffff", -500, -500},
+		{"garbage", 100, 100},
+	} {
+		status := "Name:\tnoderun\nCapPrm:\t000001ffffffffff\nCapEff:\t" + tc.capEff + "\nCapBnd:\t0\n"
+		if got := oomScoreFloor(status, tc.own); got != tc.want {
+			t.Errorf("CapEff %s, own %d: floor %d, want %d", tc.capEff, tc.own, got, tc.want)
 		}
 	}
 }
