@@ -51,7 +51,7 @@ func TestDependencyErrors(t *testing.T) {
 		depPod("a", "b", v1.RestartPolicyAlways),
 		depPod("b", "c", v1.RestartPolicyAlways),
 		depPod("c", "a, ok", v1.RestartPolicyAlways), // a -> b -> c -> a
-		depPod("d", "a", v1.RestartPolicyAlways),    // waits for the cycle, is not on it
+		depPod("d", "a", v1.RestartPolicyAlways),     // waits for the cycle, is not on it
 		depPod("ok", "", v1.RestartPolicyAlways),
 		depPod("self", "self", v1.RestartPolicyAlways),
 		depPod("done", "ok=Completed", v1.RestartPolicyAlways),
