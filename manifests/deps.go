@@ -148,6 +148,7 @@ func DependencyErrors(pods []*v1.Pod, complete bool) map[types.UID]*ManifestErro
 		for _, q := range group {
 			names = append(names, q.Namespace+"/"+q.Name)
 		}
+		slices.Sort(names) // the same message whatever the order pods come in
 		for _, p := range group {
 			fail(p, "wait-for cycle among %s: none of them could ever start", strings.Join(names, ", "))
 		}
@@ -155,9 +156,9 @@ func DependencyErrors(pods []*v1.Pod, complete bool) map[types.UID]*ManifestErro
 	return out
 }
 
-// dependencyCycles returns the pods that wait for each other, each group
-// (a strongly connected component of the wait-for graph, Tarjan's
-// algorithm) in the order of pods; a self-reference is left to the caller.
+// dependencyCycles returns the groups of pods that wait for each other:
+// the strongly connected components of the wait-for graph (Tarjan's
+// algorithm) of more than one pod; a self-reference is left to the caller.
 func dependencyCycles(pods []*v1.Pod, byKey map[string]*v1.Pod) [][]*v1.Pod {
 	index, low := map[*v1.Pod]int{}, map[*v1.Pod]int{}
 	onStack := map[*v1.Pod]bool{}
@@ -189,7 +190,6 @@ func dependencyCycles(pods []*v1.Pod, byKey map[string]*v1.Pod) [][]*v1.Pod {
 		}
 		stack = stack[:i]
 		if len(group) > 1 {
-			slices.SortFunc(group, func(a, b *v1.Pod) int { return slices.Index(pods, a) - slices.Index(pods, b) })
 			groups = append(groups, group)
 		}
 	}
