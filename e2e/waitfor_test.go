@@ -42,6 +42,7 @@ func podReadySince(p *v1.Pod) time.Time {
 // transition) and containerd (the dependent's start).
 func TestWaitForReady(t *testing.T) {
 	t.Parallel()
+	buildKubectl(t) // before the clocks start
 	n := newNode(t)
 	view := n.kubeconfig(false)
 	// db gets Ready 3s after it starts at the earliest.
@@ -59,7 +60,7 @@ func TestWaitForReady(t *testing.T) {
 	}
 	// kubectl wait watches the one pod (fieldSelector metadata.name) until
 	// its Ready condition is True.
-	ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
 	defer cancel()
 	kw := n.kubectlCmd(ctx, view, "wait", "--for=condition=Ready", "pod/web-"+nodeName, "--timeout=2m")
 	var kwOut strings.Builder
