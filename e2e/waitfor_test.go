@@ -99,7 +99,9 @@ func TestWaitForReady(t *testing.T) {
 func TestWaitForCycleRefused(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	wait := func(name string) string { return "  annotations:\n    noderun.dev/wait-for: " + name + "-" + nodeName + "=Started\n" }
+	wait := func(name string) string {
+		return "  annotations:\n    noderun.dev/wait-for: " + name + "-" + nodeName + "=Started\n"
+	}
 	n.writeManifest("a.yaml", waitForPod("a", wait("b"), `    command: ["sh", "-c", '`+untilTerm+`']
 `))
 	n.writeManifest("b.yaml", waitForPod("b", wait("a"), `    command: ["sh", "-c", '`+untilTerm+`']
