@@ -11,19 +11,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-// waitForPod is a pod that idles, with metadata lines (indented two
-// spaces) and container lines added.
+// waitForPod is admissionPod with metadata lines (indented two spaces).
 func waitForPod(name, meta, container string) string {
-	return `apiVersion: v1
-kind: Pod
-metadata:
-  name: ` + name + `
-` + meta + `spec:
-  terminationGracePeriodSeconds: 2
-  containers:
-  - name: main
-    image: busybox:1.36
-` + container
+	return strings.Replace(admissionPod(name, "", container), "spec:\n", meta+"spec:\n", 1)
 }
 
 func podReadySince(p *v1.Pod) time.Time {
@@ -46,14 +36,12 @@ func TestWaitForReady(t *testing.T) {
 	n := newNode(t)
 	view := n.kubeconfig(false)
 	// db gets Ready 3s after it starts at the earliest.
-	n.writeManifest("db.yaml", waitForPod("db", "", `    command: ["sh", "-c", 'sleep 3; touch /tmp/ready; `+untilTerm+`']
-    readinessProbe:
-      exec: {command: ["cat", "/tmp/ready"]}
+	n.writeManifest("db.yaml", waitForPod("db", "", `    readinessProbe:
+      exec: {command: ["true"]}
+      initialDelaySeconds: 3
       periodSeconds: 1
 `))
-	n.writeManifest("web.yaml", waitForPod("web", "  annotations:\n    noderun.dev/wait-for: db-"+nodeName+"\n",
-		`    command: ["sh", "-c", '`+untilTerm+`']
-`))
+	n.writeManifest("web.yaml", waitForPod("web", "  annotations:\n    noderun.dev/wait-for: db-"+nodeName+"\n", ""))
 	web := n.waitPod("web", "waiting for db", func(p *v1.Pod) bool { return p.Status.Reason == "WaitingForDependencies" })
 	if msg := web.Status.Message; !strings.HasPrefix(msg, "db-"+nodeName+" not Ready") || len(n.containers(string(web.UID))) != 0 {
 		t.Errorf("web waits with message %q and %d containers; want db-%s not Ready and none", msg, len(n.containers(string(web.UID))), nodeName)
@@ -68,10 +56,13 @@ func TestWaitForReady(t *testing.T) {
 	if err := kw.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if row := podRow(n.kubectlOK(view, "get", "pods"), "web-"+nodeName); len(row) != 5 || row[2] != "WaitingForDependencies" {
-		if p := n.pod("web"); p.Status.Reason == "WaitingForDependencies" { // not yet released
-			t.Errorf("kubectl get pods row %q, want STATUS WaitingForDependencies", row)
-		}
+	// While web still waits (db takes 3s), kubectl get and noderun pods
+	// show why.
+	row := podRow(n.kubectlOK(view, "get", "pods"), "web-"+nodeName)
+	pods, err := n.runBounded(exec.Command(noderunBin, "--run-dir", n.run, "--state-dir", n.state, "pods"), waitTimeout)
+	if n.pod("web").Status.Reason == "WaitingForDependencies" &&
+		(len(row) != 5 || row[2] != "WaitingForDependencies" || err != nil || !strings.Contains(pods, "WaitingForDependencies")) {
+		t.Errorf("kubectl get pods row %q, noderun pods (%v):\n%s\nwant WaitingForDependencies in both", row, err, pods)
 	}
 	if err := kw.Wait(); err != nil || !strings.Contains(kwOut.String(), "condition met") {
 		t.Fatalf("kubectl wait: %v\n%s", err, kwOut.String())
@@ -82,7 +73,7 @@ func TestWaitForReady(t *testing.T) {
 	dbStarted := containerStatus(db, "main").State.Running.StartedAt.Time
 	webStarted := containerStatus(web, "main").State.Running.StartedAt.Time
 	// API times have whole seconds: web started in or after db's Ready
-	// second, and db was Ready no sooner than its 3s sleep allowed.
+	// second, and db was Ready no sooner than its probe's 3s delay allowed.
 	if webStarted.Before(dbReady) || dbReady.Before(dbStarted.Add(2*time.Second)) {
 		t.Errorf("db started %s, Ready %s; web started %s: web must start after db is Ready", dbStarted, dbReady, webStarted)
 	}
@@ -102,12 +93,9 @@ func TestWaitForCycleRefused(t *testing.T) {
 	wait := func(name string) string {
 		return "  annotations:\n    noderun.dev/wait-for: " + name + "-" + nodeName + "=Started\n"
 	}
-	n.writeManifest("a.yaml", waitForPod("a", wait("b"), `    command: ["sh", "-c", '`+untilTerm+`']
-`))
-	n.writeManifest("b.yaml", waitForPod("b", wait("a"), `    command: ["sh", "-c", '`+untilTerm+`']
-`))
-	n.writeManifest("free.yaml", waitForPod("free", "", `    command: ["sh", "-c", '`+untilTerm+`']
-`))
+	n.writeManifest("a.yaml", waitForPod("a", wait("b"), ""))
+	n.writeManifest("b.yaml", waitForPod("b", wait("a"), ""))
+	n.writeManifest("free.yaml", waitForPod("free", "", ""))
 	n.waitPod("free", "Running", running)
 	cycle := ":1: metadata.annotations[noderun.dev/wait-for]: wait-for cycle among default/a-" + nodeName + ", default/b-" + nodeName
 	out, err := exec.Command(noderunBin, "check", "--node-name", nodeName, n.podsDir).CombinedOutput()
