@@ -162,3 +162,22 @@ func TestEngineWaitForRestartAdopts(t *testing.T) {
 		t.Fatalf("restart: %d started, b stopped %t, events %+v; want both left alone", n, f.stoppedAny("b"), f.e.Events())
 	}
 }
+
+// Pods of two sources that wait for each other are refused, each an error
+// of its source; a source cannot see the cycle alone.
+func TestEngineWaitForCycleAcrossSources(t *testing.T) {
+	f := startEngine(t)
+	f.snaps <- manifests.Snapshot{Source: "file:/one", Pods: []*v1.Pod{waitingPod("a", "a", "b-n1")},
+		Info: manifests.SourceInfo{Pods: []manifests.PodInfo{{UID: "a", File: "/one/a.yaml", Line: 3}}}}
+	f.snaps <- manifests.Snapshot{Source: "file:/two", Pods: []*v1.Pod{waitingPod("b", "b", "a-n1"), testPod("c", "c", v1.RestartPolicyAlways)}}
+	waitFor(t, "c started", func() bool { return f.rt.startedPod("c") })
+	errs := f.e.SourceErrors()
+	cycle := "metadata.annotations[noderun.dev/wait-for]: wait-for cycle among default/a-n1, default/b-n1: none of them could ever start"
+	if len(errs["file:/one"]) != 1 || errs["file:/one"][0].Error() != "/one/a.yaml:3: "+cycle ||
+		len(errs["file:/two"]) != 1 || errs["file:/two"][0].Error() != "file:/two: "+cycle {
+		t.Errorf("source errors %v", errs)
+	}
+	if f.status("a") != nil || f.status("b") != nil || f.rt.startedPod("a") || f.rt.startedPod("b") {
+		t.Error("a pod of the cycle was run")
+	}
+}
