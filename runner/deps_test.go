@@ -181,3 +181,33 @@ func TestEngineWaitForCycleAcrossSources(t *testing.T) {
 		t.Error("a pod of the cycle was run")
 	}
 }
+
+// After a reboot (state dirs kept, sandbox dirs gone) pods wait again: the
+// one with state is held, not taken for an orphan and started.
+func TestEngineWaitForAfterReboot(t *testing.T) {
+	a, b := probedPod("a", "a"), waitingPod("b", "b", "a-n1")
+	f := startEngineWith(t, func(cfg *Config) {
+		if err := os.MkdirAll(podStateDir(cfg.StateDir, "b"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	})
+	f.setExit(1)
+	f.send(a, b)
+	waitFor(t, "a started", func() bool { return f.rt.startedPod("a") })
+	waitFor(t, "b held", func() bool {
+		s := f.status("b")
+		return s != nil && s.Status.Reason == reasonWaitingForDependencies
+	})
+	f.waitLoop(t) // settled: orphans were looked for
+	if f.rt.startedPod("b") || f.net.setupCount("b") != 0 {
+		t.Fatal("b started after a reboot before a is Ready")
+	}
+	f.setExit(0)
+	waitFor(t, "b started once a is Ready", func() bool {
+		if !f.rt.startedPod("b") {
+			f.clock.Advance(time.Second)
+			return false
+		}
+		return true
+	})
+}

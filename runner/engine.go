@@ -553,8 +553,8 @@ func (e *Engine) removeOrphans(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for uid, pod := range orphans {
-		if e.workers[uid] != nil {
-			continue
+		if _, held := e.holds[uid]; e.workers[uid] != nil || held {
+			continue // desired: a held pod's worker handles its leftovers once it starts
 		}
 		e.log.Info("removing pod left from an earlier run", "pod", pod.Namespace+"/"+pod.Name, "uid", uid)
 		w := e.startWorkerLocked(ctx, uid)
