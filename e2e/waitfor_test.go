@@ -83,6 +83,17 @@ func TestWaitForReady(t *testing.T) {
 	if desc := n.kubectlOK(view, "describe", "pod", "web-"+nodeName); !strings.Contains(desc, "WaitingForDependencies") {
 		t.Errorf("kubectl describe lacks the WaitingForDependencies event:\n%s", desc)
 	}
+
+	// A noderun restart with both running changes nothing: web is adopted,
+	// not held back while db's status is not known yet.
+	n.stop()
+	n.start()
+	n.waitHealthy()
+	again := n.waitPod("web", "Ready again", func(p *v1.Pod) bool { return !podReadySince(p).IsZero() })
+	if cs := containerStatus(again, "main"); cs.RestartCount != 0 || !cs.State.Running.StartedAt.Time.Equal(webStarted) ||
+		hasEvent(n.events("web"), "WaitingForDependencies", "") {
+		t.Errorf("web after a noderun restart: %s, events %+v; want its container kept and no wait", statusJSON(again), n.events("web"))
+	}
 }
 
 // Pods that wait for each other are refused, by `noderun check` and by the
