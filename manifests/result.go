@@ -100,6 +100,12 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 	var fp strings.Builder
 	names := map[string]string{}   // namespace/name -> where defined
 	uids := map[types.UID]string{} // UID -> where defined
+	type fileEntry struct {
+		file string
+		entry
+	}
+	// Pods that wait for each other are refused once every pod is known.
+	var accepted []fileEntry
 	for _, file := range order {
 		f := results[file]
 		snap.Errors = append(snap.Errors, f.errs...)
@@ -118,10 +124,23 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 				continue
 			}
 			names[key], uids[e.pod.UID] = where, where
-			snap.Pods = append(snap.Pods, e.pod)
-			snap.Info.Pods = append(snap.Info.Pods, podInfo(file, e))
-			fmt.Fprintf(&fp, "pod %s %s %t\n", e.pod.UID, e.sum, e.stale)
+			accepted = append(accepted, fileEntry{file, e})
 		}
+	}
+	pods := make([]*v1.Pod, len(accepted))
+	for i, a := range accepted {
+		pods[i] = a.pod
+	}
+	depErrs := DependencyErrors(pods, false)
+	for _, a := range accepted {
+		if me := depErrs[a.pod.UID]; me != nil {
+			me.File, me.Line = a.file, a.line
+			snap.Errors = append(snap.Errors, me)
+			continue
+		}
+		snap.Pods = append(snap.Pods, a.pod)
+		snap.Info.Pods = append(snap.Info.Pods, podInfo(a.file, a.entry))
+		fmt.Fprintf(&fp, "pod %s %s %t\n", a.pod.UID, a.sum, a.stale)
 	}
 	snap.Errors = append(snap.Errors, extra...)
 	for _, w := range snap.Warnings {

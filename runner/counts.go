@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -87,6 +88,7 @@ func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	}
 	if changed {
 		e.changes.bump()
+		e.dependencyChangedLocked(cmp.Or(pod, old))
 	}
 	if e.counts != before {
 		select {

@@ -98,6 +98,9 @@ type Engine struct {
 	conflicts     map[string][]error
 	workers       map[types.UID]*podWorker
 	rejected      map[types.UID]rejection // by admission, see admitLocked
+	holds         map[types.UID]hold      // waiting for dependencies, see holdLocked
+	waitedOn      map[string]bool         // namespace/name of the pods held ones wait for
+	depsChanged   chan struct{}           // one slot: a status held pods wait on changed
 	statuses      map[types.UID]*v1.Pod
 	statusRev     uint64        // the last stamp putStatusLocked gave a status
 	counts        PodCounts     // of statuses
@@ -149,6 +152,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		sources:       map[string]manifests.Snapshot{},
 		workers:       map[types.UID]*podWorker{},
 		rejected:      map[types.UID]rejection{},
+		holds:         map[types.UID]hold{},
+		depsChanged:   make(chan struct{}, 1),
 		statuses:      map[types.UID]*v1.Pod{},
 		countsChanged: make(chan struct{}, 1),
 		readyCh:       make(chan struct{}),
@@ -300,6 +305,8 @@ func (e *Engine) loop(ctx context.Context, snaps <-chan manifests.Snapshot, exit
 			}
 			exits, resubscribe = ch, nil
 			e.pokeAll() // exits may have been missed meanwhile
+		case <-e.depsChanged:
+			e.apply(ctx)
 		case <-resync.C():
 			e.pokeAll()
 		case <-gc.C():
@@ -458,6 +465,14 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 		}
 		byName[key], byUID[c.pod.UID], out[c.pod.UID] = c.source, c.source, c.pod
 	}
+	// Each source refuses its own pods that wait for each other; this
+	// refuses those whose cycle spans sources.
+	for uid, me := range manifests.DependencyErrors(slices.Collect(maps.Values(out)), false) {
+		source := byUID[uid]
+		e.locate(me, source, uid)
+		conflicts[source] = append(conflicts[source], me)
+		delete(out, uid)
+	}
 	e.mu.Lock()
 	e.conflicts = conflicts
 	e.mu.Unlock()
@@ -467,14 +482,21 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 // conflict is the error shown for a pod that another source, first,
 // already defines.
 func (e *Engine) conflict(source string, p *v1.Pod, first string) error {
-	me := &manifests.ManifestError{File: source, Field: "metadata.name",
+	me := &manifests.ManifestError{Field: "metadata.name",
 		Message: fmt.Sprintf("pod %s/%s is already defined by source %s; this definition is not run", p.Namespace, p.Name, first)}
+	e.locate(me, source, p.UID)
+	return me
+}
+
+// locate points me at the file and line of source that define pod uid
+// (at the source, when it does not say).
+func (e *Engine) locate(me *manifests.ManifestError, source string, uid types.UID) {
+	me.File = source
 	for _, info := range e.sources[source].Info.Pods {
-		if info.UID == p.UID && info.File != "" {
+		if info.UID == uid && info.File != "" {
 			me.File, me.Line = info.File, info.Line
 		}
 	}
-	return me
 }
 
 // apply hands every desired pod that admission lets run to its worker and
@@ -488,7 +510,11 @@ func (e *Engine) apply(ctx context.Context) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	run := e.admitLocked(want, ran)
+	held := e.holdLocked(want, run)
 	for uid, pod := range run {
+		if held[uid] {
+			continue
+		}
 		w := e.workers[uid]
 		if w == nil {
 			w = e.startWorkerLocked(ctx, uid)
@@ -531,8 +557,8 @@ func (e *Engine) removeOrphans(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for uid, pod := range orphans {
-		if e.workers[uid] != nil {
-			continue
+		if _, held := e.holds[uid]; e.workers[uid] != nil || held {
+			continue // desired: a held pod's worker handles its leftovers once it starts
 		}
 		e.log.Info("removing pod left from an earlier run", "pod", pod.Namespace+"/"+pod.Name, "uid", uid)
 		w := e.startWorkerLocked(ctx, uid)

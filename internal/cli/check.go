@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/internal/admission"
 	"github.com/noderun/noderun/manifests"
@@ -104,19 +105,24 @@ func runCheck(c *cli.Context) error {
 		return fmt.Errorf("check: --node-labels: %w", err)
 	}
 	labels := admission.NodeLabels(c.String("node-name"), extra)
-	var results []checkResult
-	nErrs := 0
+	var snaps []manifests.Snapshot
+	var shown []string
 	for _, in := range c.Args().Slice() {
 		var snap manifests.Snapshot
-		shown := in
 		if strings.HasPrefix(in, "http://") || strings.HasPrefix(in, "https://") {
 			snap = manifests.CheckURL(c.Context, in, c.String("node-name"), opts...)
-			shown = manifests.RedactURL(in) // the output may be pasted or logged
+			in = manifests.RedactURL(in) // the output may be pasted or logged
 		} else {
 			snap = manifests.CheckPath(in, c.String("node-name"))
 		}
 		snap.Warnings = append(snap.Warnings, admissionWarnings(snap, c.String("node-name"), labels)...)
-		results = append(results, newCheckResult(shown, snap))
+		snaps, shown = append(snaps, snap), append(shown, in)
+	}
+	dependencyErrors(snaps)
+	var results []checkResult
+	nErrs := 0
+	for i, snap := range snaps {
+		results = append(results, newCheckResult(shown[i], snap))
 		nErrs += len(snap.Errors)
 	}
 	if output == "json" {
@@ -162,6 +168,27 @@ func admissionWarnings(snap manifests.Snapshot, nodeName string, labels map[stri
 		out = append(out, me)
 	}
 	return out
+}
+
+// dependencyErrors adds to snaps the errors of wait-for annotations seen
+// across all of them, taken as the node's whole set of manifests: a name
+// none of them defines is an error here, and so is a cycle across inputs.
+func dependencyErrors(snaps []manifests.Snapshot) {
+	var all []*v1.Pod
+	for _, s := range snaps {
+		all = append(all, s.Pods...)
+	}
+	errs := manifests.DependencyErrors(all, true)
+	for i := range snaps {
+		s := &snaps[i]
+		for _, info := range s.Info.Pods {
+			if me := errs[info.UID]; me != nil {
+				me.File, me.Line = info.File, info.Line
+				s.Errors = append(s.Errors, me)
+				s.Info.Errors = append(s.Info.Errors, me.Error())
+			}
+		}
+	}
 }
 
 // formatLabels is labels as key=value, sorted, comma-separated.

@@ -257,3 +257,29 @@ spec:
 		t.Errorf("a label the kubelet refuses: %v", err)
 	}
 }
+
+// check takes its inputs as the node's whole set: a wait-for name none of
+// them defines, and a cycle across inputs, are errors with file:line.
+func TestCheckWaitFor(t *testing.T) {
+	dir := t.TempDir()
+	pod := func(name, waitFor string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: " + name + "\n  annotations:\n    noderun.dev/wait-for: " + waitFor +
+			"\nspec:\n  containers:\n  - name: c\n    image: busybox\n"
+	}
+	web, db, loop := filepath.Join(dir, "web.yaml"), filepath.Join(dir, "db.yaml"), filepath.Join(dir, "loop.yaml")
+	for file, content := range map[string]string{web: pod("web", "db-n1"), db: pod("db", "kube-system/dns-n1=Started"), loop: pod("db", "web-n1")} {
+		if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errOut, err := runCLI(t, "check", "--node-name", "n1", web, db)
+	want := db + ":1: metadata.annotations[noderun.dev/wait-for]: waits for kube-system/dns-n1, which no manifest defines\n"
+	if errOut != want || !errors.Is(err, errCheckFailed) {
+		t.Errorf("unknown name: %q, %v; want %q", errOut, err, want)
+	}
+	_, errOut, err = runCLI(t, "check", "--node-name", "n1", web, loop)
+	cycle := ":1: metadata.annotations[noderun.dev/wait-for]: wait-for cycle among default/db-n1, default/web-n1: none of them could ever start\n"
+	if errOut != web+cycle+loop+cycle || !errors.Is(err, errCheckFailed) {
+		t.Errorf("cycle: %q, %v", errOut, err)
+	}
+}
