@@ -1,6 +1,11 @@
 package runner
 
-import v1 "k8s.io/api/core/v1"
+import (
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/noderun/noderun/internal/cgroups"
+)
 
 // Resources are a container's cgroup settings, computed as the kubelet
 // computes them from requests and limits; the runtime only applies them.
@@ -9,6 +14,32 @@ type Resources struct {
 	CPUQuota    int64  // 0: no CFS limit
 	CPUPeriod   uint64 // with CPUQuota
 	MemoryLimit int64  // bytes; 0: none
+	// NoSwap is the kubelet's default swap behaviour where the host can
+	// limit swap: on v1 memory+swap equal to the memory limit (when there
+	// is one), on v2 memory.swap.max 0.
+	NoSwap bool
+}
+
+// The kubelet's CFS constants (cm/helpers_linux.go).
+const (
+	maxShares      = 262144
+	quotaPeriod    = 100000 // µs: 100 ms
+	minQuotaPeriod = 1000   // the least quota, 1 ms
+)
+
+// milliCPUToShares is the kubelet's MilliCPUToShares: 1024 per CPU,
+// rounded down, within the kernel's [2, 262144].
+func milliCPUToShares(milli int64) uint64 {
+	return uint64(min(max(milli*1024/1000, cgroups.MinShares), maxShares))
+}
+
+// milliCPUToQuota is the kubelet's MilliCPUToQuota over its 100 ms period,
+// at least 1 ms; 0 for no limit.
+func milliCPUToQuota(milli int64) int64 {
+	if milli == 0 {
+		return 0
+	}
+	return max(milli*quotaPeriod/1000, minQuotaPeriod)
 }
 
 // containerResources maps cpu request → shares, cpu limit → CFS quota and
@@ -23,15 +54,111 @@ func containerResources(r v1.ResourceRequirements) Resources {
 	if !hasReq && hasLim {
 		cpuReq, hasReq = cpuLim, true
 	}
-	out.CPUShares = 2 // the kernel's minimum, as the kubelet gives BestEffort
+	out.CPUShares = cgroups.MinShares // as the kubelet gives BestEffort
 	if hasReq {
-		out.CPUShares = max(uint64(cpuReq.MilliValue()*1024/1000), 2)
+		out.CPUShares = milliCPUToShares(cpuReq.MilliValue())
 	}
 	if hasLim && !cpuLim.IsZero() {
-		out.CPUPeriod = 100000
-		out.CPUQuota = max(cpuLim.MilliValue()*int64(out.CPUPeriod)/1000, 1000)
+		out.CPUPeriod = quotaPeriod
+		out.CPUQuota = milliCPUToQuota(cpuLim.MilliValue())
 	}
 	return out
+}
+
+// containerResources are c's settings on this node: with NoSwap where the
+// host can limit swap, as the kubelet's default swap behaviour.
+func (w *podWorker) containerResources(c *v1.Container) Resources {
+	r := containerResources(c.Resources)
+	r.NoSwap = w.env.noSwap
+	return r
+}
+
+// podTotals are a pod's requests and limits summed as the kubelet's
+// resource helpers sum them, and whether every container has each limit.
+// Pod-level spec.resources, once supported, replace the sums here.
+type podTotals struct {
+	cpuRequest, cpuLimit   int64 // milliCPU
+	memoryLimit            int64 // bytes
+	cpuLimited, memLimited bool
+}
+
+func totalsOf(pod *v1.Pod) podTotals {
+	cpuReq, _ := aggregate(pod, v1.ResourceCPU, false)
+	cpuLim, cpuAll := aggregate(pod, v1.ResourceCPU, true)
+	memLim, memAll := aggregate(pod, v1.ResourceMemory, true)
+	return podTotals{cpuRequest: cpuReq.MilliValue(), cpuLimit: cpuLim.MilliValue(), memoryLimit: memLim.Value(),
+		cpuLimited: cpuAll, memLimited: memAll}
+}
+
+// aggregate sums one request or limit as the kubelet's PodRequests and
+// PodLimits: app containers and sidecars (restartable init containers)
+// together, or the largest init container with the sidecars started
+// before it, whichever is more. all says whether every container, so
+// counted, has a nonzero value (ResourceConfigForPod's "limits declared").
+func aggregate(pod *v1.Pod, name v1.ResourceName, limits bool) (sum resource.Quantity, all bool) {
+	get := func(c *v1.Container) resource.Quantity {
+		if limits {
+			return c.Resources.Limits[name]
+		}
+		return c.Resources.Requests[name]
+	}
+	all = true
+	for i := range pod.Spec.Containers {
+		q := get(&pod.Spec.Containers[i])
+		all = all && !q.IsZero()
+		sum.Add(q)
+	}
+	var sidecars, initMax resource.Quantity
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q := get(c)
+		if isSidecar(c) {
+			sum.Add(q)
+			sidecars.Add(q)
+			q = sidecars.DeepCopy()
+		} else {
+			q.Add(sidecars)
+		}
+		all = all && !q.IsZero()
+		if q.Cmp(initMax) > 0 {
+			initMax = q
+		}
+	}
+	if initMax.Cmp(sum) > 0 {
+		sum = initMax
+	}
+	return sum, all
+}
+
+// podCgroupResources is the kubelet's ResourceConfigForPod (CFS quota
+// enforced, its 100 ms period): Guaranteed pods get shares, quota and
+// memory limit; Burstable ones shares, and quota or memory limit only when
+// every container has that limit; BestEffort ones MinShares alone.
+func podCgroupResources(pod *v1.Pod) cgroups.PodResources {
+	qos := QOSClass(pod)
+	if qos == v1.PodQOSBestEffort {
+		return cgroups.PodResources{CPUShares: cgroups.MinShares}
+	}
+	t := totalsOf(pod)
+	r := cgroups.PodResources{CPUShares: milliCPUToShares(t.cpuRequest)}
+	if qos == v1.PodQOSGuaranteed || t.cpuLimited {
+		r.CPUQuota, r.CPUPeriod = milliCPUToQuota(t.cpuLimit), quotaPeriod
+	}
+	if qos == v1.PodQOSGuaranteed || t.memLimited {
+		r.Memory = t.memoryLimit
+	}
+	return r
+}
+
+// qosTier is the QoS parent a pod's cgroup goes in.
+func qosTier(pod *v1.Pod) cgroups.Tier {
+	switch QOSClass(pod) {
+	case v1.PodQOSBurstable:
+		return cgroups.Burstable
+	case v1.PodQOSBestEffort:
+		return cgroups.BestEffort
+	}
+	return cgroups.Guaranteed
 }
 
 // oomScoreAdj follows the kubelet's QoS policy, without the negative score

@@ -76,6 +76,9 @@ type podEnv struct {
 	events *eventLog
 	clock  clock.WithTicker
 	log    *slog.Logger
+	// noSwap: containers get the kubelet's NoSwap limits, the host
+	// having the swap controller (looked for once, as the kubelet does).
+	noSwap bool
 }
 
 // board is the engine's shared state as a worker may touch it; the engine
@@ -86,6 +89,8 @@ type board interface {
 	// while it is torn down.
 	markTerminating(uid types.UID, pod *v1.Pod, now time.Time)
 	terminatingSibling(*v1.Pod) bool
+	// updateQoS sets the QoS parents' shares from the pods wanted now.
+	updateQoS(context.Context) error
 	workerDone(*podWorker)
 }
 
