@@ -1,0 +1,138 @@
+package e2e
+
+import (
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/runner"
+)
+
+// cgroupPod is a pod of one sleeping container with the given resources
+// (a YAML flow map, or "" for none).
+func cgroupPod(name, resources string) string {
+	r := ""
+	if resources != "" {
+		r = "\n    resources: " + resources
+	}
+	return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: %s
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sleep", "3600"]%s
+`, name, r)
+}
+
+// cgroupFile reads a v1 cgroup file below the host's controller mount.
+func cgroupFile(controller, path, file string) string {
+	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, path, file))
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// Pods' cgroups as the kubelet makes them, read from the kernel's files
+// on this host (cgroup v1, cgroupfs): a Guaranteed pod's at the top of the
+// root with shares, quota and memory limit summed from its containers; a
+// Burstable one in burstable/, limited only where every container is;
+// a BestEffort one in besteffort/ with 2 shares. Their containers below,
+// with memory+swap equal to the memory limit where the kernel accounts
+// swap (the kubelet's NoSwap). The burstable parent's shares follow the
+// Burstable pods' requests as they come and go, and a restarted noderun
+// keeps every cgroup, its processes in it.
+func TestPodCgroupsPerQoS(t *testing.T) {
+	t.Parallel()
+	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
+		t.Skip("the cgroup v1 cpu hierarchy is not at /sys/fs/cgroup/cpu: this test reads v1 files")
+	}
+	root := "e2e_" + strings.ToLower(rand.Text()[:10]) // its own QoS parents: other nodes' pods change theirs
+	t.Cleanup(func() { // after the node's cleanup has removed the pods: what reset would remove
+		for _, h := range cgroupRoots(t) {
+			for _, d := range []string{"burstable", "besteffort", ""} {
+				_ = unix.Rmdir(filepath.Join(h, root, d))
+			}
+		}
+	})
+	n := newNode(t, "--cgroup-root", root)
+	n.writeManifest("g.yaml", cgroupPod("guaranteed", "{limits: {cpu: 500m, memory: 64Mi}}"))
+	n.writeManifest("b.yaml", cgroupPod("burstable", "{requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: '1', memory: 128Mi}}"))
+	n.writeManifest("be.yaml", cgroupPod("besteffort", ""))
+	podDir := map[string]string{}
+	ctrDir := map[string]string{}
+	for name, tier := range map[string]string{"guaranteed": "", "burstable": "burstable", "besteffort": "besteffort"} {
+		p := n.waitPod(name, "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		podDir[name] = filepath.Join("/", root, tier, "pod"+runner.SandboxID(string(p.UID)))
+		ctrDir[name] = filepath.Join(podDir[name], strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, c := range []struct{ controller, dir, file, want string }{
+			{"cpu", podDir["guaranteed"], "cpu.shares", "512"},
+			{"cpu", podDir["guaranteed"], "cpu.cfs_quota_us", "50000"},
+			{"cpu", podDir["guaranteed"], "cpu.cfs_period_us", "100000"},
+			{"memory", podDir["guaranteed"], "memory.limit_in_bytes", "67108864"},
+			{"cpu", podDir["burstable"], "cpu.shares", "256"},
+			{"cpu", podDir["burstable"], "cpu.cfs_quota_us", "100000"},
+			{"memory", podDir["burstable"], "memory.limit_in_bytes", "134217728"},
+			{"cpu", podDir["besteffort"], "cpu.shares", "2"},
+			{"cpu", podDir["besteffort"], "cpu.cfs_quota_us", "-1"},
+			{"cpu", ctrDir["guaranteed"], "cpu.shares", "512"},
+			{"cpu", ctrDir["guaranteed"], "cpu.cfs_quota_us", "50000"},
+			{"memory", ctrDir["guaranteed"], "memory.limit_in_bytes", "67108864"},
+			{"cpu", ctrDir["burstable"], "cpu.shares", "256"},
+			{"cpu", ctrDir["burstable"], "cpu.cfs_quota_us", "100000"},
+			{"memory", ctrDir["burstable"], "memory.limit_in_bytes", "134217728"},
+			{"cpu", ctrDir["besteffort"], "cpu.shares", "2"},
+			{"cpu", "/" + root + "/besteffort", "cpu.shares", "2"},
+			{"cpu", "/" + root + "/burstable", "cpu.shares", "256"},
+		} {
+			if got := cgroupFile(c.controller, c.dir, c.file); got != c.want {
+				t.Errorf("%s: %s/%s = %s, want %s", when, c.dir, c.file, got, c.want)
+			}
+		}
+		for name, dir := range ctrDir {
+			if procs := cgroupFile("cpu", dir, "cgroup.procs"); procs == "" || strings.HasPrefix(procs, "(") {
+				t.Errorf("%s: %s's container cgroup %s holds no process: %q", when, name, dir, procs)
+			}
+		}
+		if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil {
+			for name, want := range map[string]string{"guaranteed": "67108864", "burstable": "134217728"} {
+				if got := cgroupFile("memory", ctrDir[name], "memory.memsw.limit_in_bytes"); got != want {
+					t.Errorf("%s: %s's memory+swap limit %s, want %s (the memory limit: no swap)", when, name, got, want)
+				}
+			}
+		}
+	}
+	check("running")
+	burstShares := func(want string) func() bool {
+		return func() bool { return cgroupFile("cpu", "/"+root+"/burstable", "cpu.shares") == want }
+	}
+	n.writeManifest("b2.yaml", cgroupPod("burstable2", "{requests: {cpu: 500m}}"))
+	n.waitPod("burstable2", "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+	waitUntil(t, "the burstable parent's shares are 250m + 500m's, 768", burstShares("768"))
+	n.removeManifest("b2.yaml")
+	n.waitGone("burstable2", waitTimeout)
+	waitUntil(t, "the burstable parent's shares are 250m's again, 256", burstShares("256"))
+
+	n.stop()
+	n.start()
+	for name := range podDir {
+		p := n.waitPod(name, "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		if cs := p.Status.ContainerStatuses[0]; cs.RestartCount != 0 || filepath.Base(ctrDir[name]) != strings.TrimPrefix(cs.ContainerID, "containerd://") {
+			t.Errorf("%s after the restart: container %s, %d restarts; want the adopted one", name, cs.ContainerID, cs.RestartCount)
+		}
+	}
+	check("after a noderun restart")
+}
