@@ -57,8 +57,10 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
 		t.Skip("the cgroup v1 cpu hierarchy is not at /sys/fs/cgroup/cpu: this test reads v1 files")
 	}
-	root := "e2e_" + strings.ToLower(rand.Text()[:10]) // its own QoS parents: other nodes' pods change theirs
-	t.Cleanup(func() { // after the node's cleanup has removed the pods: what reset would remove
+	// Its own QoS parents: other nodes' pods change theirs. They go after
+	// the node's cleanup has removed the pods, as reset removes them.
+	root := "e2e_" + strings.ToLower(rand.Text()[:10])
+	t.Cleanup(func() {
 		for _, h := range cgroupRoots(t) {
 			for _, d := range []string{"burstable", "besteffort", ""} {
 				_ = unix.Rmdir(filepath.Join(h, root, d))
