@@ -25,15 +25,7 @@ func stopSystemdUnit(ctx context.Context, name string) error {
 		}
 		return err
 	}
-	select {
-	case res := <-done:
-		if res != "done" {
-			return fmt.Errorf("systemd job %s", res)
-		}
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitJob(ctx, done)
 }
 
 // setSystemdSlice starts a transient slice with props and waits for the
@@ -55,6 +47,11 @@ func setSystemdSlice(ctx context.Context, name string, props []sddbus.Property) 
 		}
 		return err
 	}
+	return waitJob(ctx, done)
+}
+
+// waitJob waits for a systemd job's result.
+func waitJob(ctx context.Context, done <-chan string) error {
 	select {
 	case res := <-done:
 		if res != "done" {
