@@ -171,6 +171,8 @@ func SharesToWeight(shares uint64) uint64 {
 // sliceProperties are the unit properties of a slice with r, named as
 // runc's systemd driver sets them for v1 and v2; CPUQuotaPerSecUSec is
 // rounded up to whole 10 ms, as runc does, since systemd keeps a percent.
+// The period is systemd's default, the kubelet's 100 ms: no
+// CPUQuotaPeriodUSec, which systemd before 242 refuses.
 func sliceProperties(r PodResources, unified bool) []sddbus.Property {
 	props := []sddbus.Property{
 		{Name: "CPUAccounting", Value: dbus.MakeVariant(true)},
@@ -186,9 +188,7 @@ func sliceProperties(r PodResources, unified bool) []sddbus.Property {
 		if perSec%10000 != 0 {
 			perSec = (perSec/10000 + 1) * 10000
 		}
-		props = append(props,
-			sddbus.Property{Name: "CPUQuotaPeriodUSec", Value: dbus.MakeVariant(r.CPUPeriod)},
-			sddbus.Property{Name: "CPUQuotaPerSecUSec", Value: dbus.MakeVariant(perSec)})
+		props = append(props, sddbus.Property{Name: "CPUQuotaPerSecUSec", Value: dbus.MakeVariant(perSec)})
 	}
 	if r.Memory > 0 {
 		name := "MemoryLimit"

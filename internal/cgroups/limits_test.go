@@ -129,20 +129,20 @@ func TestEnsureSystemdSlices(t *testing.T) {
 		want := []string{
 			"noderun-besteffort.slice " + acct + "CPUShares=2",
 			"noderun-burstable.slice " + acct + "CPUShares=1536",
-			"noderun-pod" + sandbox + ".slice " + acct + "CPUShares=102 CPUQuotaPeriodUSec=100000 CPUQuotaPerSecUSec=150000 MemoryLimit=104857600",
+			"noderun-pod" + sandbox + ".slice " + acct + "CPUShares=102 CPUQuotaPerSecUSec=150000 MemoryLimit=104857600",
 		}
 		if unified {
 			want = []string{
 				"noderun-besteffort.slice " + acct + "CPUWeight=1",
 				"noderun-burstable.slice " + acct + "CPUWeight=59",
-				"noderun-pod" + sandbox + ".slice " + acct + "CPUWeight=4 CPUQuotaPeriodUSec=100000 CPUQuotaPerSecUSec=150000 MemoryMax=104857600",
+				"noderun-pod" + sandbox + ".slice " + acct + "CPUWeight=4 CPUQuotaPerSecUSec=150000 MemoryMax=104857600",
 			}
 		}
 		if !slices.Equal(calls, want) {
 			t.Errorf("unified %t:\n got %q\nwant %q", unified, calls, want)
 		}
 	}
-	if got := sliceProperties(PodResources{CPUShares: 2, CPUQuota: 1000, CPUPeriod: 100000}, true)[4]; got.Value.Value() != uint64(10000) {
+	if got := sliceProperties(PodResources{CPUShares: 2, CPUQuota: 1000, CPUPeriod: 100000}, true)[3]; got.Value.Value() != uint64(10000) {
 		t.Errorf("1 ms per 100 ms: %s %v, want CPUQuotaPerSecUSec 10000", got.Name, got.Value)
 	}
 }
