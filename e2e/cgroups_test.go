@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -34,17 +36,64 @@ spec:
 `, name, r)
 }
 
-// cgroupFile reads a v1 cgroup file below the host's controller mount.
-func cgroupFile(controller, path, file string) string {
-	b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", controller, path, file))
+// cgroupValue reads one of the limits the kubelet sets from a cgroup
+// (cgroupfs driver) on either hierarchy: on v1 cpu.shares,
+// cpu.cfs_quota_us, memory.limit_in_bytes, memory.memsw.limit_in_bytes,
+// cgroup.procs; on v2 cpu.weight, cpu.max's quota, memory.max,
+// memory.swap.max, cgroup.procs.
+func cgroupValue(dir, v1file string) string {
+	controller, _, _ := strings.Cut(v1file, ".")
+	if controller == "cgroup" {
+		controller = "cpu" // cgroup.procs: any hierarchy has it
+	}
+	path := filepath.Join("/sys/fs/cgroup", controller, dir, v1file)
+	if unified {
+		v2 := map[string]string{"cpu.shares": "cpu.weight", "cpu.cfs_quota_us": "cpu.max", "cpu.cfs_period_us": "cpu.max",
+			"memory.limit_in_bytes": "memory.max", "memory.memsw.limit_in_bytes": "memory.swap.max"}[v1file]
+		if v2 == "" {
+			v2 = v1file
+		}
+		path = filepath.Join("/sys/fs/cgroup", dir, v2)
+	}
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return "(" + err.Error() + ")"
 	}
-	return strings.TrimSpace(string(b))
+	v := strings.TrimSpace(string(b))
+	if quota, period, ok := strings.Cut(v, " "); ok && unified { // cpu.max
+		if v1file == "cpu.cfs_period_us" {
+			return period
+		}
+		return quota
+	}
+	return v
+}
+
+// unified: this host has cgroup v2 alone.
+var unified = func() bool {
+	_, err := os.Stat("/sys/fs/cgroup/cgroup.controllers")
+	return err == nil
+}()
+
+// onV2 gives a cgroup value as v2 shows it: shares as cpu.weight, an
+// unlimited quota as max, no swap (memory+swap = memory) as 0.
+func onV2(file, v string) string {
+	switch {
+	case !unified:
+		return v
+	case file == "cpu.shares":
+		shares, _ := strconv.ParseUint(v, 10, 64)
+		return strconv.FormatUint(cgroups.SharesToWeight(shares), 10)
+	case file == "cpu.cfs_quota_us" && v == "-1":
+		return "max"
+	case file == "memory.memsw.limit_in_bytes":
+		return "0"
+	}
+	return v
 }
 
 // Pods' cgroups as the kubelet makes them, read from the kernel's files
-// on this host (cgroup v1, cgroupfs): a Guaranteed pod's at the top of the
+// on this host (cgroupfs, v1 or v2): a Guaranteed pod's at the top of the
 // root with shares, quota and memory limit summed from its containers; a
 // Burstable one in burstable/, limited only where every container is;
 // a BestEffort one in besteffort/ with 2 shares. Their containers below,
@@ -54,9 +103,6 @@ func cgroupFile(controller, path, file string) string {
 // keeps every cgroup, its processes in it.
 func TestPodCgroupsPerQoS(t *testing.T) {
 	t.Parallel()
-	if _, err := os.Stat("/sys/fs/cgroup/cpu/cpu.shares"); err != nil {
-		t.Skip("the cgroup v1 cpu hierarchy is not at /sys/fs/cgroup/cpu: this test reads v1 files")
-	}
 	// Its own QoS parents: other nodes' pods change theirs. They go after
 	// the node's cleanup has removed the pods, as reset removes them.
 	root := "e2e_" + strings.ToLower(rand.Text()[:10])
@@ -100,26 +146,30 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 			{"cpu", "/" + root + "/besteffort", "cpu.shares", "2"},
 			{"cpu", "/" + root + "/burstable", "cpu.shares", "256"},
 		} {
-			if got := cgroupFile(c.controller, c.dir, c.file); got != c.want {
-				t.Errorf("%s: %s/%s = %s, want %s", when, c.dir, c.file, got, c.want)
+			if got, want := cgroupValue(c.dir, c.file), onV2(c.file, c.want); got != want {
+				t.Errorf("%s: %s/%s = %s, want %s", when, c.dir, c.file, got, want)
 			}
 		}
 		for name, dir := range ctrDir {
-			if procs := cgroupFile("cpu", dir, "cgroup.procs"); procs == "" || strings.HasPrefix(procs, "(") {
+			if procs := cgroupValue(dir, "cgroup.procs"); procs == "" || strings.HasPrefix(procs, "(") {
 				t.Errorf("%s: %s's container cgroup %s holds no process: %q", when, name, dir, procs)
 			}
 		}
-		if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil {
-			for name, want := range map[string]string{"guaranteed": "67108864", "burstable": "134217728"} {
-				if got := cgroupFile("memory", ctrDir[name], "memory.memsw.limit_in_bytes"); got != want {
-					t.Errorf("%s: %s's memory+swap limit %s, want %s (the memory limit: no swap)", when, name, got, want)
+		if (cgroups.Layout{Unified: unified}).SwapControl() {
+			for name, want := range map[string]string{"guaranteed": "67108864", "burstable": "134217728", "besteffort": ""} {
+				if name == "besteffort" && !unified {
+					continue // no memory limit: the kubelet's 0 leaves memory+swap unset
+				}
+				file := "memory.memsw.limit_in_bytes"
+				if got, want := cgroupValue(ctrDir[name], file), onV2(file, want); got != want {
+					t.Errorf("%s: %s's memory+swap limit %s, want %s (no swap)", when, name, got, want)
 				}
 			}
 		}
 	}
 	check("running")
 	burstShares := func(want string) func() bool {
-		return func() bool { return cgroupFile("cpu", "/"+root+"/burstable", "cpu.shares") == want }
+		return func() bool { return cgroupValue("/"+root+"/burstable", "cpu.shares") == onV2("cpu.shares", want) }
 	}
 	n.writeManifest("b2.yaml", cgroupPod("burstable2", "{requests: {cpu: 500m}}"))
 	n.waitPod("burstable2", "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
