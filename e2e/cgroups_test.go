@@ -178,6 +178,15 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 	n.waitGone("burstable2", waitTimeout)
 	waitUntil(t, "the burstable parent's shares are 250m's again, 256", burstShares("256"))
 
+	// A Burstable pod that ends counts no more.
+	n.writeManifest("done.yaml", strings.Replace(strings.Replace(cgroupPod("done", "{requests: {cpu: 500m}}"),
+		`command: ["sleep", "3600"]`, `command: ["sleep", "1"]`, 1), "spec:\n", "spec:\n  restartPolicy: Never\n", 1))
+	done := n.waitPod("done", "Succeeded", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodSucceeded })
+	if got := cgroupValue(filepath.Join("/", root, "burstable", "pod"+runner.SandboxID(string(done.UID))), "cpu.shares"); got != onV2("cpu.shares", "512") {
+		t.Errorf("the ended pod's cgroup: shares %s, want 512", got)
+	}
+	waitUntil(t, "the burstable parent's shares are 256 with the ended pod", burstShares("256"))
+
 	n.stop()
 	n.start()
 	for name := range podDir {

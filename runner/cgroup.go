@@ -40,20 +40,37 @@ func (w *podWorker) removeCgroup(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// podEnded takes an ended pod (its processes gone) out of its QoS
+// parent's shares, once, as the kubelet counts only active pods. Its
+// cgroup stays until the pod is removed: its exited containers keep
+// theirs, their tasks kept for their status.
+func (w *podWorker) podEnded(ctx context.Context, pod *v1.Pod) {
+	if w.st.endedCounted || !w.env.cfg.PodCgroups {
+		return
+	}
+	w.st.endedCounted = true
+	if err := w.board.updateQoS(ctx); err != nil {
+		w.env.log.Warn("QoS cgroups not updated", "pod", podRef(pod), "err", err)
+	}
+}
+
 func (w *podWorker) cgroupParent(pod *v1.Pod) string {
 	return w.env.cfg.Cgroups.PodParent(qosTier(pod), SandboxID(string(w.uid)))
 }
 
 // updateQoS sets the QoS parents' shares from the pods now wanted (not
-// being torn down), as the kubelet's UpdateQOSCgroups does from its active
-// pods: Burstable's from the sum of their cpu requests. Calls are taken one
-// at a time, each summing the pods as they are then.
+// being torn down, not ended), as the kubelet's UpdateQOSCgroups does from
+// its active pods: Burstable's from the sum of their cpu requests. Calls
+// are taken one at a time, each summing the pods as they are then.
 func (e *Engine) updateQoS(ctx context.Context) error {
 	e.qosMu.Lock()
 	defer e.qosMu.Unlock()
 	var milli int64
 	e.mu.Lock()
-	for _, w := range e.workers {
+	for uid, w := range e.workers {
+		if st := e.statuses[uid]; st != nil && (st.Status.Phase == v1.PodSucceeded || st.Status.Phase == v1.PodFailed) {
+			continue
+		}
 		if p := w.wantedPod(); p != nil && QOSClass(p) == v1.PodQOSBurstable {
 			milli += totalsOf(p).cpuRequest
 		}

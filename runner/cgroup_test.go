@@ -76,4 +76,23 @@ func TestEngineMakesPodCgroups(t *testing.T) {
 	waitFor(t, "burstable shares for 500m once b1 is gone", shares("512"))
 	f.send(best, guar)
 	waitFor(t, "burstable shares 2 with no burstable pod", shares("2"))
+	// A pod that has ended counts no more, as it is no active pod to the
+	// kubelet.
+	done := withRes("d", res("100m", "", "", ""))
+	done.Spec.RestartPolicy = v1.RestartPolicyNever
+	f.send(best, guar, done)
+	waitFor(t, "burstable shares for the 100m of a running pod", shares("102"))
+	var id string
+	waitFor(t, "its container started", func() bool {
+		f.rt.mu.Lock()
+		defer f.rt.mu.Unlock()
+		for _, c := range f.rt.started {
+			if c.Pod.UID == "d" {
+				id = c.ID
+			}
+		}
+		return id != ""
+	})
+	f.rt.exit(id, 0)
+	waitFor(t, "burstable shares 2 once that pod has succeeded", shares("2"))
 }

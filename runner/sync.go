@@ -83,7 +83,9 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	} else {
 		delete(w.st.backoff, "unknown")
 	}
-	w.publish(pod, latest, acts)
+	if phase := w.publish(pod, latest, acts); (phase == v1.PodSucceeded || phase == v1.PodFailed) && !anyLive(latest) {
+		w.podEnded(ctx, pod)
+	}
 	if !acts.deadline.IsZero() && acts.failed == "" {
 		retry = minPositive(retry, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
 	}
