@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -100,7 +101,7 @@ func onV2(file, v string) string {
 // with memory+swap equal to the memory limit where the kernel accounts
 // swap (the kubelet's NoSwap). The burstable parent's shares follow the
 // Burstable pods' requests as they come and go, and a restarted noderun
-// keeps every cgroup, its processes in it.
+// keeps every cgroup, its processes in it; reset removes them all.
 func TestPodCgroupsPerQoS(t *testing.T) {
 	t.Parallel()
 	// Its own QoS parents: other nodes' pods change theirs. They go after
@@ -196,4 +197,15 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 		}
 	}
 	check("after a noderun restart")
+
+	// reset removes the pods, then their QoS parents and the root.
+	n.stop()
+	if out, err := exec.Command(noderunBin, append(n.flags(), "reset")...).CombinedOutput(); err != nil {
+		t.Fatalf("noderun reset: %v\n%s", err, out)
+	}
+	for _, h := range cgroupRoots(t) {
+		if dir := filepath.Join(h, root); exists(dir) {
+			t.Errorf("%s left after reset", dir)
+		}
+	}
 }
