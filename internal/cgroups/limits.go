@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -54,10 +55,67 @@ func (l Layout) tierPath(t Tier) string {
 // or sets them again on the one a pod adopted after a restart has: the
 // same values, since a pod's resources never change under its UID.
 func (l Layout) EnsurePod(ctx context.Context, parent string, r PodResources) error {
-	if err := l.ensure(ctx, parent, r); err != nil {
+	err := l.ensure(ctx, parent, r)
+	if err == nil {
+		err = l.noHugePages(parent)
+	}
+	if err != nil {
 		return fmt.Errorf("pod cgroup %s: %w", parent, err)
 	}
 	return nil
+}
+
+// noHugePages limits every huge page size to 0 in a pod's cgroup, as the
+// kubelet does for the sizes a pod does not request (and no Pod may
+// request them here), where the hugetlb controller is: its v1 hierarchy,
+// or enabled for the pod's v2 cgroup. The QoS parents stay unlimited.
+func (l Layout) noHugePages(path string) error {
+	sizes := hugePageSizes()
+	if len(sizes) == 0 {
+		return nil
+	}
+	dir, suffix := l.Dir(path, "hugetlb"), ".limit_in_bytes"
+	if l.Unified {
+		suffix = ".max"
+		if b, err := os.ReadFile(filepath.Join(filepath.Dir(dir), "cgroup.subtree_control")); err != nil || !slices.Contains(strings.Fields(string(b)), "hugetlb") {
+			return nil
+		}
+	} else if _, err := os.Stat(filepath.Join(l.fs(), "hugetlb")); err != nil {
+		return nil
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, size := range sizes {
+		if err := writeFile(filepath.Join(dir, "hugetlb."+size+suffix), "0"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hugePagesDir lists the kernel's huge page pools; tests fake it.
+var hugePagesDir = "/sys/kernel/mm/hugepages"
+
+// hugePageSizes names the host's huge page sizes as hugetlb's files do:
+// hugepages-2048kB is 2MB, hugepages-1048576kB 1GB.
+func hugePageSizes() []string {
+	ents, _ := os.ReadDir(hugePagesDir)
+	var out []string
+	for _, e := range ents {
+		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(e.Name(), "hugepages-"), "kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		size, unit := kb, "KB"
+		for _, u := range []string{"MB", "GB", "TB"} {
+			if size < 1024 || size%1024 != 0 {
+				break
+			}
+			size, unit = size/1024, u
+		}
+		out = append(out, strconv.FormatUint(size, 10)+unit)
+	}
+	return out
 }
 
 // UpdateQoS makes the QoS parents and sets their cpu.shares as the
@@ -109,7 +167,7 @@ func (l Layout) ensureV1(path string, r PodResources) error {
 	return nil
 }
 
-// ensureV2 makes the dir with cpu, memory and pids enabled in every
+// ensureV2 makes the dir with cpu, memory, pids and hugetlb enabled in every
 // ancestor below the mount (as runc does for its containers' paths), then
 // writes the v2 values: shares as cpu.weight by the kubelet's conversion.
 func (l Layout) ensureV2(path string, r PodResources) error {
@@ -138,8 +196,8 @@ func (l Layout) ensureV2(path string, r PodResources) error {
 	return nil
 }
 
-// enableControllers enables in dir's children those of cpu, memory and
-// pids that dir has. Every v2 cgroup has cgroup.controllers; a dir without
+// enableControllers enables in dir's children those of cpu, memory, pids
+// and hugetlb that dir has. Every v2 cgroup has cgroup.controllers; a dir without
 // one has no controller to enable.
 func enableControllers(dir string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
@@ -151,7 +209,7 @@ func enableControllers(dir string) error {
 	}
 	var enable []string
 	for _, c := range strings.Fields(string(b)) {
-		if c == "cpu" || c == "memory" || c == "pids" {
+		if c == "cpu" || c == "memory" || c == "pids" || c == "hugetlb" {
 			enable = append(enable, "+"+c)
 		}
 	}

@@ -80,7 +80,7 @@ func TestEnsureCgroupfsV2(t *testing.T) {
 	}
 	pod := "noderun/burstable/pod" + sandbox
 	for file, want := range map[string]string{
-		"cgroup.subtree_control":        "+cpu +memory +pids",
+		"cgroup.subtree_control":        "+cpu +memory +hugetlb +pids",
 		"noderun/burstable/cpu.weight":  "59", // 1 + (1536-2)*9999/262142
 		"noderun/besteffort/cpu.weight": "1",
 		pod + "/cpu.weight":             "20",
@@ -264,6 +264,82 @@ func TestEnsureOnHost(t *testing.T) {
 	for _, h := range l.hierarchies() {
 		if _, err := os.Stat(filepath.Join(h, l.Root)); !os.IsNotExist(err) {
 			t.Errorf("%s left (%v)", filepath.Join(h, l.Root), err)
+		}
+	}
+}
+
+// fakeHugePages gives the host 2 MB and 1 GB pages for the test.
+func fakeHugePages(t *testing.T) {
+	d := t.TempDir()
+	for _, n := range []string{"hugepages-2048kB", "hugepages-1048576kB"} {
+		if err := os.Mkdir(filepath.Join(d, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := hugePagesDir
+	hugePagesDir = d
+	t.Cleanup(func() { hugePagesDir = old })
+}
+
+func TestHugePageSizes(t *testing.T) {
+	d := t.TempDir()
+	for _, n := range []string{"hugepages-64kB", "hugepages-2048kB", "hugepages-32768kB", "hugepages-1048576kB", "hugepages-16777216kB", "other"} {
+		if err := os.Mkdir(filepath.Join(d, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := hugePagesDir
+	hugePagesDir = d
+	t.Cleanup(func() { hugePagesDir = old })
+	got := hugePageSizes()
+	slices.Sort(got)
+	if want := []string{"16GB", "1GB", "2MB", "32MB", "64KB"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+// A pod's cgroup limits every huge page size to 0 where the hugetlb
+// controller is (its v1 hierarchy, enabled for the pod's v2 parent), as
+// the kubelet limits the sizes a pod does not request; the QoS parents
+// are left unlimited.
+func TestEnsureLimitsHugePages(t *testing.T) {
+	fakeHugePages(t)
+	ctx := context.Background()
+	fs := t.TempDir()
+	l := Layout{Driver: Cgroupfs, FS: fs}
+	if err := os.Mkdir(filepath.Join(fs, "hugetlb"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.UpdateQoS(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.EnsurePod(ctx, l.PodParent(Burstable, sandbox), PodResources{CPUShares: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []string{"2MB", "1GB"} {
+		if got := readValue(t, filepath.Join(fs, "hugetlb/noderun/burstable/pod"+sandbox, "hugetlb."+size+".limit_in_bytes")); got != "0" {
+			t.Errorf("v1 %s: %s, want 0", size, got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(fs, "hugetlb/noderun/burstable/hugetlb.2MB.limit_in_bytes")); !os.IsNotExist(err) {
+		t.Errorf("v1: the burstable parent got a huge page limit (%v)", err)
+	}
+
+	fs = t.TempDir()
+	l = Layout{Driver: Cgroupfs, Unified: true, FS: fs}
+	tier := filepath.Join(fs, "noderun", "burstable")
+	if err := os.MkdirAll(tier, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tier, "cgroup.subtree_control"), []byte("cpu memory hugetlb pids\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.EnsurePod(ctx, l.PodParent(Burstable, sandbox), PodResources{CPUShares: 2}); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []string{"2MB", "1GB"} {
+		if got := readValue(t, filepath.Join(tier, "pod"+sandbox, "hugetlb."+size+".max")); got != "0" {
+			t.Errorf("v2 %s: %s, want 0", size, got)
 		}
 	}
 }
