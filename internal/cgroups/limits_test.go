@@ -268,10 +268,10 @@ func TestEnsureOnHost(t *testing.T) {
 	}
 }
 
-// fakeHugePages gives the host 2 MB and 1 GB pages for the test.
-func fakeHugePages(t *testing.T) {
+// fakeHugePages gives the host the kernel's huge page pools named.
+func fakeHugePages(t *testing.T, pools ...string) {
 	d := t.TempDir()
-	for _, n := range []string{"hugepages-2048kB", "hugepages-1048576kB"} {
+	for _, n := range pools {
 		if err := os.Mkdir(filepath.Join(d, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -282,15 +282,7 @@ func fakeHugePages(t *testing.T) {
 }
 
 func TestHugePageSizes(t *testing.T) {
-	d := t.TempDir()
-	for _, n := range []string{"hugepages-64kB", "hugepages-2048kB", "hugepages-32768kB", "hugepages-1048576kB", "hugepages-16777216kB", "other"} {
-		if err := os.Mkdir(filepath.Join(d, n), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	old := hugePagesDir
-	hugePagesDir = d
-	t.Cleanup(func() { hugePagesDir = old })
+	fakeHugePages(t, "hugepages-64kB", "hugepages-2048kB", "hugepages-32768kB", "hugepages-1048576kB", "hugepages-16777216kB", "other")
 	got := hugePageSizes()
 	slices.Sort(got)
 	if want := []string{"16GB", "1GB", "2MB", "32MB", "64KB"}; !slices.Equal(got, want) {
@@ -303,7 +295,7 @@ func TestHugePageSizes(t *testing.T) {
 // the kubelet limits the sizes a pod does not request; the QoS parents
 // are left unlimited.
 func TestEnsureLimitsHugePages(t *testing.T) {
-	fakeHugePages(t)
+	fakeHugePages(t, "hugepages-2048kB", "hugepages-1048576kB")
 	ctx := context.Background()
 	fs := t.TempDir()
 	l := Layout{Driver: Cgroupfs, FS: fs}
