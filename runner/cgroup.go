@@ -58,6 +58,12 @@ func (w *podWorker) cgroupParent(pod *v1.Pod) string {
 	return w.env.cfg.Cgroups.PodParent(qosTier(pod), SandboxID(string(w.uid)))
 }
 
+// CgroupParent is the cgroup parent of the pod's containers: its cgroup in
+// its QoS parent.
+func CgroupParent(l cgroups.Layout, pod *v1.Pod) string {
+	return l.PodParent(qosTier(pod), SandboxID(string(pod.UID)))
+}
+
 // updateQoS sets the QoS parents' shares from the pods now wanted (not
 // being torn down, not ended), as the kubelet's UpdateQOSCgroups does from
 // its active pods: Burstable's from the sum of their cpu requests. Calls

@@ -3,6 +3,7 @@ package runner
 import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/noderun/noderun/internal/cgroups"
 )
@@ -83,51 +84,38 @@ type podTotals struct {
 }
 
 func totalsOf(pod *v1.Pod) podTotals {
-	cpuReq, _ := aggregate(pod, v1.ResourceCPU, false)
-	cpuLim, cpuAll := aggregate(pod, v1.ResourceCPU, true)
-	memLim, memAll := aggregate(pod, v1.ResourceMemory, true)
-	return podTotals{cpuRequest: cpuReq.MilliValue(), cpuLimit: cpuLim.MilliValue(), memoryLimit: memLim.Value(),
-		cpuLimited: cpuAll, memLimited: memAll}
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	lims := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	cpu, mem := limitsDeclared(pod)
+	return podTotals{cpuRequest: reqs.Cpu().MilliValue(), cpuLimit: lims.Cpu().MilliValue(), memoryLimit: lims.Memory().Value(),
+		cpuLimited: cpu, memLimited: mem}
 }
 
-// aggregate sums one request or limit as the kubelet's PodRequests and
-// PodLimits: app containers and sidecars (restartable init containers)
-// together, or the largest init container with the sidecars started
-// before it, whichever is more. all says whether every container, so
-// counted, has a nonzero value (ResourceConfigForPod's "limits declared").
-func aggregate(pod *v1.Pod, name v1.ResourceName, limits bool) (sum resource.Quantity, all bool) {
-	get := func(c *v1.Container) resource.Quantity {
-		if limits {
-			return c.Resources.Limits[name]
-		}
-		return c.Resources.Requests[name]
+// limitsDeclared is ResourceConfigForPod's test that every container has
+// the cpu, the memory limit: each app container, each sidecar (with the
+// sidecars before it, as the limits are summed) and each init container
+// (with the sidecars started before it).
+func limitsDeclared(pod *v1.Pod) (cpu, mem bool) {
+	cpu, mem = true, true
+	check := func(l v1.ResourceList) {
+		cpu = cpu && !l.Cpu().IsZero()
+		mem = mem && !l.Memory().IsZero()
 	}
-	all = true
 	for i := range pod.Spec.Containers {
-		q := get(&pod.Spec.Containers[i])
-		all = all && !q.IsZero()
-		sum.Add(q)
+		check(pod.Spec.Containers[i].Resources.Limits)
 	}
-	var sidecars, initMax resource.Quantity
+	var sidecarCPU, sidecarMem resource.Quantity
 	for i := range pod.Spec.InitContainers {
 		c := &pod.Spec.InitContainers[i]
-		q := get(c)
+		q, m := c.Resources.Limits.Cpu().DeepCopy(), c.Resources.Limits.Memory().DeepCopy()
+		q.Add(sidecarCPU)
+		m.Add(sidecarMem)
 		if isSidecar(c) {
-			sum.Add(q)
-			sidecars.Add(q)
-			q = sidecars.DeepCopy()
-		} else {
-			q.Add(sidecars)
+			sidecarCPU, sidecarMem = q, m
 		}
-		all = all && !q.IsZero()
-		if q.Cmp(initMax) > 0 {
-			initMax = q
-		}
+		check(v1.ResourceList{v1.ResourceCPU: q, v1.ResourceMemory: m})
 	}
-	if initMax.Cmp(sum) > 0 {
-		sum = initMax
-	}
-	return sum, all
+	return cpu, mem
 }
 
 // podCgroupResources is the kubelet's ResourceConfigForPod (CFS quota
