@@ -196,6 +196,9 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 			t.Errorf("%s after the restart: container %s, %d restarts; want the adopted one", name, cs.ContainerID, cs.RestartCount)
 		}
 	}
+	// Each adopted pod sets the parents' shares again as it is synced; the
+	// ended pod is taken out once its status is known again.
+	waitUntil(t, "the burstable parent's shares are 256 after the restart", burstShares("256"))
 	check("after a noderun restart")
 
 	// reset removes the pods, then their QoS parents and the root.
