@@ -30,7 +30,7 @@ var depRules = map[string]rule{
 	"internal/expansion":  {nil, "$(VAR) syntax, shared by runner and runner/prober"},
 	"internal/atomicfile": {nil, "crash-safe writes for every package that keeps state"},
 	"internal/bandwidth":  {nil, "the annotations as the kubelet reads them, for manifests (validation) and cni (applying)"},
-	"internal/cgroups":    {nil, "cgroup paths for both drivers and hierarchies: runner decides, runner/containerd applies"},
+	"internal/cgroups":    {nil, "cgroup paths and pod and QoS limits for both drivers and hierarchies: runner decides, runner/containerd applies"},
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
 	"internal/podstats":   {[]string{"internal/cgroups"}, "usage read on request from the pods' cgroups, netns and dirs: kubeapi serves it, main tells it where each pod is; knows no engine"},
 	"internal/nodelog":    {nil, "the kubelet's node log query over the log dir and journalctl: main hands it to kubeapi as a handler; knows no pod"},

@@ -61,6 +61,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "cni-bin-dir", Value: "/opt/cni/bin:/usr/lib/cni", Usage: "CNI plugin search path", EnvVars: env("CNI_BIN_DIR")},
 		&cli.StringFlag{Name: "pod-cidr", Value: "10.244.77.0/24", Usage: "subnet of the default CNI config, used when --cni-conf-dir has none", EnvVars: env("POD_CIDR")},
 		&cli.StringFlag{Name: "cgroup-driver", Value: "cgroupfs", Usage: "cgroupfs or systemd, as the kubelet's cgroupDriver (match containerd's and the host's: systemd on a systemd host)", EnvVars: env("CGROUP_DRIVER")},
+		&cli.StringFlag{Name: "cgroup-root", Value: "noderun", Usage: "the cgroup every pod is under, with the QoS parents burstable and besteffort, where the kubelet has kubepods: a name, /NAME with cgroupfs, NAME.slice with systemd", EnvVars: env("CGROUP_ROOT")},
 		&cli.StringFlag{Name: "pod-bridge", Value: "noderun0", Usage: "bridge of the default CNI config", EnvVars: env("POD_BRIDGE")},
 		&cli.StringSliceFlag{Name: "allowed-unsafe-sysctls", Usage: "sysctls pods may set beyond the kubelet's safe set: names or prefixes ending in * (repeatable, comma-separated), as the kubelet's allowedUnsafeSysctls", EnvVars: env("ALLOWED_UNSAFE_SYSCTLS")},
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
@@ -186,7 +187,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	capacity, _ := kubeapi.Resources(cfg.layout.PodLogs)
 	cfg.engine = runner.Config{
 		NodeName: cfg.nodeName, HostIP: cfg.hostIP, StateDir: cfg.layout.State, RunDir: cfg.layout.Run,
-		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups,
+		PodTmpfs: true, PodLogDir: cfg.layout.PodLogs, ResolvConf: c.String("resolv-conf"), Logger: log, Cgroups: cfg.cgroups, PodCgroups: true,
 		NetworkCheck:         c.Duration("network-check-interval"),
 		AllowedUnsafeSysctls: c.StringSlice("allowed-unsafe-sysctls"),
 		ImageGC:              gc,
@@ -284,10 +285,16 @@ func registryConfig(c *cli.Context, l layout.Layout) ctrdrt.RegistryConfig {
 	}
 }
 
-// cgroupLayout reads --cgroup-driver; the hierarchy is the host's.
+// cgroupLayout reads --cgroup-driver and --cgroup-root; the hierarchy is
+// the host's.
 func cgroupLayout(c *cli.Context) (cgroups.Layout, error) {
 	d, err := cgroups.ParseDriver(c.String("cgroup-driver"))
-	return cgroups.Detect(d), err
+	if err != nil {
+		return cgroups.Layout{}, err
+	}
+	l := cgroups.Detect(d)
+	l.Root, err = cgroups.ParseRoot(c.String("cgroup-root"))
+	return l, err
 }
 
 // logRotation reads the kubelet's containerLogMaxSize and

@@ -25,7 +25,7 @@ func podUsage(engine *runner.Engine, cfg nodeConfig) *podstats.Collector {
 func usagePods(pods []v1.Pod, cg cgroups.Layout, stateDir, podLogDir string) []podstats.Pod {
 	var out []podstats.Pod
 	for _, p := range pods {
-		parent := cg.PodParent(runner.SandboxID(string(p.UID)))
+		parent := runner.CgroupParent(cg, &p)
 		up := podstats.Pod{Name: p.Name, Namespace: p.Namespace, UID: string(p.UID), Cgroup: parent,
 			LogDir: filepath.Join(podLogDir, fmt.Sprintf("%s_%s_%s", p.Namespace, p.Name, p.UID))}
 		if p.Status.StartTime != nil {

@@ -32,7 +32,7 @@ func TestUsagePods(t *testing.T) {
 			t.Fatalf("%s: %d pods, want only web", cg.Driver, len(got))
 		}
 		p := got[0]
-		parent := cg.PodParent(runner.SandboxID("u1"))
+		parent := cg.PodParent(cgroups.BestEffort, runner.SandboxID("u1")) // no resources: BestEffort
 		if p.Cgroup != parent || p.LogDir != "/var/log/pods/default_web_u1" {
 			t.Errorf("%s: pod %+v", cg.Driver, p)
 		}

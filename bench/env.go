@@ -297,7 +297,9 @@ func detachLeftovers(ctx context.Context, conf, cacheDir, podsDir string) error 
 			errs = append(errs, fmt.Errorf("CNI DEL %s: %w", sb.Name(), err))
 		}
 		errs = append(errs, cni.RemoveNamespaces(dir, nil))
-		removeCgroup("/noderun/pod" + sb.Name()) // noderun's pod cgroup, if it was noderun's
+		for _, tier := range []string{"", "/burstable", "/besteffort"} { // noderun's pod cgroup, if it was noderun's
+			removeCgroup("/noderun" + tier + "/pod" + sb.Name())
+		}
 	}
 	return errors.Join(errs...)
 }

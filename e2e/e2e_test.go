@@ -454,8 +454,10 @@ spec:
 			}
 		}
 		for _, root := range cgroupRoots(t) {
-			if dir := filepath.Join(root, "noderun", "pod"+sb); exists(dir) {
-				t.Errorf("%s: cgroup %s left behind", p.Name, dir)
+			for _, tier := range []string{"", "burstable", "besteffort"} { // the QoS parents
+				if dir := filepath.Join(root, "noderun", tier, "pod"+sb); exists(dir) {
+					t.Errorf("%s: cgroup %s left behind", p.Name, dir)
+				}
 			}
 		}
 	}

@@ -222,7 +222,11 @@ func (w *leakWatch) cgroups() []string {
 	defer w.mu.Unlock()
 	var out []string
 	for _, root := range cgroupRoots(w.n.t) {
-		dirs, _ := filepath.Glob(filepath.Join(root, "noderun", "pod*"))
+		var dirs []string
+		for _, tier := range []string{"", "burstable", "besteffort"} { // the QoS parents
+			ds, _ := filepath.Glob(filepath.Join(root, "noderun", tier, "pod*"))
+			dirs = append(dirs, ds...)
+		}
 		for _, d := range dirs {
 			if id := strings.TrimPrefix(filepath.Base(d), "pod"); len(id) >= 12 && w.pods[id[:12]] {
 				out = append(out, d)

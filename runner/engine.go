@@ -41,6 +41,10 @@ type Config struct {
 	// may run without root).
 	PodTmpfs bool
 	Cgroups  cgroups.Layout // where pod cgroups are (zero: cgroupfs, /noderun)
+	// PodCgroups makes each pod's cgroup with the kubelet's limits and
+	// keeps the QoS parents' shares; off (unit tests), runc alone makes
+	// the pods' cgroups, without limits, and the host's are left alone.
+	PodCgroups bool
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string
@@ -106,6 +110,7 @@ type Engine struct {
 	counts        PodCounts     // of statuses
 	countsChanged chan struct{} // one slot: the counts changed since the last read
 	wg            sync.WaitGroup
+	qosMu         sync.Mutex // one QoS parents' update at a time (updateQoS)
 
 	// Touched only by Run's goroutine.
 	settled, waitLogged bool // orphans removed; the wait for sources logged
@@ -173,7 +178,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 
 		OnResult: e.probeResult,
 	})
-	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log}
+	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log,
+		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl()}
 	return e
 }
 

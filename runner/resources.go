@@ -4,6 +4,10 @@ import (
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/noderun/noderun/internal/cgroups"
 )
 
 // Resources are a container's cgroup settings, computed as the kubelet
@@ -13,6 +17,32 @@ type Resources struct {
 	CPUQuota    int64  // 0: no CFS limit
 	CPUPeriod   uint64 // with CPUQuota
 	MemoryLimit int64  // bytes; 0: none
+	// NoSwap is the kubelet's default swap behaviour where the host can
+	// limit swap: on v1 memory+swap equal to the memory limit (when there
+	// is one), on v2 memory.swap.max 0.
+	NoSwap bool
+}
+
+// The kubelet's CFS constants (cm/helpers_linux.go).
+const (
+	maxShares      = 262144
+	quotaPeriod    = 100000 // µs: 100 ms
+	minQuotaPeriod = 1000   // the least quota, 1 ms
+)
+
+// milliCPUToShares is the kubelet's MilliCPUToShares: 1024 per CPU,
+// rounded down, within the kernel's [2, 262144].
+func milliCPUToShares(milli int64) uint64 {
+	return uint64(min(max(milli*1024/1000, cgroups.MinShares), maxShares))
+}
+
+// milliCPUToQuota is the kubelet's MilliCPUToQuota over its 100 ms period,
+// at least 1 ms; 0 for no limit.
+func milliCPUToQuota(milli int64) int64 {
+	if milli == 0 {
+		return 0
+	}
+	return max(milli*quotaPeriod/1000, minQuotaPeriod)
 }
 
 // containerResources maps cpu request → shares, cpu limit → CFS quota and
@@ -27,15 +57,98 @@ func containerResources(r v1.ResourceRequirements) Resources {
 	if !hasReq && hasLim {
 		cpuReq, hasReq = cpuLim, true
 	}
-	out.CPUShares = 2 // the kernel's minimum, as the kubelet gives BestEffort
+	out.CPUShares = cgroups.MinShares // as the kubelet gives BestEffort
 	if hasReq {
-		out.CPUShares = max(uint64(cpuReq.MilliValue()*1024/1000), 2)
+		out.CPUShares = milliCPUToShares(cpuReq.MilliValue())
 	}
 	if hasLim && !cpuLim.IsZero() {
-		out.CPUPeriod = 100000
-		out.CPUQuota = max(cpuLim.MilliValue()*int64(out.CPUPeriod)/1000, 1000)
+		out.CPUPeriod = quotaPeriod
+		out.CPUQuota = milliCPUToQuota(cpuLim.MilliValue())
 	}
 	return out
+}
+
+// containerResources are c's settings on this node: with NoSwap where the
+// host can limit swap, as the kubelet's default swap behaviour.
+func (w *podWorker) containerResources(c *v1.Container) Resources {
+	r := containerResources(c.Resources)
+	r.NoSwap = w.env.noSwap
+	return r
+}
+
+// podTotals are a pod's requests and limits summed as the kubelet's
+// resource helpers sum them, and whether every container has each limit.
+// Pod-level spec.resources, once supported, replace the sums here.
+type podTotals struct {
+	cpuRequest, cpuLimit   int64 // milliCPU
+	memoryLimit            int64 // bytes
+	cpuLimited, memLimited bool
+}
+
+func totalsOf(pod *v1.Pod) podTotals {
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	lims := resourcehelper.PodLimits(pod, resourcehelper.PodResourcesOptions{})
+	cpu, mem := limitsDeclared(pod)
+	return podTotals{cpuRequest: reqs.Cpu().MilliValue(), cpuLimit: lims.Cpu().MilliValue(), memoryLimit: lims.Memory().Value(),
+		cpuLimited: cpu, memLimited: mem}
+}
+
+// limitsDeclared is ResourceConfigForPod's test that every container has
+// the cpu, the memory limit: each app container, each sidecar (with the
+// sidecars before it, as the limits are summed) and each init container
+// (with the sidecars started before it).
+func limitsDeclared(pod *v1.Pod) (cpu, mem bool) {
+	cpu, mem = true, true
+	check := func(l v1.ResourceList) {
+		cpu = cpu && !l.Cpu().IsZero()
+		mem = mem && !l.Memory().IsZero()
+	}
+	for i := range pod.Spec.Containers {
+		check(pod.Spec.Containers[i].Resources.Limits)
+	}
+	var sidecarCPU, sidecarMem resource.Quantity
+	for i := range pod.Spec.InitContainers {
+		c := &pod.Spec.InitContainers[i]
+		q, m := c.Resources.Limits.Cpu().DeepCopy(), c.Resources.Limits.Memory().DeepCopy()
+		q.Add(sidecarCPU)
+		m.Add(sidecarMem)
+		if isSidecar(c) {
+			sidecarCPU, sidecarMem = q, m
+		}
+		check(v1.ResourceList{v1.ResourceCPU: q, v1.ResourceMemory: m})
+	}
+	return cpu, mem
+}
+
+// podCgroupResources is the kubelet's ResourceConfigForPod (CFS quota
+// enforced, its 100 ms period): Guaranteed pods get shares, quota and
+// memory limit; Burstable ones shares, and quota or memory limit only when
+// every container has that limit; BestEffort ones MinShares alone.
+func podCgroupResources(pod *v1.Pod) cgroups.PodResources {
+	qos := QOSClass(pod)
+	if qos == v1.PodQOSBestEffort {
+		return cgroups.PodResources{CPUShares: cgroups.MinShares}
+	}
+	t := totalsOf(pod)
+	r := cgroups.PodResources{CPUShares: milliCPUToShares(t.cpuRequest)}
+	if qos == v1.PodQOSGuaranteed || t.cpuLimited {
+		r.CPUQuota, r.CPUPeriod = milliCPUToQuota(t.cpuLimit), quotaPeriod
+	}
+	if qos == v1.PodQOSGuaranteed || t.memLimited {
+		r.Memory = t.memoryLimit
+	}
+	return r
+}
+
+// qosTier is the QoS parent a pod's cgroup goes in.
+func qosTier(pod *v1.Pod) cgroups.Tier {
+	switch QOSClass(pod) {
+	case v1.PodQOSBurstable:
+		return cgroups.Burstable
+	case v1.PodQOSBestEffort:
+		return cgroups.BestEffort
+	}
+	return cgroups.Guaranteed
 }
 
 // The kubelet's oom_score_adj values (pkg/kubelet/qos/policy.go).

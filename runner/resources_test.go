@@ -5,6 +5,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/noderun/noderun/internal/cgroups"
 )
 
 func TestContainerResources(t *testing.T) {
@@ -85,6 +87,98 @@ func TestOOMScoreAdjAsTheKubelet(t *testing.T) {
 			if got := oomScoreAdj(pod, c, tc.capacity); got != tc.want[c.Name] {
 				t.Errorf("%s: %s: got %d, want %d", tc.name, c.Name, got, tc.want[c.Name])
 			}
+		}
+	}
+}
+
+// The kubelet's conversions (cm/helpers_linux.go), at the values its own
+// tests check: shares round down and stay within [2, 262144]; quota is
+// over a 100 ms period and at least 1 ms.
+func TestMilliCPUConversions(t *testing.T) {
+	for milli, want := range map[int64]uint64{0: 2, 1: 2, 2: 2, 100: 102, 250: 256, 1000: 1024, 1500: 1536, 256000: 262144, 300000: 262144} {
+		if got := milliCPUToShares(milli); got != want {
+			t.Errorf("milliCPUToShares(%d) = %d, want %d", milli, got, want)
+		}
+	}
+	for milli, want := range map[int64]int64{0: 0, 5: 1000, 9: 1000, 10: 1000, 100: 10000, 200: 20000, 1500: 150000} {
+		if got := milliCPUToQuota(milli); got != want {
+			t.Errorf("milliCPUToQuota(%d) = %d, want %d", milli, got, want)
+		}
+	}
+}
+
+func res(cpuReq, cpuLim, memReq, memLim string) v1.ResourceRequirements {
+	var r v1.ResourceRequirements
+	set := func(l *v1.ResourceList, name v1.ResourceName, v string) {
+		if v == "" {
+			return
+		}
+		if *l == nil {
+			*l = v1.ResourceList{}
+		}
+		(*l)[name] = resource.MustParse(v)
+	}
+	set(&r.Requests, v1.ResourceCPU, cpuReq)
+	set(&r.Limits, v1.ResourceCPU, cpuLim)
+	set(&r.Requests, v1.ResourceMemory, memReq)
+	set(&r.Limits, v1.ResourceMemory, memLim)
+	return r
+}
+
+// The pod cgroup's limits as the kubelet's ResourceConfigForPod computes
+// them (its TestResourceConfigForPod cases, with sidecars and init
+// containers as its resource helpers sum them).
+func TestPodCgroupResources(t *testing.T) {
+	always := v1.ContainerRestartPolicyAlways
+	ctr := func(r v1.ResourceRequirements) v1.Container { return v1.Container{Name: "c", Resources: r} }
+	sidecar := func(r v1.ResourceRequirements) v1.Container {
+		return v1.Container{Name: "s", Resources: r, RestartPolicy: &always}
+	}
+	const mi = 1 << 20
+	for _, tc := range []struct {
+		name       string
+		init, main []v1.Container
+		want       cgroups.PodResources
+		tier       cgroups.Tier
+	}{
+		{"besteffort", nil, []v1.Container{ctr(res("", "", "", ""))},
+			cgroups.PodResources{CPUShares: 2}, cgroups.BestEffort},
+		{"burstable, no limits", nil, []v1.Container{ctr(res("100m", "", "100Mi", ""))},
+			cgroups.PodResources{CPUShares: 102}, cgroups.Burstable},
+		{"burstable with limits", nil, []v1.Container{ctr(res("100m", "200m", "100Mi", "200Mi"))},
+			cgroups.PodResources{CPUShares: 102, CPUQuota: 20000, CPUPeriod: 100000, Memory: 200 * mi}, cgroups.Burstable},
+		{"burstable, one container unlimited", nil,
+			[]v1.Container{ctr(res("100m", "200m", "100Mi", "200Mi")), ctr(res("100m", "", "100Mi", ""))},
+			cgroups.PodResources{CPUShares: 204}, cgroups.Burstable},
+		{"burstable, memory limited everywhere, cpu not", nil,
+			[]v1.Container{ctr(res("100m", "", "100Mi", "200Mi")), ctr(res("100m", "", "100Mi", "100Mi"))},
+			cgroups.PodResources{CPUShares: 204, Memory: 300 * mi}, cgroups.Burstable},
+		{"guaranteed", nil, []v1.Container{ctr(res("100m", "100m", "100Mi", "100Mi"))},
+			cgroups.PodResources{CPUShares: 102, CPUQuota: 10000, CPUPeriod: 100000, Memory: 100 * mi}, cgroups.Guaranteed},
+		{"guaranteed, two containers summed", nil,
+			[]v1.Container{ctr(res("500m", "500m", "64Mi", "64Mi")), ctr(res("250m", "250m", "32Mi", "32Mi"))},
+			cgroups.PodResources{CPUShares: 768, CPUQuota: 75000, CPUPeriod: 100000, Memory: 96 * mi}, cgroups.Guaranteed},
+		{"an init container above the app containers counts alone",
+			[]v1.Container{ctr(res("2", "2", "1Gi", "1Gi"))}, []v1.Container{ctr(res("500m", "500m", "64Mi", "64Mi"))},
+			cgroups.PodResources{CPUShares: 2048, CPUQuota: 200000, CPUPeriod: 100000, Memory: 1024 * mi}, cgroups.Guaranteed},
+		{"a sidecar adds to the app containers and to the init containers after it",
+			[]v1.Container{sidecar(res("200m", "200m", "20Mi", "20Mi")), ctr(res("500m", "500m", "50Mi", "50Mi"))},
+			[]v1.Container{ctr(res("100m", "100m", "10Mi", "10Mi"))},
+			cgroups.PodResources{CPUShares: 716, CPUQuota: 70000, CPUPeriod: 100000, Memory: 70 * mi}, cgroups.Guaranteed},
+		{"an init container without limits leaves the pod unlimited",
+			[]v1.Container{ctr(res("100m", "", "", ""))}, []v1.Container{ctr(res("100m", "1", "10Mi", "20Mi"))},
+			cgroups.PodResources{CPUShares: 102}, cgroups.Burstable},
+		{"an init container after a limited sidecar has its limits",
+			[]v1.Container{sidecar(res("100m", "1", "10Mi", "20Mi")), ctr(res("100m", "", "", ""))},
+			[]v1.Container{ctr(res("100m", "1", "10Mi", "20Mi"))},
+			cgroups.PodResources{CPUShares: 204, CPUQuota: 200000, CPUPeriod: 100000, Memory: 40 * mi}, cgroups.Burstable},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{InitContainers: tc.init, Containers: tc.main}}
+		if got := podCgroupResources(pod); got != tc.want {
+			t.Errorf("%s: got %+v, want %+v", tc.name, got, tc.want)
+		}
+		if got := qosTier(pod); got != tc.tier {
+			t.Errorf("%s: tier %q, want %q", tc.name, got, tc.tier)
 		}
 	}
 }

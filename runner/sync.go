@@ -83,7 +83,9 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	} else {
 		delete(w.st.backoff, "unknown")
 	}
-	w.publish(pod, latest, acts)
+	if phase := w.publish(pod, latest, acts); (phase == v1.PodSucceeded || phase == v1.PodFailed) && !anyLive(latest) {
+		w.podEnded(ctx, pod)
+	}
 	if !acts.deadline.IsZero() && acts.failed == "" {
 		retry = minPositive(retry, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
 	}
@@ -495,7 +497,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	if err := e.cfg.Cgroups.RemovePod(ctx, w.cgroupParent()); err != nil {
+	if err := w.removeCgroup(ctx); err != nil {
 		e.log.Warn("pod cgroup not removed", "pod", podRef(pod), "err", err)
 	}
 	// Nothing is mounted below them now; should a mount remain, its
@@ -537,10 +539,6 @@ func (w *podWorker) podLogDirs() []string {
 		}
 	}
 	return out
-}
-
-func (w *podWorker) cgroupParent() string {
-	return w.env.cfg.Cgroups.PodParent(SandboxID(string(w.uid)))
 }
 
 func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
@@ -586,6 +584,9 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	resolv, err := resolvConfig(pod, w.env.cfg.ResolvConf)
 	if err != nil {
+		return err
+	}
+	if err := w.ensureCgroup(ctx, pod); err != nil {
 		return err
 	}
 	sb := w.sandbox(pod)

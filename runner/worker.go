@@ -39,17 +39,19 @@ type podState struct {
 	started   time.Time
 	ips       []string
 	sandboxOK bool
-	checked   time.Time // last deep network check
-	netErr    error
-	waiting   map[string]waitReason // container name -> why it is not running
-	backoff   map[string]*backoff   // container name -> crash backoff
-	persisted bool
-	conds     map[v1.PodConditionType]condState
-	timer     clock.Timer
-	epoch     string                      // the current sandbox's, see sandboxEpoch
-	startErr  map[string]*ContainerStatus // runs the runtime could not start
-	messages  map[string]string           // termination messages by name/restart
-	pullUntil map[string]time.Time        // no pull before this, by container name
+	// endedCounted: the pod ended and the QoS parents were updated.
+	endedCounted bool
+	checked      time.Time // last deep network check
+	netErr       error
+	waiting      map[string]waitReason // container name -> why it is not running
+	backoff      map[string]*backoff   // container name -> crash backoff
+	persisted    bool
+	conds        map[v1.PodConditionType]condState
+	timer        clock.Timer
+	epoch        string                      // the current sandbox's, see sandboxEpoch
+	startErr     map[string]*ContainerStatus // runs the runtime could not start
+	messages     map[string]string           // termination messages by name/restart
+	pullUntil    map[string]time.Time        // no pull before this, by container name
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
@@ -76,6 +78,9 @@ type podEnv struct {
 	events *eventLog
 	clock  clock.WithTicker
 	log    *slog.Logger
+	// noSwap: containers get the kubelet's NoSwap limits, the host
+	// having the swap controller (looked for once, as the kubelet does).
+	noSwap bool
 }
 
 // board is the engine's shared state as a worker may touch it; the engine
@@ -86,6 +91,8 @@ type board interface {
 	// while it is torn down.
 	markTerminating(uid types.UID, pod *v1.Pod, now time.Time)
 	terminatingSibling(*v1.Pod) bool
+	// updateQoS sets the QoS parents' shares from the pods wanted now.
+	updateQoS(context.Context) error
 	workerDone(*podWorker)
 }
 

@@ -16,6 +16,7 @@ import (
 	"sync"
 
 	ctrdcgroups "github.com/containerd/cgroups/v3"
+	sddbus "github.com/coreos/go-systemd/v22/dbus"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,6 +40,15 @@ func ParseDriver(s string) (Driver, error) {
 	return "", fmt.Errorf("--cgroup-driver: %q is neither cgroupfs nor systemd", s)
 }
 
+// ParseRoot reads --cgroup-root: one cgroup name, without the dashes that
+// systemd reads as nesting.
+func ParseRoot(s string) (string, error) {
+	if s == "" || strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_") != "" {
+		return "", fmt.Errorf("--cgroup-root: %q is not a cgroup name of letters, digits and _", s)
+	}
+	return s, nil
+}
+
 // Layout places noderun's cgroups. The zero value is the cgroupfs driver
 // on this host's hierarchy under /sys/fs/cgroup, rooted at "noderun".
 type Layout struct {
@@ -51,6 +61,9 @@ type Layout struct {
 	// StopUnit stops a systemd unit (the systemd driver's pod slices);
 	// nil is systemd's own, over D-Bus.
 	StopUnit func(ctx context.Context, name string) error
+	// SetSlice starts a systemd slice with properties, or sets them on
+	// the slice that runs; nil is systemd's own, over D-Bus.
+	SetSlice func(ctx context.Context, name string, props []sddbus.Property) error
 }
 
 // Detect is the layout for driver on this host.
@@ -72,14 +85,17 @@ func (l Layout) root() string {
 	return l.Root
 }
 
-// PodParent is the cgroup parent of a pod's containers: /noderun/pod<id>,
-// or the slice noderun-pod<id>.slice (inside noderun.slice, as systemd
-// nests slices by their dashes; a sandbox ID is hex, without dashes).
-func (l Layout) PodParent(sandboxID string) string {
+// PodParent is the cgroup parent of a pod's containers, below its QoS
+// tier as the kubelet's pod<uid> below kubepods: /noderun/burstable/pod<id>,
+// or the slice noderun-burstable-pod<id>.slice (inside
+// noderun-burstable.slice inside noderun.slice, as systemd nests slices by
+// their dashes; a sandbox ID is hex, without dashes). A Guaranteed pod's is
+// /noderun/pod<id>, noderun-pod<id>.slice.
+func (l Layout) PodParent(t Tier, sandboxID string) string {
 	if l.Driver == Systemd {
-		return l.root() + "-pod" + sandboxID + ".slice"
+		return strings.TrimSuffix(l.tierPath(t), ".slice") + "-pod" + sandboxID + ".slice"
 	}
-	return "/" + l.root() + "/pod" + sandboxID
+	return l.tierPath(t) + "/pod" + sandboxID
 }
 
 // ContainerPath is the OCI spec's cgroupsPath of a container: a path for
@@ -171,13 +187,20 @@ func (l Layout) RemovePod(ctx context.Context, parent string) error {
 	return l.rmdirAll(parent, false)
 }
 
-// RemoveRoot removes the parent of all pods if no pod's cgroup is left in
-// it (other noderuns on the host may share it).
+// RemoveRoot removes the QoS parents, then the parent of all pods, if no
+// pod's cgroup is left in them (other noderuns on the host may share them).
 func (l Layout) RemoveRoot(ctx context.Context) error {
+	if err := l.removeTiers(ctx); err != nil {
+		return err
+	}
 	if l.Driver != Systemd {
 		return l.rmdirAll("/"+l.root(), true) // busy: another noderun's pods are in it
 	}
-	slice := l.root() + ".slice"
+	return l.stopEmptySlice(ctx, l.root()+".slice")
+}
+
+// stopEmptySlice stops a slice that exists and holds no slice or scope.
+func (l Layout) stopEmptySlice(ctx context.Context, slice string) error {
 	found := false
 	for _, d := range l.hierarchies() {
 		ents, err := os.ReadDir(filepath.Join(d, expandSlice(slice)))

@@ -24,24 +24,28 @@ func layouts(fs string) map[string]Layout {
 }
 
 func TestPaths(t *testing.T) {
-	type want struct{ parent, cgroupsPath, memoryDir, podDir string }
+	type want struct{ parent, cgroupsPath, memoryDir, podDir, guaranteed, bestEffort string }
 	tests := map[string]want{
-		"cgroupfs v1": {"/noderun/pod" + sandbox, "/noderun/pod" + sandbox + "/ctr",
-			"/sys/fs/cgroup/memory/noderun/pod" + sandbox + "/ctr", "/sys/fs/cgroup/cpu/noderun/pod" + sandbox},
-		"cgroupfs v2": {"/noderun/pod" + sandbox, "/noderun/pod" + sandbox + "/ctr",
-			"/sys/fs/cgroup/noderun/pod" + sandbox + "/ctr", "/sys/fs/cgroup/noderun/pod" + sandbox},
-		"systemd v1": {"noderun-pod" + sandbox + ".slice", "noderun-pod" + sandbox + ".slice:noderun:ctr",
-			"/sys/fs/cgroup/memory/noderun.slice/noderun-pod" + sandbox + ".slice/noderun-ctr.scope",
-			"/sys/fs/cgroup/cpu/noderun.slice/noderun-pod" + sandbox + ".slice"},
-		"systemd v2": {"noderun-pod" + sandbox + ".slice", "noderun-pod" + sandbox + ".slice:noderun:ctr",
-			"/sys/fs/cgroup/noderun.slice/noderun-pod" + sandbox + ".slice/noderun-ctr.scope",
-			"/sys/fs/cgroup/noderun.slice/noderun-pod" + sandbox + ".slice"},
+		"cgroupfs v1": {"/noderun/burstable/pod" + sandbox, "/noderun/burstable/pod" + sandbox + "/ctr",
+			"/sys/fs/cgroup/memory/noderun/burstable/pod" + sandbox + "/ctr", "/sys/fs/cgroup/cpu/noderun/burstable/pod" + sandbox,
+			"/noderun/pod" + sandbox, "/noderun/besteffort/pod" + sandbox},
+		"cgroupfs v2": {"/noderun/burstable/pod" + sandbox, "/noderun/burstable/pod" + sandbox + "/ctr",
+			"/sys/fs/cgroup/noderun/burstable/pod" + sandbox + "/ctr", "/sys/fs/cgroup/noderun/burstable/pod" + sandbox,
+			"/noderun/pod" + sandbox, "/noderun/besteffort/pod" + sandbox},
+		"systemd v1": {"noderun-burstable-pod" + sandbox + ".slice", "noderun-burstable-pod" + sandbox + ".slice:noderun:ctr",
+			"/sys/fs/cgroup/memory/noderun.slice/noderun-burstable.slice/noderun-burstable-pod" + sandbox + ".slice/noderun-ctr.scope",
+			"/sys/fs/cgroup/cpu/noderun.slice/noderun-burstable.slice/noderun-burstable-pod" + sandbox + ".slice",
+			"noderun-pod" + sandbox + ".slice", "noderun-besteffort-pod" + sandbox + ".slice"},
+		"systemd v2": {"noderun-burstable-pod" + sandbox + ".slice", "noderun-burstable-pod" + sandbox + ".slice:noderun:ctr",
+			"/sys/fs/cgroup/noderun.slice/noderun-burstable.slice/noderun-burstable-pod" + sandbox + ".slice/noderun-ctr.scope",
+			"/sys/fs/cgroup/noderun.slice/noderun-burstable.slice/noderun-burstable-pod" + sandbox + ".slice",
+			"noderun-pod" + sandbox + ".slice", "noderun-besteffort-pod" + sandbox + ".slice"},
 	}
 	for name, l := range layouts("") {
 		w := tests[name]
-		parent := l.PodParent(sandbox)
+		parent := l.PodParent(Burstable, sandbox)
 		path := l.ContainerPath(parent, "ctr")
-		got := want{parent, path, l.Dir(path, "memory"), l.Dir(parent, "cpu")}
+		got := want{parent, path, l.Dir(path, "memory"), l.Dir(parent, "cpu"), l.PodParent(Guaranteed, sandbox), l.PodParent(BestEffort, sandbox)}
 		if got != w {
 			t.Errorf("%s:\n got %+v\nwant %+v", name, got, w)
 		}
@@ -76,7 +80,7 @@ func TestExpandSlice(t *testing.T) {
 // in the v1 memory hierarchy, memory.events in the unified one.
 func TestOOMKills(t *testing.T) {
 	for name, l := range layouts(t.TempDir()) {
-		path := l.ContainerPath(l.PodParent(sandbox), "ctr")
+		path := l.ContainerPath(l.PodParent(Guaranteed, sandbox), "ctr")
 		if _, ok := l.OOMKills(path); ok {
 			t.Errorf("%s: a count without a cgroup", name)
 		}
@@ -109,7 +113,7 @@ func TestSystemdRemovesBySlice(t *testing.T) {
 	// The hierarchy is a plain dir here: fake the cgroup2 mount list.
 	cgroupMounts = func() []string { return []string{fs} }
 	t.Cleanup(func() { cgroupMounts = readCgroupMounts })
-	parent := l.PodParent(sandbox)
+	parent := l.PodParent(Guaranteed, sandbox)
 	ctx := context.Background()
 	if err := l.RemoveRoot(ctx); err != nil || len(stopped) != 0 {
 		t.Fatalf("RemoveRoot with no root slice: %v, stopped %q; want nothing stopped", err, stopped)
@@ -143,7 +147,7 @@ func TestCgroupfsRemovesDirs(t *testing.T) {
 	}
 	testenv.Require(t, os.Geteuid() == 0, "root")
 	l := Layout{Driver: Cgroupfs, Root: "noderun-test-" + filepath.Base(t.TempDir())}
-	parent := l.PodParent(sandbox)
+	parent := l.PodParent(Burstable, sandbox)
 	var made []string
 	for _, h := range l.hierarchies() {
 		d := filepath.Join(h, parent)
@@ -166,8 +170,10 @@ func TestCgroupfsRemovesDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, d := range made {
-		if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
-			t.Errorf("%s: %v, want removed with its pod dir", filepath.Dir(d), err)
+		for _, up := range []string{filepath.Dir(d), filepath.Dir(filepath.Dir(d))} { // the tier, the root
+			if _, err := os.Stat(up); !os.IsNotExist(err) {
+				t.Errorf("%s: %v, want removed with its pod dir", up, err)
+			}
 		}
 	}
 }
@@ -176,6 +182,14 @@ func TestParseDriver(t *testing.T) {
 	for in, ok := range map[string]bool{"cgroupfs": true, "systemd": true, "": false, "Systemd": false} {
 		if _, err := ParseDriver(in); (err == nil) != ok {
 			t.Errorf("ParseDriver(%q): %v", in, err)
+		}
+	}
+}
+
+func TestParseRoot(t *testing.T) {
+	for in, ok := range map[string]bool{"noderun": true, "e2e_1": true, "": false, "a-b": false, "a/b": false, "..": false} {
+		if _, err := ParseRoot(in); (err == nil) != ok {
+			t.Errorf("ParseRoot(%q): %v", in, err)
 		}
 	}
 }

@@ -25,6 +25,33 @@ func stopSystemdUnit(ctx context.Context, name string) error {
 		}
 		return err
 	}
+	return waitJob(ctx, done)
+}
+
+// setSystemdSlice starts a transient slice with props and waits for the
+// job; a slice that runs already gets them set instead, for as long as it
+// runs (runtime), as the kubelet updates its QoS slices.
+func setSystemdSlice(ctx context.Context, name string, props []sddbus.Property) error {
+	conn, err := sddbus.NewSystemConnectionContext(ctx)
+	if err != nil {
+		return fmt.Errorf("connect to systemd: %w", err)
+	}
+	defer conn.Close()
+	done := make(chan string, 1)
+	start := append([]sddbus.Property{sddbus.PropDescription("noderun " + name),
+		{Name: "DefaultDependencies", Value: dbus.MakeVariant(false)}}, props...)
+	if _, err := conn.StartTransientUnitContext(ctx, name, "replace", start, done); err != nil {
+		var derr dbus.Error
+		if errors.As(err, &derr) && derr.Name == "org.freedesktop.systemd1.UnitExists" {
+			return conn.SetUnitPropertiesContext(ctx, name, true, props...)
+		}
+		return err
+	}
+	return waitJob(ctx, done)
+}
+
+// waitJob waits for a systemd job's result.
+func waitJob(ctx context.Context, done <-chan string) error {
 	select {
 	case res := <-done:
 		if res != "done" {

@@ -28,7 +28,7 @@ const psiFile = "some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\nfull avg10
 func TestUsageOnEachLayout(t *testing.T) {
 	for name, l := range layouts(t.TempDir()) {
 		t.Run(name, func(t *testing.T) {
-			path := l.ContainerPath(l.PodParent(sandbox), "ctr")
+			path := l.ContainerPath(l.PodParent(Burstable, sandbox), "ctr")
 			if l.Unified {
 				writeFiles(t, l.Dir(path, ""), map[string]string{
 					"cpu.stat":            "usage_usec 2500000\nuser_usec 2000000\nsystem_usec 500000\nnr_periods 0\n",

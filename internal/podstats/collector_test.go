@@ -45,7 +45,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 	root := t.TempDir()
 	n := &fakeNode{t: t, cg: cgroups.Layout{Driver: cgroups.Cgroupfs, Unified: true, FS: filepath.Join(root, "cg")},
 		proc: filepath.Join(root, "proc"), logs: filepath.Join(root, "logs")}
-	parent := n.cg.PodParent("sb")
+	parent := n.cg.PodParent(cgroups.Burstable, "sb")
 	n.pod = Pod{Name: "web", Namespace: "default", UID: "u1", Cgroup: parent, LogDir: n.logs,
 		StartTime:  time.Unix(1000, 0),
 		Containers: []Container{{Name: "app", ID: "c1", Image: "busybox", Cgroup: n.cg.ContainerPath(parent, "c1"), StartTime: time.Unix(1001, 0)}}}

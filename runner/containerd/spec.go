@@ -31,7 +31,7 @@ func specOpts(cfg *runner.ContainerConfig, oomFloor int, cg cgroups.Layout) []oc
 		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
 		withOOMScoreAdj(cfg.OOMScoreAdj, oomFloor),
-		withResources(cfg.Resources),
+		withResources(cfg.Resources, cg.Unified),
 		withoutDefaultRlimits,
 		withSysctls(cfg.Pod),
 	}
@@ -296,8 +296,10 @@ func ownOOMScoreAdj() int {
 // spec's v1 terms on every host: runc (cgroupfs or systemd driver) turns
 // them into v2's as containerd and the kubelet rely on: shares into
 // cpu.weight (1 + (shares-2)*9999/262142), quota and period into cpu.max,
-// the limit into memory.max.
-func withResources(r runner.Resources) oci.SpecOpts {
+// the limit into memory.max. NoSwap is the kubelet's: memory+swap equal to
+// the memory limit on v1 (containerd's CRI plugin sets the spec's swap
+// so), memory.swap.max 0 on v2, through the spec's unified map.
+func withResources(r runner.Resources, unified bool) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux == nil {
 			s.Linux = &specs.Linux{}
@@ -309,6 +311,15 @@ func withResources(r runner.Resources) oci.SpecOpts {
 		if r.MemoryLimit > 0 {
 			limit := r.MemoryLimit
 			res.Memory = &specs.LinuxMemory{Limit: &limit}
+			if r.NoSwap && !unified {
+				res.Memory.Swap = &limit
+			}
+		}
+		if r.NoSwap && unified {
+			if res.Unified == nil {
+				res.Unified = map[string]string{}
+			}
+			res.Unified["memory.swap.max"] = "0"
 		}
 		shares := r.CPUShares
 		res.CPU = &specs.LinuxCPU{Shares: &shares}

@@ -106,16 +106,39 @@ func TestOOMScoreFloor(t *testing.T) {
 }
 
 func TestWithResources(t *testing.T) {
-	res := genSpec(t, withResources(runner.Resources{CPUShares: 256, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20})).Linux.Resources
+	res := genSpec(t, withResources(runner.Resources{CPUShares: 256, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20}, false)).Linux.Resources
 	if *res.CPU.Shares != 256 || *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 {
 		t.Errorf("cpu shares/quota/period = %d/%d/%d, want 256/50000/100000", *res.CPU.Shares, *res.CPU.Quota, *res.CPU.Period)
 	}
 	if *res.Memory.Limit != 64<<20 {
 		t.Errorf("memory limit %d, want %d", *res.Memory.Limit, 64<<20)
 	}
-	best := genSpec(t, withResources(runner.Resources{CPUShares: 2})).Linux.Resources
+	if res.Memory.Swap != nil {
+		t.Errorf("swap %d without NoSwap (a host without the swap controller)", *res.Memory.Swap)
+	}
+	best := genSpec(t, withResources(runner.Resources{CPUShares: 2}, false)).Linux.Resources
 	if *best.CPU.Shares != 2 || best.CPU.Quota != nil || best.Memory != nil {
 		t.Errorf("BestEffort: shares %d quota %v memory %v; want 2, none, none", *best.CPU.Shares, best.CPU.Quota, best.Memory)
+	}
+}
+
+// NoSwap as the kubelet sets it: on v1 memory+swap equal to the limit and
+// nothing without a limit (the kubelet's 0 means unset); on v2
+// memory.swap.max 0 with or without one.
+func TestWithResourcesNoSwap(t *testing.T) {
+	limited := runner.Resources{CPUShares: 2, MemoryLimit: 64 << 20, NoSwap: true}
+	v1res := genSpec(t, withResources(limited, false)).Linux.Resources
+	if v1res.Memory.Swap == nil || *v1res.Memory.Swap != 64<<20 || v1res.Unified != nil {
+		t.Errorf("v1 limited: swap %v unified %v; want %d, none", v1res.Memory.Swap, v1res.Unified, 64<<20)
+	}
+	if r := genSpec(t, withResources(runner.Resources{CPUShares: 2, NoSwap: true}, false)).Linux.Resources; r.Memory != nil || r.Unified != nil {
+		t.Errorf("v1 unlimited: memory %+v unified %v; want none", r.Memory, r.Unified)
+	}
+	for _, r := range []runner.Resources{limited, {CPUShares: 2, NoSwap: true}} {
+		v2res := genSpec(t, withResources(r, true)).Linux.Resources
+		if v2res.Unified["memory.swap.max"] != "0" || (v2res.Memory != nil && v2res.Memory.Swap != nil) {
+			t.Errorf("v2 (limit %d): unified %v; want memory.swap.max 0 and no v1 swap", r.MemoryLimit, v2res.Unified)
+		}
 	}
 }
 
@@ -218,16 +241,16 @@ func TestCgroupSpecPerLayout(t *testing.T) {
 		layout      cgroups.Layout
 		cgroupsPath string
 	}{
-		{"cgroupfs v1", cgroups.Layout{Driver: cgroups.Cgroupfs}, "/noderun/pod" + sandbox + "/ctr"},
-		{"cgroupfs v2", cgroups.Layout{Driver: cgroups.Cgroupfs, Unified: true}, "/noderun/pod" + sandbox + "/ctr"},
-		{"systemd v1", cgroups.Layout{Driver: cgroups.Systemd}, "noderun-pod" + sandbox + ".slice:noderun:ctr"},
-		{"systemd v2", cgroups.Layout{Driver: cgroups.Systemd, Unified: true}, "noderun-pod" + sandbox + ".slice:noderun:ctr"},
+		{"cgroupfs v1", cgroups.Layout{Driver: cgroups.Cgroupfs}, "/noderun/burstable/pod" + sandbox + "/ctr"},
+		{"cgroupfs v2", cgroups.Layout{Driver: cgroups.Cgroupfs, Unified: true}, "/noderun/burstable/pod" + sandbox + "/ctr"},
+		{"systemd v1", cgroups.Layout{Driver: cgroups.Systemd}, "noderun-burstable-pod" + sandbox + ".slice:noderun:ctr"},
+		{"systemd v2", cgroups.Layout{Driver: cgroups.Systemd, Unified: true}, "noderun-burstable-pod" + sandbox + ".slice:noderun:ctr"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := &runner.ContainerConfig{
 				ID: "ctr", Pod: &v1.Pod{}, Container: &v1.Container{Name: "ctr"}, Sandbox: &runner.Sandbox{ID: sandbox, Dir: "/run/noderun/pods/" + sandbox},
-				CgroupParent: tc.layout.PodParent(sandbox),
-				Resources:    runner.Resources{CPUShares: 512, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20},
+				CgroupParent: tc.layout.PodParent(cgroups.Burstable, sandbox),
+				Resources:    runner.Resources{CPUShares: 512, CPUQuota: 50000, CPUPeriod: 100000, MemoryLimit: 64 << 20, NoSwap: true},
 			}
 			s := genSpec(t, specOpts(cfg, 0, tc.layout)...)
 			if s.Linux.CgroupsPath != tc.cgroupsPath {
@@ -239,16 +262,16 @@ func TestCgroupSpecPerLayout(t *testing.T) {
 			}
 			res := s.Linux.Resources
 			if !tc.layout.Unified {
-				if *res.CPU.Shares != 512 || *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 || *res.Memory.Limit != 64<<20 {
-					t.Errorf("v1 resources: shares %d quota %d period %d memory %d", *res.CPU.Shares, *res.CPU.Quota, *res.CPU.Period, *res.Memory.Limit)
+				if *res.CPU.Shares != 512 || *res.CPU.Quota != 50000 || *res.CPU.Period != 100000 || *res.Memory.Limit != 64<<20 || *res.Memory.Swap != 64<<20 {
+					t.Errorf("v1 resources: shares %d quota %d period %d memory %d memory+swap %d", *res.CPU.Shares, *res.CPU.Quota, *res.CPU.Period, *res.Memory.Limit, *res.Memory.Swap)
 				}
 				return
 			}
 			v2 := cgroup2.ToResources(res)
 			// cpu.weight 1 + (512-2)*9999/262142 = 20, as runc and the kubelet compute it.
-			if *v2.CPU.Weight != 20 || string(v2.CPU.Max) != "50000 100000" || *v2.Memory.Max != 64<<20 {
-				t.Errorf("v2: cpu.weight %d, cpu.max %q, memory.max %d; want 20, \"50000 100000\", %d",
-					*v2.CPU.Weight, v2.CPU.Max, *v2.Memory.Max, 64<<20)
+			if *v2.CPU.Weight != 20 || string(v2.CPU.Max) != "50000 100000" || *v2.Memory.Max != 64<<20 || res.Unified["memory.swap.max"] != "0" {
+				t.Errorf("v2: cpu.weight %d, cpu.max %q, memory.max %d, unified %v; want 20, \"50000 100000\", %d, memory.swap.max 0",
+					*v2.CPU.Weight, v2.CPU.Max, *v2.Memory.Max, res.Unified, 64<<20)
 			}
 		})
 	}
