@@ -29,10 +29,12 @@ type Runtime struct {
 // Runtimes are the pairs make test-runtimes runs the e2e core against.
 // 1.6 is Debian 12's packages (containerd 1.6.20, runc 1.1.5); the others
 // are the newest tags of containerd 1.7 and 2.x the Go module proxy
-// serves, with the oldest and the newest runc release from 1.2 on.
+// serves, with the runc 1.3 that late containerd 1.7 releases ship and the
+// newest runc. (runc 1.2.8's go.mod replaces a module with a directory its
+// module zip leaves out, so it cannot be built from its module.)
 var Runtimes = []Runtime{
 	{Name: "1.6"},
-	{Name: "1.7", Containerd: "github.com/containerd/containerd@v1.7.35", Runc: "github.com/opencontainers/runc@v1.2.8"},
+	{Name: "1.7", Containerd: "github.com/containerd/containerd@v1.7.35", Runc: "github.com/opencontainers/runc@v1.3.7"},
 	{Name: "2.x", Containerd: "github.com/containerd/containerd/v2@v2.4.2", Runc: "github.com/opencontainers/runc@v1.5.3"},
 }
 
