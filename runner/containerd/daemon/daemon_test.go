@@ -368,7 +368,7 @@ func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
 // A first start used to wait for that system containerd for ever; it runs
 // a managed one and says why.
 func TestConnectFirstStartWithoutServiceManager(t *testing.T) {
-	requireDaemonPrereqs(t)
+	testenv.RequireContainerd(t)
 	host := t.TempDir()
 	unit := filepath.Join(host, "lib/systemd/system/containerd.service")
 	if err := os.MkdirAll(filepath.Dir(unit), 0o755); err != nil {
@@ -377,14 +377,14 @@ func TestConnectFirstStartWithoutServiceManager(t *testing.T) {
 	if err := os.WriteFile(unit, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	socketDir := filepath.Join(shortTempDir(t), "containerd")
+	socketDir := filepath.Join(testenv.ShortTempDir(t), "containerd")
 	if err := os.MkdirAll(filepath.Join(socketDir, "s"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	var out strings.Builder
 	var mu sync.Mutex
 	cfg := Config{
-		Address: filepath.Join(socketDir, "containerd.sock"), StateDir: t.TempDir(), RunDir: shortTempDir(t),
+		Address: filepath.Join(socketDir, "containerd.sock"), StateDir: t.TempDir(), RunDir: testenv.ShortTempDir(t),
 		Namespace: testNamespace, Root: host, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil)),
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
