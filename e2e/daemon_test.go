@@ -332,17 +332,7 @@ func TestFirstStartWithoutSystemd(t *testing.T) {
 	if !strings.Contains(string(out), "chose the containerd to use") || !strings.Contains(string(out), "nothing will start a containerd there") {
 		t.Errorf("the log does not say which containerd noderun chose and why:\n%s", out)
 	}
-	examples, err := filepath.Glob("../examples/pods/*")
-	if err != nil || len(examples) == 0 {
-		t.Fatalf("examples: %v %v", examples, err)
-	}
-	for _, f := range examples {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.writeManifest(filepath.Base(f), string(b))
-	}
+	n.writeExamples()
 	for _, name := range []string{"hello", "uptime"} {
 		n.waitPod(name, "running", running)
 	}
