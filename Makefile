@@ -5,8 +5,9 @@ GO          ?= go
 BIN         := bin/noderun
 RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-static
 # gcc and libc6-dev: the race detector needs cgo; systemd-journal-remote
-# writes the journal file the node log query's journalctl test reads.
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount systemd-journal-remote
+# writes the journal file the node log query's journalctl test reads;
+# libseccomp-dev and pkg-config: make test-runtimes builds runc with seccomp.
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount systemd-journal-remote libseccomp-dev pkg-config
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;
@@ -68,6 +69,23 @@ test: test-deps lint size-check
 # hold here: a test that times the machine instead of noderun fails.
 test-loaded:
 	./.ci/loaded $(MAKE) test
+
+# The e2e core (pods, restarts, adoption, exec, logs, images, network)
+# against each containerd and runc pair: NODERUN_TEST_CONTAINERD=1.6
+# (Debian's packages, what every other target runs), 1.7 and 2.x (built
+# from their Go modules at the tags internal/testnode/runtimes.go names,
+# cached in ~/.cache/noderun-test/runtimes; the first build takes minutes).
+# Every pair runs; the ones that failed are named at the end.
+RUNTIMES      ?= 1.6 1.7 2.x
+RUNTIME_TESTS := TestPodRunsWithExpandedEnv|TestManifestEditReplacesPod|TestManifestRemovalCleansUp|TestInitContainerFillsEmptyDir|TestCrashLoopBackoff|TestRestartPolicyNever|TestLifecycleLivenessRestarts|TestLifecycleOOMKilled|TestLifecyclePreStop|TestRestartAdoptsRunningPods|TestManagedContainerdReusedAfterCrash|TestFirstStartWithoutSystemd|TestStartKillsStrayShim|TestKubectlLogsAndExec|TestLifecycleExecProbeTimeout|TestLogRotation|TestContainersLogThroughTheEmbeddedDriver|TestLogsWrittenWhileNoderunDown|TestImagesImportCommand|TestRegistryMirrorThenOfflineFallback|TestPodIPServesHTTP|TestPodToPodAndHostPort|TestPodDNSAndHostsFiles
+
+.PHONY: test-runtimes
+test-runtimes: test-deps
+	@failed=; for rt in $(RUNTIMES); do \
+		echo "== NODERUN_TEST_CONTAINERD=$$rt"; \
+		NODERUN_TEST_CONTAINERD=$$rt $(GO) test -count=1 -timeout 40m -run '^($(RUNTIME_TESTS))$$' ./e2e || failed="$$failed $$rt"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "test-runtimes failed for:$$failed"; exit 1; fi
 
 # The fault-injection suite at the issue's full sizes (make test runs it
 # small); it prints a summary: scenarios, pods, healthy restarts, leaks, time.

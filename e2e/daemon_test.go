@@ -288,3 +288,52 @@ func TestWaitsForRecordedContainerd(t *testing.T) {
 			after.Status.ContainerStatuses[0].RestartCount, before.Status.ContainerStatuses[0].ContainerID)
 	}
 }
+
+// make run on a host whose PID 1 is not systemd (a container, WSL, a CI
+// runner; this machine): Debian's containerd package installed
+// containerd.service, which nothing starts, and a containerd's shims made
+// its socket's directory. noderun used to wait for that system containerd
+// for ever (issue 35); it runs a managed one, records and logs the choice,
+// and the examples make run runs come up.
+func TestFirstStartWithoutSystemd(t *testing.T) {
+	t.Parallel()
+	requireE2E(t)
+	if _, err := os.Stat("/run/systemd/system"); err == nil {
+		t.Skip("systemd is PID 1 here; this test is of hosts without it")
+	}
+	dir, err := os.MkdirTemp("/tmp", "nre") // sun_path is short
+	if err != nil {
+		t.Fatal(err)
+	}
+	socketDir := filepath.Join(dir, "containerd")
+	if err := os.MkdirAll(filepath.Join(socketDir, "s"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var n *node
+	// Registered first so it runs last, after the node has torn pods down.
+	t.Cleanup(func() {
+		if n != nil {
+			stopManaged(t, n.run)
+		}
+		os.RemoveAll(dir)
+	})
+	n = newNode(t, "--containerd-address", filepath.Join(socketDir, "containerd.sock"))
+	b, err := os.ReadFile(filepath.Join(n.state, "containerd.json"))
+	if err != nil || !strings.Contains(string(b), `"managed":true`) {
+		t.Fatalf("containerd.json: %s (%v), want a managed containerd recorded", b, err)
+	}
+	if managedPID(n) <= 0 {
+		t.Fatal("no managed containerd runs for the node")
+	}
+	out, err := os.ReadFile(n.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), "chose the containerd to use") || !strings.Contains(string(out), "nothing will start a containerd there") {
+		t.Errorf("the log does not say which containerd noderun chose and why:\n%s", out)
+	}
+	n.writeExamples()
+	for _, name := range []string{"hello", "uptime"} {
+		n.waitPod(name, "running", running)
+	}
+}

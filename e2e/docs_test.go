@@ -80,17 +80,7 @@ func TestDocsCommands(t *testing.T) {
 	cmds := append(docCommands(t, "../README.md", "## Quick start"), docCommands(t, "../docs/kubectl.md", "")...)
 	cmds = append(cmds, docCommands(t, "../docs/operating.md", "## Status API")...)
 	n := newNode(t)
-	examples, err := filepath.Glob("../examples/pods/*")
-	if err != nil || len(examples) == 0 {
-		t.Fatalf("examples: %v %v", examples, err)
-	}
-	for _, f := range examples {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n.writeManifest(filepath.Base(f), string(b))
-	}
+	n.writeExamples()
 	n.writeManifest("web.yaml", docsWebPod)
 	hello := n.waitPod("hello", "running", running)
 	n.waitPod("web", "running after its first run failed", func(p *v1.Pod) bool {
@@ -100,6 +90,22 @@ func TestDocsCommands(t *testing.T) {
 	d := &docRunner{n: n, podIP: hello.Status.PodIP}
 	for _, line := range cmds {
 		t.Run(line, func(t *testing.T) { d.run(t, line) })
+	}
+}
+
+// writeExamples writes the manifests make run runs (examples/pods).
+func (n *node) writeExamples() {
+	n.t.Helper()
+	examples, err := filepath.Glob("../examples/pods/*")
+	if err != nil || len(examples) == 0 {
+		n.t.Fatalf("examples: %v %v", examples, err)
+	}
+	for _, f := range examples {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			n.t.Fatal(err)
+		}
+		n.writeManifest(filepath.Base(f), string(b))
 	}
 }
 

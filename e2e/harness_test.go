@@ -81,6 +81,12 @@ func runTests(m *testing.M) int {
 	if testing.Short() {
 		return m.Run()
 	}
+	// NODERUN_TEST_CONTAINERD picks the containerd and runc pair (make
+	// test-runtimes runs each); a pair that cannot be built fails the tests.
+	if _, err := testnode.UseRuntime(context.Background()); err != nil {
+		setupErr = err
+		return m.Run()
+	}
 	if missing = testnode.MissingPrerequisite(); missing != "" {
 		return m.Run()
 	}
@@ -131,6 +137,7 @@ func setup(dir string) (stop func(), err error) {
 	if err != nil {
 		return nil, err
 	}
+	fmt.Fprintln(os.Stderr, "e2e runs", testnode.RuntimeVersions(ctx))
 	startKubectlBuild()
 	ctrdSocket, client = d.Address(), c
 	return func() {

@@ -3,6 +3,7 @@ package containerd
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 
 	ctrd "github.com/containerd/containerd"
@@ -31,6 +32,39 @@ import (
 // the namespace lock every table reader waits on. The container sees the
 // same files; only the host no longer does (use /proc/<pid>/root).
 
+// runc 1.2 and later refuse a mount whose destination is "/" ("mountpoint
+// ... is on the top of rootfs", libcontainer's createMountpoint): every
+// container would fail to start. So the rootfs goes inside only with a
+// runc known to be older (Debian 12's 1.1.5); with a newer one, or one
+// whose version cannot be read, the shim mounts it on the host, as
+// containerd does for everyone else. The runc is the one on noderun's
+// PATH, which a managed containerd's shims share, as do a service
+// manager's on the hosts noderun packages for (/usr/sbin/runc).
+
+// runcMountsRootInside runs runc --version and tells whether that runc
+// accepts the rootfs as the spec's first mount, and the version it read.
+func runcMountsRootInside(ctx context.Context) (bool, string) {
+	out, err := exec.CommandContext(ctx, "runc", "--version").Output()
+	if err != nil {
+		return false, err.Error()
+	}
+	line, _, _ := strings.Cut(string(out), "\n")
+	return runcBefore12(line), line
+}
+
+// runcBefore12 reads runc --version's first line, "runc version 1.1.5+ds1".
+func runcBefore12(line string) bool {
+	v, ok := strings.CutPrefix(strings.TrimSpace(line), "runc version ")
+	if !ok {
+		return false
+	}
+	var major, minor int
+	if _, err := fmt.Sscanf(v, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major < 1 || major == 1 && minor < 2
+}
+
 // maxInsideMountData bounds the overlay options runc is handed: the kernel
 // takes a mount's data in one page, and containerd's shim shortens a long
 // lowerdir (many layers) by mounting from their common directory, which
@@ -41,8 +75,9 @@ var maxInsideMountData = 4000
 // rootfs carries a container's snapshot mounts from its preparation to its
 // spec and its task.
 type rootfs struct {
-	mounts []mount.Mount
-	inside bool // the spec mounts them; the task is created without
+	mounts   []mount.Mount
+	insideOK bool // runc can mount them (Runtime.rootfsInside)
+	inside   bool // the spec mounts them; the task is created without
 }
 
 // prepare prepares the container's writable snapshot on the image's
@@ -65,6 +100,7 @@ func (fs *rootfs) prepare(snapshotter, id, parent string) ctrd.NewContainerOpts 
 func (fs *rootfs) specOpt() oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		m, ok := insideMount(fs.mounts, s)
+		ok = ok && fs.insideOK
 		fs.inside = ok
 		if ok {
 			s.Mounts = append([]specs.Mount{m}, s.Mounts...)

@@ -60,6 +60,9 @@ type Runtime struct {
 	ledger       *ImportLedger // images from the images dir, kept by image GC
 	use          imageUse
 	security     hostSecurity
+	// rootfsInside: runc mounts a container's rootfs in its own mount
+	// namespace (rootfs.go), which runc 1.2 and later refuse.
+	rootfsInside bool
 	cgroups      cgroups.Layout
 	log          *slog.Logger
 
@@ -150,6 +153,9 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 		o(r)
 	}
 	r.security = detectHostSecurity(r.security.seccompDir)
+	var runc string
+	r.rootfsInside, runc = runcMountsRootInside(context.Background())
+	r.log.Debug("container root filesystems", "mounted_by_runc_inside", r.rootfsInside, "runc", runc)
 	return r
 }
 
@@ -312,7 +318,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	for _, k := range legacySeccompAnnotations(cfg.Pod, cfg.Container.Name) {
 		r.log.Warn("annotation ignored since Kubernetes 1.27; use securityContext.seccompProfile", "container", cfg.ID, "annotation", k)
 	}
-	var fs rootfs
+	fs := rootfs{insideOK: r.rootfsInside}
 	specOpts := append(append(r.specOpts(cfg), secOpts...), fs.specOpt())
 	runtimeOpts := r.runtimeOptions()
 	newContainer := func() (c ctrd.Container, err error) {

@@ -24,9 +24,11 @@ import (
 	tasks "github.com/containerd/containerd/api/services/tasks/v1"
 	tasktypes "github.com/containerd/containerd/api/types/task"
 	"github.com/containerd/containerd/defaults"
+	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/ttrpc"
 	"github.com/prometheus/procfs"
+	"google.golang.org/protobuf/types/known/emptypb"
 )
 
 // A noderun killed while containerd deletes a task can leave that task's
@@ -395,7 +397,10 @@ func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 }
 
 // shutdownShim sends a shim its Shutdown call, as containerd does after a
-// task delete.
+// task delete. containerd 2.x's shims serve only the task API's v3, 1.6's
+// only v2: v3 is asked first, v2 when the shim does not implement it. The
+// two requests are the same message, so v2's is sent by v3's name: the
+// v3 client would bring its API's code into the binary for one call.
 func shutdownShim(ctx context.Context, socket, id string) error {
 	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", socket)
 	if err != nil {
@@ -403,7 +408,10 @@ func shutdownShim(ctx context.Context, socket, id string) error {
 	}
 	client := ttrpc.NewClient(conn)
 	defer client.Close()
-	_, err = taskapi.NewTaskClient(client).Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
+	err = client.Call(ctx, "containerd.task.v3.Task", "Shutdown", &taskapi.ShutdownRequest{ID: id}, &emptypb.Empty{})
+	if errdefs.IsNotImplemented(errdefs.FromGRPC(err)) {
+		_, err = taskapi.NewTaskClient(client).Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
+	}
 	if errors.Is(err, ttrpc.ErrClosed) {
 		return nil // it exited before it could answer
 	}

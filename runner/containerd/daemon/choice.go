@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -33,30 +34,29 @@ var systemdUnitDirs = []string{
 // Paths are looked up under root ("/" on a host).
 func systemService(root string) string {
 	at := func(p string) string { return filepath.Join(root, p) }
-	exists := func(p string) bool { _, err := os.Stat(at(p)); return err == nil }
 	// systemd runs when /run/systemd/system exists (sd_booted).
-	if exists("/run/systemd/system") {
+	if exists(root, "/run/systemd/system") {
 		for _, dir := range systemdUnitDirs {
-			if unit := filepath.Join(dir, "containerd.service"); exists(unit) {
+			if unit := filepath.Join(dir, "containerd.service"); exists(root, unit) {
 				return "systemd will start it (" + unit + ")"
 			}
 		}
 		return ""
 	}
 	// OpenRC runs when /run/openrc exists.
-	if exists("/run/openrc") && exists("/etc/init.d/containerd") {
+	if exists(root, "/run/openrc") && exists(root, "/etc/init.d/containerd") {
 		return "OpenRC will start it (/etc/init.d/containerd)"
 	}
 	// s6 keeps its live service dirs in /run, so they exist only while it
 	// runs.
 	for _, dir := range []string{"/run/service/containerd", "/run/s6-rc/servicedirs/containerd"} {
-		if exists(dir) {
+		if exists(root, dir) {
 			return "s6 will start it (" + dir + ")"
 		}
 	}
 	// runit's runsv makes a service's supervise dir when it runs it.
 	for _, dir := range []string{"/etc/service/containerd", "/var/service/containerd", "/etc/runit/runsvdir/current/containerd"} {
-		if exists(filepath.Join(dir, "supervise")) {
+		if exists(root, filepath.Join(dir, "supervise")) {
 			return "runit will start it (" + dir + ")"
 		}
 	}
@@ -67,6 +67,20 @@ func systemService(root string) string {
 		}
 	}
 	return ""
+}
+
+// hostRoot is where the host's service managers are looked up.
+func (cfg Config) hostRoot() string {
+	if cfg.Root == "" {
+		return "/"
+	}
+	return cfg.Root
+}
+
+// exists tells whether path exists under root.
+func exists(root, path string) bool {
+	_, err := os.Stat(filepath.Join(root, path))
+	return err == nil
 }
 
 // Choice is the containerd noderun uses. It is recorded in the state dir at
@@ -124,54 +138,75 @@ func (cfg Config) changed(c Choice, want string) error {
 		ErrChanged, choicePath(cfg.StateDir), c.Address, want)
 }
 
-// choose picks the containerd on a start with nothing recorded. A managed
-// containerd is chosen only when asked for (cfg.Managed) or when no
-// containerd is installed, that is when all of these hold:
-//   - nothing answers at cfg.Address, and no managed containerd of an
-//     earlier noderun answers either;
-//   - neither the socket nor its directory exists: containerd creates the
-//     directory and never removes it, so on /run (a tmpfs) this means that
-//     no containerd has served there since boot;
-//   - no running service manager will start a system containerd
-//     (systemService: a system containerd that is not up yet);
-//   - a containerd binary is on PATH (to run the managed one with; without
-//     one, and with no socket, it is ErrNoContainerd).
-//
-// Otherwise it chooses cfg.Address, to be waited for; why says what makes
-// it expect a containerd there.
+// choose picks the containerd on a start with nothing recorded; why says
+// what made it choose (logged by Connect). A system containerd at
+// cfg.Address is chosen when one answers there, or when one is on its way:
+// a running service manager will start it (systemService), or its socket
+// accepts connections (a containerd starting, or busy). A managed
+// containerd is chosen when asked for (cfg.Managed), when an earlier
+// noderun's managed one answers, and when no one will start a system one,
+// given a containerd binary on PATH to run it with (without one it is
+// ErrNoContainerd, unless a socket file shows a containerd installed
+// elsewhere). Leftovers are no sign of a coming daemon: a stale socket, or
+// its directory, which containerd never removes and every containerd's
+// shims create (/run/containerd/s), make noderun wait for ever on a host
+// whose PID 1 is not systemd, where Debian's package installs a unit file
+// that nothing starts.
 func (cfg Config) choose(ctx context.Context) (c Choice, why string, err error) {
 	system := Choice{Address: cfg.Address}
 	managed := Choice{Address: cfg.managedSocket(), Managed: true}
 	if cfg.Managed {
-		return managed, "", nil
+		return managed, "--containerd-managed", nil
 	}
 	if answers(ctx, cfg.Address) {
 		return system, "it answers", nil
 	}
 	// Left by a noderun from before the choice was recorded.
 	if answers(ctx, managed.Address) {
-		return managed, "", nil
+		return managed, "an earlier noderun's managed containerd answers at " + managed.Address, nil
+	}
+	root := cfg.hostRoot()
+	if svc := systemService(root); svc != "" {
+		return system, svc, nil
 	}
 	socket := strings.TrimPrefix(cfg.Address, "unix://")
-	if _, err := os.Stat(socket); !errors.Is(err, fs.ErrNotExist) {
-		return system, "its socket " + socket + " exists (a containerd starting, or busy)", nil
+	if listening(socket) {
+		return system, "its socket " + socket + " accepts connections (a containerd starting, or busy)", nil
 	}
 	if _, err := exec.LookPath("containerd"); err != nil {
+		if _, err := os.Stat(socket); err == nil {
+			return system, "its socket " + socket + " exists, and there is no containerd binary on PATH to run a managed one with", nil
+		}
 		return Choice{}, "", fmt.Errorf("%w: nothing answers at %q and there is no containerd binary on PATH: "+
 			"install it (apt-get install containerd runc) or point --containerd-address at a running containerd",
 			ErrNoContainerd, cfg.Address)
 	}
-	if _, err := os.Stat(filepath.Dir(socket)); !errors.Is(err, fs.ErrNotExist) {
-		return system, "its directory " + filepath.Dir(socket) + " exists: a containerd has served there since boot", nil
+	return managed, "nothing answers at " + cfg.Address + " and nothing will start a containerd there: " + noService(root), nil
+}
+
+// noService says why no service manager will start containerd, naming a
+// service that is installed for one that is not running.
+func noService(root string) string {
+	for _, dir := range systemdUnitDirs {
+		if unit := filepath.Join(dir, "containerd.service"); exists(root, unit) {
+			return unit + " is installed, but systemd is not running (no /run/systemd/system)"
+		}
 	}
-	root := cfg.Root
-	if root == "" {
-		root = "/"
+	if exists(root, "/etc/init.d/containerd") {
+		return "/etc/init.d/containerd is installed, but no service manager that runs it is running"
 	}
-	if svc := systemService(root); svc != "" {
-		return system, svc, nil
+	return "no service manager has a containerd service"
+}
+
+// listening tells whether a process accepts connections on the unix socket
+// at path: a socket file left by a containerd that was killed refuses them.
+func listening(path string) bool {
+	conn, err := net.DialTimeout("unix", path, dialTimeout)
+	if err != nil {
+		return false
 	}
-	return managed, "", nil
+	conn.Close()
+	return true
 }
 
 func answers(ctx context.Context, address string) bool {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -31,7 +32,8 @@ func TestChoose(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		managed bool     // --containerd-managed
-		socket  bool     // a file at the configured address
+		socket  bool     // a socket file at the configured address
+		listen  bool     // something accepts connections on it
 		dir     bool     // the socket's directory exists
 		host    []string // files under the host root
 		comm    string   // PID 1's name
@@ -41,8 +43,19 @@ func TestChoose(t *testing.T) {
 	}{
 		{name: "nothing installed", want: true},
 		{name: "asked for", managed: true, dir: true, host: []string{"run/systemd/system/", "lib/systemd/system/containerd.service"}, want: true},
-		{name: "socket there but not answering", socket: true, dir: true},
-		{name: "socket directory there", dir: true},
+		{name: "socket listening but not answering", socket: true, listen: true, dir: true},
+		// A containerd killed, or one that ran once by hand: nothing
+		// will start it again.
+		{name: "stale socket", socket: true, dir: true, want: true},
+		// /run/containerd/s: every containerd's shims make it.
+		{name: "socket directory there", dir: true, want: true},
+		// The hang of issue 35: Debian's package on a host whose PID 1
+		// is not systemd, where a containerd's shims made the socket's
+		// directory.
+		{name: "unit installed, systemd not running, socket directory there", dir: true,
+			host: []string{"lib/systemd/system/containerd.service"}, comm: "process_api", want: true},
+		{name: "systemd running, unit installed, stale socket", socket: true, dir: true,
+			host: []string{"run/systemd/system/", "lib/systemd/system/containerd.service"}},
 		{name: "systemd running, unit installed", host: []string{"run/systemd/system/", "lib/systemd/system/containerd.service"}},
 		{name: "systemd running, unit in /etc", host: []string{"run/systemd/system/", "etc/systemd/system/containerd.service"}},
 		{name: "systemd running, no unit", host: []string{"run/systemd/system/", "etc/init.d/containerd"}, want: true},
@@ -57,6 +70,7 @@ func TestChoose(t *testing.T) {
 		{name: "runlevel link, PID 1 not sysvinit", host: []string{"etc/init.d/containerd", "etc/rc2.d/S01containerd"}, comm: "process_api", want: true},
 		{name: "no binary", noBin: true, wantErr: ErrNoContainerd},
 		{name: "no binary but a socket", noBin: true, socket: true, dir: true},
+		{name: "no binary, socket directory there", noBin: true, dir: true, wantErr: ErrNoContainerd},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := t.TempDir()
@@ -67,9 +81,7 @@ func TestChoose(t *testing.T) {
 				}
 			}
 			if tc.socket {
-				if err := os.WriteFile(address, nil, 0o600); err != nil {
-					t.Fatal(err)
-				}
+				staleSocket(t, address, tc.listen)
 			}
 			host := t.TempDir()
 			files := tc.host
@@ -104,11 +116,27 @@ func TestChoose(t *testing.T) {
 			if err == nil && got.Managed != tc.want {
 				t.Fatalf("choice %+v (%s), want managed=%v", got, why, tc.want)
 			}
-			if err == nil && !got.Managed && why == "" {
-				t.Fatal("a system containerd chosen without saying why")
+			if err == nil && why == "" {
+				t.Fatalf("chose %+v without saying why", got)
 			}
 		})
 	}
+}
+
+// staleSocket makes a unix socket file at path, listening when listen is
+// set, else left behind as by a containerd that was killed.
+func staleSocket(t *testing.T, path string, listen bool) {
+	t.Helper()
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if listen {
+		t.Cleanup(func() { l.Close() })
+		return
+	}
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
 }
 
 // Waiting for a system containerd that does not come says, once, what it

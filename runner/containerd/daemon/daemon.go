@@ -103,15 +103,16 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 	var why, hint string
 	if recorded {
 		err = cfg.agrees(choice)
-		why = "recorded in " + choicePath(cfg.StateDir)
-		hint = "start that containerd; to run a managed one instead, stop the pods in it, remove " +
-			choicePath(cfg.StateDir) + " and start noderun with --containerd-managed"
+		why, hint = cfg.recordedWhy()
 	} else {
 		choice, why, err = cfg.choose(ctx)
 		hint = "start that containerd, or stop noderun and start it with --containerd-managed to run one of its own"
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !recorded {
+		log.Info("chose the containerd to use", "managed", choice.Managed, "address", choice.Address, "why", why)
 	}
 	conn, err := cfg.open(ctx, choice, func(ctx context.Context, address string) (*ctrd.Client, error) {
 		return cfg.waitFor(ctx, address, why, hint)
@@ -128,6 +129,23 @@ func Connect(ctx context.Context, cfg Config) (*Conn, error) {
 			"file", choicePath(cfg.StateDir))
 	}
 	return conn, nil
+}
+
+// recordedWhy says why noderun waits for a recorded system containerd that
+// does not answer, and what to do: when no service manager will start it,
+// only someone starting it by hand ends the wait, and noderun does not
+// switch to a managed one itself (the recorded one's pods may still run in
+// their shims).
+func (cfg Config) recordedWhy() (why, hint string) {
+	why = "recorded in " + choicePath(cfg.StateDir)
+	hint = "; to run a managed one instead, stop the pods in it, remove " +
+		choicePath(cfg.StateDir) + " and start noderun with --containerd-managed"
+	root := cfg.hostRoot()
+	if svc := systemService(root); svc != "" {
+		return why + "; " + svc, "start that containerd" + hint
+	}
+	return why + "; nothing on this host will start it: " + noService(root),
+		"start it by hand (containerd --address " + cfg.Address + ")" + hint
 }
 
 // open connects to choice's containerd: a managed one is started if it is

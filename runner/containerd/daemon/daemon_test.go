@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -359,4 +360,60 @@ func TestSuperviseRestartsDaemonWhosePIDWasReused(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// Issue 35's hang: Debian's containerd package on a host whose PID 1 is not
+// systemd installs containerd.service, which nothing starts, and any
+// containerd's shims have made the socket's directory (/run/containerd/s).
+// A first start used to wait for that system containerd for ever; it runs
+// a managed one and says why.
+func TestConnectFirstStartWithoutServiceManager(t *testing.T) {
+	testenv.RequireContainerd(t)
+	host := t.TempDir()
+	unit := filepath.Join(host, "lib/systemd/system/containerd.service")
+	if err := os.MkdirAll(filepath.Dir(unit), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(unit, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	socketDir := filepath.Join(testenv.ShortTempDir(t), "containerd")
+	if err := os.MkdirAll(filepath.Join(socketDir, "s"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	var mu sync.Mutex
+	cfg := Config{
+		Address: filepath.Join(socketDir, "containerd.sock"), StateDir: t.TempDir(), RunDir: testenv.ShortTempDir(t),
+		Namespace: testNamespace, Root: host, Logger: slog.New(slog.NewTextHandler(lockedWriter{&mu, &out}, nil)),
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := Connect(ctx, cfg)
+	mu.Lock()
+	log := out.String()
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log)
+	}
+	t.Cleanup(func() {
+		conn.Client.Close()
+		if pid, err := socketPID(conn.Address); err == nil {
+			stopPID(t, pid)
+		}
+	})
+	if !conn.Managed {
+		t.Fatalf("chose %+v, want a managed containerd\n%s", conn.Choice, log)
+	}
+	if recorded, ok, err := readChoice(cfg.StateDir); err != nil || !ok || !recorded.Managed {
+		t.Errorf("recorded %+v (%v, %v), want managed", recorded, ok, err)
+	}
+	for _, want := range []string{"chose the containerd to use", "/lib/systemd/system/containerd.service is installed, but systemd is not running"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("log does not say %q:\n%s", want, log)
+		}
+	}
+	if strings.Contains(log, "waiting for the system containerd") {
+		t.Errorf("waited for the system containerd:\n%s", log)
+	}
 }
