@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/noderun/noderun/internal/execio"
+	"github.com/noderun/noderun/internal/testenv"
 	"golang.org/x/net/websocket"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -535,6 +536,9 @@ func TestAttachStdin(t *testing.T) {
 	pod := streamPod()
 	pod.Spec.Containers[0].Stdin, pod.Spec.Containers[0].StdinOnce, pod.Spec.Containers[0].TTY = true, true, true
 	s, _ := newTestStreams(t, pod)
+	// The output side follows the run's log until the session ends: with
+	// no log it would fail at once, racing the stdin under test.
+	testenv.WriteFile(t, s.logPath(&pod, "app", 2), "")
 	type call struct {
 		id        string
 		stdinOnce bool
