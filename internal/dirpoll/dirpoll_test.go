@@ -32,14 +32,25 @@ func TestEvents(t *testing.T) {
 			t.Fatalf("no event; want %v", want)
 		}
 	}
-	p := filepath.Join(d2, "new")
-	if err := os.WriteFile(p, []byte("x"), 0o644); err != nil {
+	// Each change is one step a poll cannot see half done: a file written
+	// outside and renamed in, then one appending write (WriteFile's
+	// truncate and write could be seen as two writes on a busy machine).
+	p, staged := filepath.Join(d2, "new"), filepath.Join(t.TempDir(), "new")
+	if err := os.WriteFile(staged, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(staged, p); err != nil {
 		t.Fatal(err)
 	}
 	next(fsnotify.Event{Name: p, Op: fsnotify.Create})
-	if err := os.WriteFile(p, []byte("xy"), 0o644); err != nil {
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := f.Write([]byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 	next(fsnotify.Event{Name: p, Op: fsnotify.Write})
 	if err := os.Remove(old); err != nil {
 		t.Fatal(err)
