@@ -201,15 +201,15 @@ func (r *fakeRuntime) ListContainers(_ context.Context, podUID string) ([]Contai
 	return out, nil
 }
 
-func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error) {
+func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (Started, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.startErr != nil {
-		return nil, r.startErr
+		return Started{}, r.startErr
 	}
 	// A leftover that never started is replaced, as the real one does.
 	if c, dup := r.containers[cfg.ID]; dup && c.State != StateCreated {
-		return nil, fmt.Errorf("container %s exists", cfg.ID)
+		return Started{}, fmt.Errorf("container %s exists", cfg.ID)
 	}
 	r.started = append(r.started, cfg)
 	r.containers[cfg.ID] = &ContainerStatus{
@@ -217,7 +217,7 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (*
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
 		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch, ImageRef: cfg.Image.Ref,
 	}
-	return nil, nil
+	return Started{At: r.containers[cfg.ID].CreatedAt}, nil
 }
 
 // CreateContainer makes a container whose task waits: it lists as
@@ -256,18 +256,18 @@ type fakeCreated struct {
 	cfg *ContainerConfig
 }
 
-func (c *fakeCreated) Start(context.Context) (*v1.LinuxContainerUser, error) {
+func (c *fakeCreated) Start(context.Context) (Started, error) {
 	r := c.r
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	run := r.containers[c.cfg.ID]
 	if run == nil || run.State != StateCreated {
-		return nil, fmt.Errorf("container %s: not created", c.cfg.ID)
+		return Started{}, fmt.Errorf("container %s: not created", c.cfg.ID)
 	}
 	r.started = append(r.started, c.cfg)
 	r.listsAtStart, r.ensuresAtStart = append(r.listsAtStart, r.lists), append(r.ensuresAtStart, r.ensures)
 	run.State, run.CreatedAt = StateRunning, r.clock.Now()
-	return nil, nil
+	return Started{At: run.CreatedAt}, nil
 }
 
 func (r *fakeRuntime) StopContainer(_ context.Context, id string, grace time.Duration) error {

@@ -45,11 +45,11 @@ func (r instrumented) ListContainers(ctx context.Context, podUID string) ([]Cont
 	return out, err
 }
 
-func (r instrumented) StartContainer(ctx context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error) {
+func (r instrumented) StartContainer(ctx context.Context, cfg *ContainerConfig) (Started, error) {
 	start := time.Now()
-	u, err := r.rt.StartContainer(ctx, cfg)
+	s, err := r.rt.StartContainer(ctx, cfg)
 	r.observe("start_container", start, err)
-	return u, err
+	return s, err
 }
 
 func (r instrumented) CreateContainer(ctx context.Context, cfg *ContainerConfig, ready func() error) (CreatedContainer, error) {
@@ -69,11 +69,11 @@ type instrumentedCreated struct {
 	r instrumented
 }
 
-func (c instrumentedCreated) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
+func (c instrumentedCreated) Start(ctx context.Context) (Started, error) {
 	start := time.Now()
-	u, err := c.c.Start(ctx)
+	s, err := c.c.Start(ctx)
 	c.r.observe("start_container", start, err)
-	return u, err
+	return s, err
 }
 
 func (r instrumented) StopContainer(ctx context.Context, id string, grace time.Duration) error {

@@ -36,13 +36,13 @@ func (s stubRuntime) EnsureImage(context.Context, string, v1.PullPolicy) (ImageC
 func (s stubRuntime) ListContainers(context.Context, string) ([]ContainerStatus, error) {
 	return nil, s.err
 }
-func (s stubRuntime) StartContainer(context.Context, *ContainerConfig) (*v1.LinuxContainerUser, error) {
-	return nil, s.err
+func (s stubRuntime) StartContainer(context.Context, *ContainerConfig) (Started, error) {
+	return Started{}, s.err
 }
 func (s stubRuntime) CreateContainer(context.Context, *ContainerConfig, func() error) (CreatedContainer, error) {
 	return s, nil // created even when err: its Start fails
 }
-func (s stubRuntime) Start(context.Context) (*v1.LinuxContainerUser, error)      { return nil, s.err }
+func (s stubRuntime) Start(context.Context) (Started, error)                     { return Started{}, s.err }
 func (s stubRuntime) StopContainer(context.Context, string, time.Duration) error { return s.err }
 func (s stubRuntime) RemoveContainer(context.Context, string) error              { return s.err }
 func (s stubRuntime) Exits(context.Context) (<-chan ExitEvent, error)            { return nil, s.err }

@@ -20,8 +20,8 @@ type Runtime interface {
 	// those of one pod, or all when podUID is empty.
 	ListContainers(ctx context.Context, podUID string) ([]ContainerStatus, error)
 	// StartContainer creates the container described by cfg and starts its
-	// task. It returns the user the process runs as, names resolved.
-	StartContainer(ctx context.Context, cfg *ContainerConfig) (*v1.LinuxContainerUser, error)
+	// task.
+	StartContainer(ctx context.Context, cfg *ContainerConfig) (Started, error)
 	// CreateContainer creates the container and its task but does not
 	// start it, so that the pod's network can be set up meanwhile. The
 	// task is created once ready (when not nil) returned nil: the
@@ -54,9 +54,18 @@ type Runtime interface {
 
 // CreatedContainer is a container whose task waits to be started.
 type CreatedContainer interface {
-	// Start starts the task and returns the user the process runs as,
-	// names resolved. On error the container is removed.
-	Start(ctx context.Context) (*v1.LinuxContainerUser, error)
+	// Start starts the task. On error the container is removed.
+	Start(ctx context.Context) (Started, error)
+}
+
+// Started is a container's start as the runtime recorded it. At is what
+// ListContainers reports as the run's CreatedAt from then on, across
+// noderun restarts too, so the engine takes its start time from here
+// rather than from its own clock: status.startedAt must not move when
+// noderun restarts.
+type Started struct {
+	User *v1.LinuxContainerUser // the user the process runs as, names resolved
+	At   time.Time
 }
 
 // ImageGCPolicy is the kubelet's image garbage collection policy.

@@ -264,11 +264,11 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
-	var user *v1.LinuxContainerUser
+	var started Started
 	if pc := w.takePrecreated(ctx, cfg); pc != nil {
-		user, err = pc.Start(ctx)
+		started, err = pc.Start(ctx)
 	} else {
-		user, err = e.rt.StartContainer(ctx, cfg)
+		started, err = e.rt.StartContainer(ctx, cfg)
 	}
 	// What this run is, whether it started or not.
 	run := &ContainerStatus{
@@ -278,7 +278,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.runFailed(ctx, pod, c, run, latest, err)
 	}
-	run.State, run.CreatedAt, run.User = StateRunning, e.clock.Now(), user
+	run.State, run.CreatedAt, run.User = StateRunning, started.At, started.User
 	w.started(ctx, pod, s, run, latest)
 	if h := postStart(c); h != nil {
 		if err := w.runHook(ctx, pod, c, run.ID, h); err != nil {

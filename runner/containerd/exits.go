@@ -107,6 +107,19 @@ func startedRecord(pid uint32, at time.Time) string {
 	return procIDOf(pid).String() + " " + at.UTC().Format(time.RFC3339Nano)
 }
 
+// startedAt is when c's run started, as its start record says (what the
+// engine reported while it watched the start), or when the container was
+// created for a run with no readable record.
+func startedAt(c *containers.Container) time.Time {
+	f := strings.Fields(c.Labels[LabelStarted])
+	if len(f) == 4 {
+		if at, err := time.Parse(time.RFC3339Nano, f[3]); err == nil {
+			return at
+		}
+	}
+	return c.CreatedAt
+}
+
 // exitRecord is LabelExit's value.
 func exitRecord(code int, at time.Time, reason string) string {
 	s := fmt.Sprintf("%d %s", code, at.UTC().Format(time.RFC3339Nano))

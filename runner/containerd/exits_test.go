@@ -67,6 +67,25 @@ func TestUnknownTaskStateIsUnknown(t *testing.T) {
 	}
 }
 
+// A run's start is what its start record says, not the creation of its
+// container record, which a precreated container has seconds before: the
+// engine reported the record's time while it watched the start, and a
+// restarted noderun must report the same startedAt.
+func TestStartedAtIsTheStartRecord(t *testing.T) {
+	created := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+	started := created.Add(1500 * time.Millisecond)
+	running := &tasktypes.Process{Status: tasktypes.Status_RUNNING, Pid: 1}
+	c := &containers.Container{ID: "c", CreatedAt: created,
+		Labels: map[string]string{LabelStarted: startedRecord(1, started)}}
+	if st := statusOf(c, running); !st.CreatedAt.Equal(started) {
+		t.Errorf("run started %v, want the start record's %v", st.CreatedAt, started)
+	}
+	c.Labels[LabelStarted] = ""
+	if st := statusOf(c, running); !st.CreatedAt.Equal(created) {
+		t.Errorf("run with no start record started %v, want the container's creation %v", st.CreatedAt, created)
+	}
+}
+
 func TestExitToRecord(t *testing.T) {
 	at := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	now := at.Add(time.Hour)

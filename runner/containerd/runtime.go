@@ -267,10 +267,10 @@ func repoDigest(name, digest string) string {
 
 // StartContainer creates the container and starts its task, and says which
 // user it runs as.
-func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (*v1.LinuxContainerUser, error) {
+func (r *Runtime) StartContainer(ctx context.Context, cfg *runner.ContainerConfig) (runner.Started, error) {
 	created, err := r.CreateContainer(ctx, cfg, nil)
 	if err != nil {
-		return nil, err
+		return runner.Started{}, err
 	}
 	return created.Start(ctx)
 }
@@ -296,11 +296,12 @@ type created struct {
 	began time.Time
 }
 
-func (c *created) Start(ctx context.Context) (*v1.LinuxContainerUser, error) {
-	if err := c.r.startTask(c.r.ctx(ctx), c.cfg, c.began); err != nil {
-		return nil, err
+func (c *created) Start(ctx context.Context) (runner.Started, error) {
+	at, err := c.r.startTask(c.r.ctx(ctx), c.cfg, c.began)
+	if err != nil {
+		return runner.Started{}, err
 	}
-	return userFromLabel(c.r.userLabel(c.cfg)), nil
+	return runner.Started{User: userFromLabel(c.r.userLabel(c.cfg)), At: at}, nil
 }
 
 // createContainer creates the container and, once ready returned nil, its
@@ -379,26 +380,28 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 // ctrd.Task for the created task would cost a round trip to containerd and
 // the shim (the client loads it with the task's state), on the path to the
 // container's start.
-func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, began time.Time) (retErr error) {
+func (r *Runtime) startTask(ctx context.Context, cfg *runner.ContainerConfig, began time.Time) (at time.Time, retErr error) {
 	defer r.removeOnError(cfg.ID, &retErr)
 	// The shim takes the log driver's exit for readiness and would start
 	// the container with no reader, to die of SIGPIPE at its first output.
 	// The driver creates the log before it signals ready, so no log means
 	// it failed; it said why in syslog.
 	if _, err := os.Stat(cfg.LogPath); err != nil {
-		return fmt.Errorf("log driver for %s: %w (journalctl -t %s tells why)", cfg.ID, err, crilog.SyslogTag)
+		return at, fmt.Errorf("log driver for %s: %w (journalctl -t %s tells why)", cfg.ID, err, crilog.SyslogTag)
 	}
 	t0 := time.Now()
 	resp, err := r.client.TaskService().Start(ctx, &tasksapi.StartRequest{ContainerID: cfg.ID})
 	if err != nil {
-		return fmt.Errorf("start task %s: %w", cfg.ID, errdefs.FromGRPC(err))
+		return at, fmt.Errorf("start task %s: %w", cfg.ID, errdefs.FromGRPC(err))
 	}
-	r.log.Debug("started task", "container", cfg.ID, "start", time.Since(t0), "since create", time.Since(began))
-	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(resp.Pid, time.Now())); err != nil {
-		// The run goes on; only a lost task would be taken for never started.
+	at = time.Now()
+	r.log.Debug("started task", "container", cfg.ID, "start", at.Sub(t0), "since create", at.Sub(began))
+	if err := r.setLabel(ctx, cfg.ID, LabelStarted, startedRecord(resp.Pid, at)); err != nil {
+		// The run goes on; only a lost task would be taken for never started,
+		// and a restart would report the record's creation as its start.
 		r.log.Warn("start not recorded", "container", cfg.ID, "err", err)
 	}
-	return nil
+	return at, nil
 }
 
 // removeOnError removes container id if *err is set when the caller returns.
@@ -627,7 +630,7 @@ func statusOf(c *containers.Container, p *tasktypes.Process) runner.ContainerSta
 		RestartCount: rc,
 		ImageRef:     l[LabelImageRef],
 		ImageID:      l[LabelImageID],
-		CreatedAt:    c.CreatedAt,
+		CreatedAt:    startedAt(c),
 		State:        runner.StateCreated,
 		LastState:    lastState(l),
 		User:         userFromLabel(l[LabelUser]),
