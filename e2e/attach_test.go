@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"io"
 	"os/exec"
 	"strings"
@@ -67,29 +66,27 @@ func TestKubectlAttach(t *testing.T) {
 	}
 
 	buildKubectl(t) // before the clock starts
-	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
-	defer cancel()
 
 	// attach -i: what it sends comes back; its end leaves stdin open.
-	out, code := attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "echo"), "hello", "got hello")
+	out, code := attachWithInput(t, n.kubectlCmd(stepContext(t), admin, "attach", "-i", pod, "-c", "echo"), "hello", "got hello")
 	if code != 0 {
 		t.Errorf("kubectl attach -i: exit %d, %q", code, out)
 	}
 	if o, _, _ := n.kubectl(view, "logs", pod, "-c", "echo"); strings.Contains(o, "saw EOF") {
 		t.Errorf("the end of an attach closed the container's stdin: %q", o)
 	}
-	out, _ = attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "echo"), "again", "got again")
+	out, _ = attachWithInput(t, n.kubectlCmd(stepContext(t), admin, "attach", "-i", pod, "-c", "echo"), "again", "got again")
 	if st := containerStatus(n.pod("attach"), "echo"); st == nil || st.RestartCount != 0 || st.State.Running == nil {
 		t.Errorf("echo after two attaches: %+v, want its first run still running", st)
 	}
 
 	// noderun attach does the same without kubectl.
-	attachWithInput(t, exec.CommandContext(ctx, noderunBin, "--state-dir", n.state, "--run-dir", n.run, "attach", "-i", "-c", "echo", pod),
+	attachWithInput(t, exec.CommandContext(stepContext(t), noderunBin, "--state-dir", n.state, "--run-dir", n.run, "attach", "-i", "-c", "echo", pod),
 		"from noderun", "got from noderun")
 
 	// stdinOnce: the first attach's end is the container's EOF; the
 	// attach shows the output up to the container's end.
-	out, code = attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "once"), "first", "once first")
+	out, code = attachWithInput(t, n.kubectlCmd(stepContext(t), admin, "attach", "-i", pod, "-c", "once"), "first", "once first")
 	if !strings.Contains(out, "saw EOF") {
 		t.Errorf("kubectl attach -i to the stdinOnce container: exit %d, %q; want its output up to \"saw EOF\"", code, out)
 	}
@@ -103,7 +100,7 @@ func TestKubectlAttach(t *testing.T) {
 	// The restart has a new, open stdin, which this attach closes too;
 	// in the crash backoff that follows, the container does not run and
 	// an attach gets the kubelet's answer.
-	attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "once"), "second", "once second")
+	attachWithInput(t, n.kubectlCmd(stepContext(t), admin, "attach", "-i", pod, "-c", "once"), "second", "once second")
 	n.waitPod("attach", "once in its crash backoff", func(p *v1.Pod) bool {
 		st := containerStatus(p, "once")
 		return st != nil && st.State.Waiting != nil && st.State.Waiting.Reason == "CrashLoopBackOff"
@@ -121,14 +118,14 @@ func TestKubectlAttach(t *testing.T) {
 		st := containerStatus(p, "echo")
 		return st != nil && st.State.Running != nil
 	})
-	attachWithInput(t, n.kubectlCmd(ctx, admin, "attach", "-i", pod, "-c", "echo"), "after restart", "got after restart")
+	attachWithInput(t, n.kubectlCmd(stepContext(t), admin, "attach", "-i", pod, "-c", "echo"), "after restart", "got after restart")
 	if o, _, _ := n.kubectl(view, "logs", pod, "-c", "echo"); strings.Contains(o, "saw EOF") {
 		t.Errorf("a noderun restart closed the container's stdin: %q", o)
 	}
 
 	// attach -it: the shell on the client's terminal, at its size; its
 	// exit ends the attach, and the restart has a terminal again.
-	ptmx, tout, wait := startOnTerminal(t, n.kubectlCmd(ctx, admin, "attach", "-it", pod, "-c", "shell"), 33, 101)
+	ptmx, tout, wait := startOnTerminal(t, n.kubectlCmd(stepContext(t), admin, "attach", "-it", pod, "-c", "shell"), 33, 101)
 	defer ptmx.Close()
 	waitUntil(t, "the shell to answer through attach -it", func() bool {
 		io.WriteString(ptmx, "echo $((6*7))\r")

@@ -785,6 +785,15 @@ func (n *node) forceClean() {
 	}
 }
 
+// stepContext bounds one command of a test's sequence (cancelled at the
+// test's end): a deadline shared by the whole sequence fails it on a busy
+// machine, where every step is slower, though no step hangs.
+func stepContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // runBounded runs c, with its output combined, and expects it to end
 // within d. One still running then is a hang to explain: the test logs the
 // goroutines of noderun and of c (a Go program sent SIGQUIT prints its own

@@ -94,9 +94,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	pod := "talker-" + nodeName
 
 	buildKubectl(t) // before the clock starts: a cold build takes minutes
-	ctx, cancel := context.WithTimeout(context.Background(), 2*waitTimeout)
-	defer cancel()
-	follow := n.kubectlCmd(ctx, view, "logs", "-f", pod)
+	follow := n.kubectlCmd(stepContext(t), view, "logs", "-f", pod)
 	out := &syncBuffer{}
 	follow.Stdout, follow.Stderr = out, out
 	if err := follow.Start(); err != nil {
@@ -146,7 +144,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	if o, e, err := n.kubectl(admin, "exec", pod, "--", "sh", "-c", "echo out; echo err >&2; exit 7"); exitCode(err) != 7 || o != "out\n" || !strings.Contains(e, "err\n") {
 		t.Errorf("kubectl exec exit 7: exit %d, stdout %q, stderr %q", exitCode(err), o, e)
 	}
-	cmd := n.kubectlCmd(ctx, admin, "exec", "-i", pod, "--", "sh", "-c", "tr a-z A-Z; echo done")
+	cmd := n.kubectlCmd(stepContext(t), admin, "exec", "-i", pod, "--", "sh", "-c", "tr a-z A-Z; echo done")
 	cmd.Stdin = strings.NewReader("hello\n")
 	if o, err := cmd.Output(); err != nil || string(o) != "HELLO\ndone\n" {
 		t.Errorf("kubectl exec -i: %v, %q; want \"HELLO\\ndone\\n\"", err, o)
@@ -158,8 +156,8 @@ func TestKubectlLogsAndExec(t *testing.T) {
 		name string
 		cmd  *exec.Cmd
 	}{
-		{"kubectl", n.kubectlCmd(ctx, admin, "exec", "-it", pod, "--", "sh", "-c", "stty size; [ -t 0 ] && echo tty; exit 5")},
-		{"noderun", exec.CommandContext(ctx, noderunBin, "--state-dir", n.state, "--run-dir", n.run,
+		{"kubectl", n.kubectlCmd(stepContext(t), admin, "exec", "-it", pod, "--", "sh", "-c", "stty size; [ -t 0 ] && echo tty; exit 5")},
+		{"noderun", exec.CommandContext(stepContext(t), noderunBin, "--state-dir", n.state, "--run-dir", n.run,
 			"exec", "-it", pod, "--", "sh", "-c", "stty size; [ -t 0 ] && echo tty; exit 5")},
 	} {
 		out, code := runOnTerminal(t, c.cmd, 33, 101)
@@ -169,7 +167,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	}
 
 	// kubectl attach shows what the container writes from now on.
-	attach := n.kubectlCmd(ctx, admin, "attach", pod)
+	attach := n.kubectlCmd(stepContext(t), admin, "attach", pod)
 	attached := &syncBuffer{}
 	attach.Stdout, attach.Stderr = attached, attached
 	if err := attach.Start(); err != nil {
@@ -186,7 +184,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 	}
 
 	// An exec whose client goes is killed.
-	execCtx, endExec := context.WithCancel(ctx)
+	execCtx, endExec := context.WithCancel(stepContext(t))
 	long := n.kubectlCmd(execCtx, admin, "exec", pod, "--", "sleep", "300")
 	if err := long.Start(); err != nil {
 		t.Fatal(err)
@@ -207,7 +205,7 @@ func TestKubectlLogsAndExec(t *testing.T) {
 
 	// noderun's own logs and exec, through the same API.
 	noderun := func(stdin string, args ...string) (string, int) {
-		c := exec.CommandContext(ctx, noderunBin, append([]string{"--state-dir", n.state, "--run-dir", n.run}, args...)...)
+		c := exec.CommandContext(stepContext(t), noderunBin, append([]string{"--state-dir", n.state, "--run-dir", n.run}, args...)...)
 		c.Stdin = strings.NewReader(stdin)
 		o, err := n.runBounded(c, waitTimeout/2)
 		return o, exitCode(err)
