@@ -99,12 +99,16 @@ type Engine struct {
 	sources map[string]manifests.Snapshot
 	// conflicts holds, by source, the pods refused because another
 	// source defines the same namespace/name or UID.
-	conflicts     map[string][]error
-	workers       map[types.UID]*podWorker
-	rejected      map[types.UID]rejection // by admission, see admitLocked
-	holds         map[types.UID]hold      // waiting for dependencies, see holdLocked
-	waitedOn      map[string]bool         // namespace/name of the pods held ones wait for
-	depsChanged   chan struct{}           // one slot: a status held pods wait on changed
+	conflicts   map[string][]error
+	workers     map[types.UID]*podWorker
+	rejected    map[types.UID]rejection // by admission, see admitLocked
+	holds       map[types.UID]hold      // waiting for dependencies, see holdLocked
+	waitedOn    map[string]bool         // namespace/name of the pods held ones wait for
+	depsChanged chan struct{}           // one slot: a status held pods wait on changed
+	// Download, then replace (update.go): new versions pulling their
+	// images, with the old version's worker, and those done.
+	replacing     map[types.UID]*podWorker
+	imagesIn      map[types.UID]bool
 	statuses      map[types.UID]*v1.Pod
 	statusRev     uint64        // the last stamp putStatusLocked gave a status
 	counts        PodCounts     // of statuses
@@ -113,7 +117,8 @@ type Engine struct {
 	qosMu         sync.Mutex // one QoS parents' update at a time (updateQoS)
 
 	// Touched only by Run's goroutine.
-	settled, waitLogged bool // orphans removed; the wait for sources logged
+	settled, waitLogged bool                  // orphans removed; the wait for sources logged
+	diskPods            map[types.UID]*v1.Pod // see readPodsOnDisk
 	ready               atomic.Bool
 	readyCh             chan struct{} // closed with ready set (Ready)
 	// The main loop's last turn, read with its monotonic clock reading so
@@ -158,6 +163,8 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		workers:       map[types.UID]*podWorker{},
 		rejected:      map[types.UID]rejection{},
 		holds:         map[types.UID]hold{},
+		imagesIn:      map[types.UID]bool{},
+		diskPods:      map[types.UID]*v1.Pod{},
 		depsChanged:   make(chan struct{}, 1),
 		statuses:      map[types.UID]*v1.Pod{},
 		countsChanged: make(chan struct{}, 1),
@@ -506,17 +513,20 @@ func (e *Engine) locate(me *manifests.ManifestError, source string, uid types.UI
 }
 
 // apply hands every desired pod that admission lets run to its worker and
-// asks workers of pods no longer desired to kill them.
+// asks workers of pods no longer desired to kill them, but for an old
+// version kept running while its replacement pulls images (update.go).
 func (e *Engine) apply(ctx context.Context) {
 	want := e.desired()
 	ran := map[types.UID]bool{}
 	for _, uid := range e.podDirs() {
 		ran[uid] = true
 	}
+	e.readPodsOnDisk(want, ran)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	run := e.admitLocked(want, ran)
 	held := e.holdLocked(want, run)
+	keep := e.gateLocked(ctx, run, held)
 	for uid, pod := range run {
 		if held[uid] {
 			continue
@@ -528,7 +538,7 @@ func (e *Engine) apply(ctx context.Context) {
 		w.update(pod)
 	}
 	for uid, w := range e.workers {
-		if _, ok := run[uid]; !ok {
+		if _, ok := run[uid]; !ok && !keep[uid] {
 			w.kill()
 		}
 	}
