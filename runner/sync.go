@@ -90,9 +90,11 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	} else {
 		delete(w.st.backoff, "unknown")
 	}
-	if phase := w.publish(pod, latest, acts); (phase == v1.PodSucceeded || phase == v1.PodFailed) && !anyLive(latest) {
+	st := w.publish(pod, latest, acts)
+	if (st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed) && !anyLive(latest) {
 		w.podEnded(ctx, pod)
 	}
+	retry = minPositive(retry, w.watchRollout(pod, st))
 	if !acts.deadline.IsZero() && acts.failed == "" {
 		retry = minPositive(retry, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
 	}
