@@ -152,3 +152,25 @@ func TestEngineUpdateRestartDuringPull(t *testing.T) {
 		t.Fatal("v2 started beside v1")
 	}
 }
+
+// A newer edit during the pull drops the version being pulled (its pull
+// ends with its worker) and pulls the newer one's images, the old version
+// running on until then.
+func TestEngineUpdateSupersededDuringPull(t *testing.T) {
+	f := startEngine(t)
+	f.send(versionPod("v1", "app:1"))
+	waitFor(t, "v1 start", func() bool { return f.rt.startedPod("v1") })
+	f.gatePull("app:2")
+	f.send(versionPod("v2", "app:2"))
+	waitFor(t, "v2's pull ahead", func() bool { return f.hasPodEvent2("v1", reasonUpdatePulling, "uid v2") })
+	f.send(versionPod("v3", "app:3"))
+	waitFor(t, "v3 start", func() bool { return f.rt.startedPod("v3") })
+	if f.rt.startedPod("v2") || !f.stoppedAny("v1") || !f.hasPodEvent2("v1", reasonUpdatePulled, `"app:3"`) {
+		t.Fatalf("v2 started %t, v1 stopped %t; events %+v", f.rt.startedPod("v2"), f.stoppedAny("v1"), f.e.Events())
+	}
+	waitFor(t, "v2's worker gone", func() bool {
+		f.e.mu.Lock()
+		defer f.e.mu.Unlock()
+		return f.e.workers["v2"] == nil
+	})
+}
