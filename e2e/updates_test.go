@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -141,18 +142,30 @@ func eventRV(evs []v1.Event, uid, reason string) int {
 // contains substr.
 func (n *node) waitEvent(reason, substr string) {
 	n.t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for {
-		for _, ev := range n.events("web") {
-			if ev.Reason == reason && strings.Contains(ev.Message, substr) {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			n.t.Fatalf("no %s event with %q: %+v", reason, substr, n.events("web"))
-		}
-		time.Sleep(pollEvery)
+	waitUntil(n.t, "a "+reason+" event with "+substr, func() bool {
+		return slices.ContainsFunc(n.events("web"), func(ev v1.Event) bool {
+			return ev.Reason == reason && strings.Contains(ev.Message, substr)
+		})
+	})
+}
+
+// startUpdate starts a node and a registry holding app:1, serving "one",
+// and app:second (serving page, or broken when page is ""), pulled through
+// a slowProxy, and runs pod "web" on app:1 (opting into rollback when
+// after is set) until it is Ready.
+func startUpdate(t *testing.T, second, page, after string) (*node, *registry, *slowProxy, *v1.Pod) {
+	t.Helper()
+	n := newNode(t)
+	reg := startRegistry(t)
+	pushWeb(t, reg.addr+"/app:1", "one")
+	pushWeb(t, reg.addr+"/app:"+second, page)
+	slow := reg.slowProxy(t, n)
+	n.writeManifest("web.yaml", updatePod(slow.addr+"/app:1", after))
+	p := n.waitPodFor("web", "Ready", 60*time.Second, ready)
+	if got := httpGet(t, "http://"+p.Status.PodIP+":8080/"); got != "one\n" {
+		t.Fatalf("v1 serves %q", got)
 	}
+	return n, reg, slow, p
 }
 
 // TestUpdateDownloadThenReplace: an image bump over a registry that serves
@@ -162,25 +175,15 @@ func (n *node) waitEvent(reason, substr string) {
 // the old version adopted and still serving, the pull started over.
 func TestUpdateDownloadThenReplace(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	reg := startRegistry(t)
-	pushWeb(t, reg.addr+"/app:1", "one")
-	pushWeb(t, reg.addr+"/app:2", "two")
-	slow := reg.slowProxy(t, n)
-
-	n.writeManifest("web.yaml", updatePod(slow.addr+"/app:1", ""))
-	old := n.waitPodFor("web", "Ready", 60*time.Second, ready)
+	n, _, slow, old := startUpdate(t, "2", "two", "")
 	oldID := containerID(old.Status.ContainerStatuses[0])
-	if got := httpGet(t, "http://"+old.Status.PodIP+":8080/"); got != "one\n" {
-		t.Fatalf("v1 serves %q", got)
-	}
 
 	slow.hold()
 	n.writeManifest("web.yaml", updatePod(slow.addr+"/app:2", ""))
 	n.waitEvent("UpdatePulling", `Pulling image "`+slow.addr+`/app:2" for the pod's new version`)
 	servesOld := func(when string) {
 		t.Helper()
-		waitCond(t, "a blob download held", func() bool { return slow.held.Load() > 0 })
+		waitUntil(t, "a blob download is held", func() bool { return slow.held.Load() > 0 })
 		// Listed alone, as the old version (after a restart, Ready again
 		// once its probe passes: probe results start over).
 		p := n.waitPod("web", when, func(p *v1.Pod) bool { return p.UID == old.UID && ready(p) })
@@ -211,18 +214,6 @@ func TestUpdateDownloadThenReplace(t *testing.T) {
 	}
 }
 
-// waitCond polls cond until it holds.
-func waitCond(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(pollEvery)
-	}
-}
-
 // TestUpdateRollsBack: a new version whose image exits at once is not
 // Ready within noderun.dev/rollback-after, and the last Ready version runs
 // and serves again, with a RolledBack event and condition; the manifest is
@@ -231,14 +222,7 @@ func waitCond(t *testing.T, what string, cond func() bool) {
 // keeps it: the failed version is not run again.
 func TestUpdateRollsBack(t *testing.T) {
 	t.Parallel()
-	n := newNode(t)
-	reg := startRegistry(t)
-	pushWeb(t, reg.addr+"/app:1", "one")
-	pushWeb(t, reg.addr+"/app:broken", "")
-	slow := reg.slowProxy(t, n)
-
-	n.writeManifest("web.yaml", updatePod(slow.addr+"/app:1", "20s"))
-	good := n.waitPodFor("web", "Ready", 60*time.Second, ready)
+	n, reg, slow, good := startUpdate(t, "broken", "", "20s")
 	bad := updatePod(slow.addr+"/app:broken", "20s")
 	n.writeManifest("web.yaml", bad)
 	failing := n.waitPodFor("web", "the broken version crashing", 60*time.Second, func(p *v1.Pod) bool {
