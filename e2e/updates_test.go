@@ -24,12 +24,14 @@ import (
 
 // slowProxy serves a registry through a loopback proxy that, while held,
 // keeps every blob download waiting until release: a registry that serves
-// as slowly as the test needs, with no sleep to tune.
+// as slowly as the test needs, with no sleep to tune. While failing, blob
+// downloads fail (503).
 type slowProxy struct {
-	addr string
-	mu   sync.Mutex
-	gate chan struct{} // nil: blobs flow
-	held atomic.Int32  // blob requests that waited
+	addr    string
+	mu      sync.Mutex
+	gate    chan struct{} // nil: blobs flow
+	held    atomic.Int32  // blob requests that waited
+	failing atomic.Bool
 }
 
 // slowProxy starts a proxy to r; the node pulls through it over plain
@@ -43,6 +45,10 @@ func (r *registry) slowProxy(t *testing.T, n *node) *slowProxy {
 	rp := httputil.NewSingleHostReverseProxy(target)
 	p := &slowProxy{}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.Contains(req.URL.Path, "/blobs/") && p.failing.Load() {
+			http.Error(w, "registry unavailable", http.StatusServiceUnavailable)
+			return
+		}
 		if strings.Contains(req.URL.Path, "/blobs/") {
 			p.mu.Lock()
 			gate := p.gate
@@ -168,8 +174,10 @@ func startUpdate(t *testing.T, second, page, after string) (*node, *registry, *s
 	return n, reg, slow, p
 }
 
-// TestUpdateDownloadThenReplace: an image bump over a registry that serves
-// slowly pulls while the old version keeps serving on its pod IP; the old
+// TestUpdateDownloadThenReplace: an image bump whose pull fails keeps the
+// old version, with a warning, and is retried after the kubelet's 10 s;
+// over a registry that serves slowly it pulls while the old version keeps
+// serving on its pod IP; the old
 // version stops only after the pull (noderun's event order says so), and
 // the new one serves. A noderun crash in the middle of the pull ends with
 // the old version adopted and still serving, the pull started over.
@@ -178,9 +186,16 @@ func TestUpdateDownloadThenReplace(t *testing.T) {
 	n, _, slow, old := startUpdate(t, "2", "two", "")
 	oldID := containerID(old.Status.ContainerStatuses[0])
 
-	slow.hold()
+	// A pull that fails keeps the old version, says why, and is retried.
+	slow.failing.Store(true)
 	n.writeManifest("web.yaml", updatePod(slow.addr+"/app:2", ""))
-	n.waitEvent("UpdatePulling", `Pulling image "`+slow.addr+`/app:2" for the pod's new version`)
+	n.waitEvent("UpdatePullFailed", `Failed to pull image "`+slow.addr+`/app:2" for the pod's new version`)
+	n.waitEvent("UpdatePullFailed", "this version keeps running, next try in 10s")
+	if p := n.pod("web"); p == nil || p.UID != old.UID || !running(p) {
+		t.Fatalf("after a failed pull: %s", statusJSON(p))
+	}
+	slow.hold()
+	slow.failing.Store(false)
 	servesOld := func(when string) {
 		t.Helper()
 		waitUntil(t, "a blob download is held", func() bool { return slow.held.Load() > 0 })
@@ -194,7 +209,8 @@ func TestUpdateDownloadThenReplace(t *testing.T) {
 			t.Fatalf("%s: the old version serves %q", when, got)
 		}
 	}
-	servesOld("during the pull")
+	servesOld("during the pull, retried after the backoff")
+	n.waitEvent("UpdatePulling", `Pulling image "`+slow.addr+`/app:2" for the pod's new version`)
 
 	// A crash mid-pull: the old version is adopted and keeps serving.
 	n.kill9()
