@@ -176,11 +176,18 @@ func startSecureRegistry(t *testing.T, user, pass string) (*registry, []byte) {
 // hosts.toml files under certsDir (if any) and logs in as user.
 func pushWith(t *testing.T, name, certsDir, user, pass string) {
 	t.Helper()
-	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
 	img, err := ociimage.Busybox(name)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pushImage(t, img, certsDir, user, pass)
+}
+
+// pushImage pushes img (to the registry its name names) as pushWith does.
+func pushImage(t *testing.T, img ociimage.Image, certsDir, user, pass string) {
+	t.Helper()
+	name := img.Name
+	ctx := namespaces.WithNamespace(context.Background(), "e2e-push-"+nsSuffix(t.Name()))
 	path := filepath.Join(t.TempDir(), "push.tar")
 	if err := ociimage.WriteFile(path, img); err != nil {
 		t.Fatal(err)

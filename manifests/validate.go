@@ -42,6 +42,7 @@ func Validate(pod *v1.Pod) []error {
 	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)
 	v.waitFor(pod)
+	v.rollbackAfter(pod)
 	v.spec(&pod.Spec)
 	if sc := pod.Spec.SecurityContext; sc != nil {
 		v.seccompProfile(sc.SeccompProfile, "spec.securityContext.seccompProfile")

@@ -99,21 +99,31 @@ type Engine struct {
 	sources map[string]manifests.Snapshot
 	// conflicts holds, by source, the pods refused because another
 	// source defines the same namespace/name or UID.
-	conflicts     map[string][]error
-	workers       map[types.UID]*podWorker
-	rejected      map[types.UID]rejection // by admission, see admitLocked
-	holds         map[types.UID]hold      // waiting for dependencies, see holdLocked
-	waitedOn      map[string]bool         // namespace/name of the pods held ones wait for
-	depsChanged   chan struct{}           // one slot: a status held pods wait on changed
-	statuses      map[types.UID]*v1.Pod
-	statusRev     uint64        // the last stamp putStatusLocked gave a status
-	counts        PodCounts     // of statuses
-	countsChanged chan struct{} // one slot: the counts changed since the last read
-	wg            sync.WaitGroup
-	qosMu         sync.Mutex // one QoS parents' update at a time (updateQoS)
+	conflicts   map[string][]error
+	workers     map[types.UID]*podWorker
+	rejected    map[types.UID]rejection // by admission, see admitLocked
+	holds       map[types.UID]hold      // waiting for dependencies, see holdLocked
+	waitedOn    map[string]bool         // namespace/name of the pods held ones wait for
+	depsChanged chan struct{}           // one slot: a status held pods wait on changed
+	// Download, then replace (update.go): new versions pulling their
+	// images, with the old version's worker, and those done.
+	replacing map[types.UID]*podWorker
+	imagesIn  map[types.UID]bool
+	// Rollback (rollback.go): by namespace/name, the last Ready version
+	// and the version rolled back from; rolloutMu orders their writes.
+	rollouts       map[string]*rollout
+	rolloutMu      sync.Mutex
+	rolloutChanged chan struct{} // one slot: a rollback to apply
+	statuses       map[types.UID]*v1.Pod
+	statusRev      uint64        // the last stamp putStatusLocked gave a status
+	counts         PodCounts     // of statuses
+	countsChanged  chan struct{} // one slot: the counts changed since the last read
+	wg             sync.WaitGroup
+	qosMu          sync.Mutex // one QoS parents' update at a time (updateQoS)
 
 	// Touched only by Run's goroutine.
-	settled, waitLogged bool // orphans removed; the wait for sources logged
+	settled, waitLogged bool                  // orphans removed; the wait for sources logged
+	diskPods            map[types.UID]*v1.Pod // see readPodsOnDisk
 	ready               atomic.Bool
 	readyCh             chan struct{} // closed with ready set (Ready)
 	// The main loop's last turn, read with its monotonic clock reading so
@@ -154,14 +164,18 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	}
 	e := &Engine{
 		cfg: cfg, rt: rt, net: net, log: cfg.Logger, clock: cfg.Clock,
-		sources:       map[string]manifests.Snapshot{},
-		workers:       map[types.UID]*podWorker{},
-		rejected:      map[types.UID]rejection{},
-		holds:         map[types.UID]hold{},
-		depsChanged:   make(chan struct{}, 1),
-		statuses:      map[types.UID]*v1.Pod{},
-		countsChanged: make(chan struct{}, 1),
-		readyCh:       make(chan struct{}),
+		sources:        map[string]manifests.Snapshot{},
+		workers:        map[types.UID]*podWorker{},
+		rejected:       map[types.UID]rejection{},
+		holds:          map[types.UID]hold{},
+		imagesIn:       map[types.UID]bool{},
+		rollouts:       map[string]*rollout{},
+		rolloutChanged: make(chan struct{}, 1),
+		diskPods:       map[types.UID]*v1.Pod{},
+		depsChanged:    make(chan struct{}, 1),
+		statuses:       map[types.UID]*v1.Pod{},
+		countsChanged:  make(chan struct{}, 1),
+		readyCh:        make(chan struct{}),
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
 		netGCTimeout: 2 * time.Minute,
 	}
@@ -227,6 +241,7 @@ func (e *Engine) unhealthy(uid, container, msg string) {
 // reconcile waits until every source has reported once, so pods from a
 // source that is merely slow are never mistaken for removed ones.
 func (e *Engine) Run(ctx context.Context, snaps <-chan manifests.Snapshot, nSources int) error {
+	e.loadRollouts()
 	if err := e.awaitSources(ctx, snaps, nSources); err != nil {
 		return err
 	}
@@ -313,6 +328,8 @@ func (e *Engine) loop(ctx context.Context, snaps <-chan manifests.Snapshot, exit
 			e.pokeAll() // exits may have been missed meanwhile
 		case <-e.depsChanged:
 			e.apply(ctx)
+		case <-e.rolloutChanged:
+			e.apply(ctx)
 		case <-resync.C():
 			e.pokeAll()
 		case <-gc.C():
@@ -361,19 +378,24 @@ func (e *Engine) gc(ctx context.Context) {
 }
 
 // gcImages removes unused images off the loop (it may take long), never
-// an image a manifest names (running, failing or last good) or a
-// container of noderun's uses; one at a time.
+// an image a manifest names (running, failing or last good), nor one a
+// rollback would run, or a container of noderun's uses; one at a time.
 func (e *Engine) gcImages(ctx context.Context) {
 	if !e.settled || !e.imageGCBusy.CompareAndSwap(false, true) {
 		return
 	}
 	var keep []string
 	e.mu.Lock()
+	pods := make([]*v1.Pod, 0, len(e.rollouts))
+	for _, r := range e.rollouts {
+		pods = append(pods, r.Ready) // what a rollback would run
+	}
 	for _, s := range e.sources {
-		for _, p := range s.Pods {
-			for _, c := range allContainers(p) {
-				keep = append(keep, c.Image)
-			}
+		pods = append(pods, s.Pods...)
+	}
+	for _, p := range pods {
+		for _, c := range allContainers(p) {
+			keep = append(keep, c.Image)
 		}
 	}
 	e.mu.Unlock()
@@ -427,6 +449,8 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 		pod    *v1.Pod
 	}
 	var cands []candidate
+	ended, defined := map[string]bool{}, map[string]bool{}
+	e.mu.Lock()
 	for _, name := range slices.Sorted(maps.Keys(e.sources)) {
 		for _, p := range e.sources[name].Pods {
 			// The UID names directories noderun removes; sources refuse
@@ -435,8 +459,17 @@ func (e *Engine) desired() map[types.UID]*v1.Pod {
 				e.log.Error("pod refused: unusable uid", "pod", podRef(p), "err", err)
 				continue
 			}
-			cands = append(cands, candidate{name, p})
+			defined[podRef(p)] = true
+			cands = append(cands, candidate{name, e.versionToRunLocked(p, ended)})
 		}
+	}
+	stale := len(ended) > 0
+	for ref := range e.rollouts {
+		stale = stale || !defined[ref] && e.settled
+	}
+	e.mu.Unlock()
+	if stale {
+		e.endRollbacks(ended, defined, e.settled)
 	}
 	// Running: a worker has it, or (after a noderun restart, before any
 	// worker) it has state on disk.
@@ -506,17 +539,20 @@ func (e *Engine) locate(me *manifests.ManifestError, source string, uid types.UI
 }
 
 // apply hands every desired pod that admission lets run to its worker and
-// asks workers of pods no longer desired to kill them.
+// asks workers of pods no longer desired to kill them, but for an old
+// version kept running while its replacement pulls images (update.go).
 func (e *Engine) apply(ctx context.Context) {
 	want := e.desired()
 	ran := map[types.UID]bool{}
 	for _, uid := range e.podDirs() {
 		ran[uid] = true
 	}
+	e.readPodsOnDisk(want, ran)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	run := e.admitLocked(want, ran)
 	held := e.holdLocked(want, run)
+	keep := e.gateLocked(ctx, run, held)
 	for uid, pod := range run {
 		if held[uid] {
 			continue
@@ -528,7 +564,7 @@ func (e *Engine) apply(ctx context.Context) {
 		w.update(pod)
 	}
 	for uid, w := range e.workers {
-		if _, ok := run[uid]; !ok {
+		if _, ok := run[uid]; !ok && !keep[uid] {
 			w.kill()
 		}
 	}
@@ -698,6 +734,7 @@ func (e *Engine) pokeAll() {
 func (e *Engine) setStatus(pod *v1.Pod) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.rolledBackLocked(pod)
 	e.putStatusLocked(pod.UID, pod)
 }
 

@@ -129,14 +129,16 @@ type fakeRuntime struct {
 	execs       []execCall
 	execResult  ExecResult // what every ExecSync returns
 	execErr     error
-	calls       []string       // "exec <id> <cmd>", "stop <id> <grace>", in order
-	imagePulls  bool           // EnsureImage pulls (tells the PullTrace)
-	imageErr    error          // what EnsureImage fails with
-	ensures     int            // EnsureImage calls
-	neverChecks int            // EnsureImage calls with PullNever
-	listGate    chan struct{}  // when set, a pod's listing waits for it to close
-	lists       int            // ListContainers calls for one pod
-	listsOf     map[string]int // ... by pod UID
+	calls       []string                 // "exec <id> <cmd>", "stop <id> <grace>", in order
+	imagePulls  bool                     // EnsureImage pulls (tells the PullTrace)
+	imageErr    error                    // what EnsureImage fails with
+	imageErrOf  map[string]error         // ... for one image
+	pullGate    map[string]chan struct{} // a pull of the image waits for it to close
+	ensures     int                      // EnsureImage calls
+	neverChecks int                      // EnsureImage calls with PullNever
+	listGate    chan struct{}            // when set, a pod's listing waits for it to close
+	lists       int                      // ListContainers calls for one pod
+	listsOf     map[string]int           // ... by pod UID
 	// ListContainers and EnsureImage calls made before each start.
 	listsAtStart, ensuresAtStart []int
 	gcKeep                       []string // what the last GCImages had to keep
@@ -157,7 +159,10 @@ func newFakeRuntime(clock clock.WithTicker) *fakeRuntime {
 // fails; ensures counts the calls that may pull.
 func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.PullPolicy) (ImageConfig, error) {
 	r.mu.Lock()
-	pull, err := r.imagePulls, r.imageErr
+	pull, err, gate := r.imagePulls, r.imageErr, r.pullGate[ref]
+	if e := r.imageErrOf[ref]; e != nil {
+		err = e
+	}
 	if policy == v1.PullNever && pull {
 		r.mu.Unlock()
 		return ImageConfig{}, ErrImageNeverPull
@@ -170,6 +175,13 @@ func (r *fakeRuntime) EnsureImage(ctx context.Context, ref string, policy v1.Pul
 	r.mu.Unlock()
 	if pull {
 		PullStarted(ctx, ref)
+	}
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ImageConfig{}, ctx.Err()
+		}
 	}
 	if err != nil {
 		return ImageConfig{}, err

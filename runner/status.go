@@ -11,7 +11,7 @@ import (
 
 // publish computes the pod's status from what the runtime reported, the
 // decision just taken and the probes, and stores it for the status API.
-func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, acts podActions) v1.PodPhase {
+func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, acts podActions) *v1.PodStatus {
 	out := pod.DeepCopy()
 	s := &out.Status
 	s.HostIP = w.env.cfg.HostIP
@@ -51,7 +51,7 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 	}
 	s.Conditions = w.conditions(pod, s, initDone)
 	w.board.setStatus(out)
-	return s.Phase
+	return s
 }
 
 // publishPending reports a new pod as Pending before its first sync, as

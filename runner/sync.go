@@ -28,6 +28,13 @@ import (
 // should look again even if nothing wakes it (0: only on events).
 func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration) {
 	e := w.env
+	if old := w.board.replacement(pod.UID); old != nil {
+		after, done := w.pullAhead(ctx, pod, old)
+		if !done {
+			return after
+		}
+		w.board.imagesPulled(pod.UID)
+	}
 	if w.board.terminatingSibling(pod) {
 		w.publish(pod, nil, podActions{initDone: len(pod.Spec.InitContainers) == 0})
 		return 0
@@ -83,9 +90,11 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	} else {
 		delete(w.st.backoff, "unknown")
 	}
-	if phase := w.publish(pod, latest, acts); (phase == v1.PodSucceeded || phase == v1.PodFailed) && !anyLive(latest) {
+	st := w.publish(pod, latest, acts)
+	if (st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed) && !anyLive(latest) {
 		w.podEnded(ctx, pod)
 	}
+	retry = minPositive(retry, w.watchRollout(pod, st))
 	if !acts.deadline.IsZero() && acts.failed == "" {
 		retry = minPositive(retry, max(acts.deadline.Sub(e.clock.Now()), time.Millisecond))
 	}
@@ -311,6 +320,11 @@ func (w *podWorker) startImage(ctx context.Context, pod *v1.Pod, s startAction) 
 		// pulled (precreation skips pullPolicy Always): as a check now
 		// would find it.
 		img = p.cfg.Image
+	} else if p, ok := w.st.pulledAhead[c.Name]; ok {
+		// Pulled ahead while the old version ran (update.go), moments
+		// ago: its first start pulls no more, even with policy Always.
+		img = p
+		delete(w.st.pulledAhead, c.Name)
 	} else {
 		img, err = w.ensureImage(ctx, pod, c, s.init)
 	}
@@ -418,18 +432,7 @@ func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, init bool, err erro
 	w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
 	w.st.waiting[c.Name] = waitReason{reason, err.Error()}
 	w.event(pod, c.Name, init, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
-	b := w.st.backoff["pull:"+c.Name]
-	if b == nil {
-		b = &backoff{delay: backoffInitial}
-		w.st.backoff["pull:"+c.Name] = b
-	}
-	b.forID = "" // every failure counts
-	now := w.env.clock.Now()
-	wait := b.waitFor("pull", now, now)
-	if w.st.pullUntil == nil {
-		w.st.pullUntil = map[string]time.Time{}
-	}
-	w.st.pullUntil[c.Name] = now.Add(wait)
+	wait := w.holdPulls(c.Name)
 	// Look again soon, so the status turns to ImagePullBackOff.
 	return min(wait, time.Second)
 }

@@ -52,6 +52,10 @@ type podState struct {
 	startErr     map[string]*ContainerStatus // runs the runtime could not start
 	messages     map[string]string           // termination messages by name/restart
 	pullUntil    map[string]time.Time        // no pull before this, by container name
+	pulledAhead  map[string]ImageConfig      // images pulled before the old version went, by container name
+	// readyKept: the pod was Ready and is kept as its last Ready version;
+	// rollbackAsked: its rollback deadline passed and was acted on.
+	readyKept, rollbackAsked bool
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
@@ -91,6 +95,14 @@ type board interface {
 	// while it is torn down.
 	markTerminating(uid types.UID, pod *v1.Pod, now time.Time)
 	terminatingSibling(*v1.Pod) bool
+	// replacement is the old version pod uid waits to replace until it
+	// has pulled its images (update.go), or nil; imagesPulled ends that.
+	replacement(uid types.UID) *v1.Pod
+	imagesPulled(uid types.UID)
+	// versionReady keeps a Ready pod as its name's last Ready version;
+	// rollBack replaces one not Ready in time by that (rollback.go).
+	versionReady(*v1.Pod) error
+	rollBack(pod *v1.Pod, after time.Duration, reason, message string) (bool, error)
 	// updateQoS sets the QoS parents' shares from the pods wanted now.
 	updateQoS(context.Context) error
 	workerDone(*podWorker)
@@ -211,7 +223,8 @@ func (w *podWorker) run(ctx context.Context) {
 		}
 		w.cancel = cancel
 		w.mu.Unlock()
-		if !announced {
+		if !announced && w.board.replacement(pod.UID) == nil {
+			// The old version is listed while the new one pulls.
 			announced = true
 			w.publishPending(pod)
 		}

@@ -73,13 +73,14 @@ var stateInputs = []string{"images", "seccomp", "config.json"}
 
 // stateOwned and runOwned are the names noderun (and a containerd it
 // manages) makes in --state-dir and --run-dir: reset removes these and
-// nothing else. Besides the paths above: the engine's pods (runner), the
+// nothing else. Besides the paths above: the engine's pods and the last
+// Ready version of each pod with its rollback (runner), the
 // single-instance lock (lock.go), the containerd choice and a managed
 // containerd (runner/containerd/daemon), the exec and container stdio FIFOs
 // beside runc's state (runner/containerd), the log collector's lock and
 // stderr (crilog, main's logcollector.go).
 var (
-	stateOwned = []string{"pods", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
+	stateOwned = []string{"pods", "rollback", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
 	runOwned   = []string{"pods", "ns", "runc", "exec-fifo", "stdio", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
 		"log-collector.sock", "log-collector.sock.lock", "log-collector.stderr"}
 )
