@@ -194,6 +194,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
 		MemoryCapacity:       capacity.Memory().Value(),
+		AppArmor:             admission.HostAppArmor(),
 	}
 	return cfg, nil
 }

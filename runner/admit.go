@@ -73,12 +73,15 @@ func (e *Engine) admitLocked(want map[types.UID]*v1.Pod, ran map[types.UID]bool)
 }
 
 // admitPod runs the kubelet's admit handlers that apply on this node, in
-// its order: sysctls, then the node's predicates.
+// its order: sysctls, the node's predicates, then AppArmor.
 func (e *Engine) admitPod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) admission.Result {
 	if err := checkSysctls(pod, e.cfg.AllowedUnsafeSysctls); err != nil {
 		return admission.Result{Reason: admission.ReasonSysctl, Message: "forbidden sysctl: " + err.Error()}
 	}
-	return admission.Pod(pod, others, node)
+	if r := admission.Pod(pod, others, node); !r.Admitted() {
+		return r
+	}
+	return admission.AppArmor(pod, e.cfg.AppArmor)
 }
 
 // admissionOrder is the order new pods are admitted in: the kubelet sorts

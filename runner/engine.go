@@ -48,6 +48,10 @@ type Config struct {
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string
+	// AppArmor says whether the host enforces AppArmor, read once at start
+	// as the kubelet does; without it, a pod asking for a profile other
+	// than Unconfined is rejected at admission (reason AppArmor).
+	AppArmor bool
 	// Node is this node as admission sees it: its name, labels and
 	// status.allocatable, read when new pods arrive. Default: the kubelet's
 	// well-known labels and no allocatable, so that resources are not
