@@ -106,6 +106,7 @@ type Engine struct {
 	conflicts     map[string][]error
 	workers       map[types.UID]*podWorker
 	rejected      map[types.UID]rejection // by admission, see admitLocked
+	shuttingDown  bool                    // the node shuts down (Shutdown): new pods are rejected
 	holds         map[types.UID]hold      // waiting for dependencies, see holdLocked
 	waitedOn      map[string]bool         // namespace/name of the pods held ones wait for
 	depsChanged   chan struct{}           // one slot: a status held pods wait on changed
