@@ -82,8 +82,8 @@ func shutdownPriority(pod *v1.Pod) int32 {
 // from now on new pods are rejected (NodeShutdown) and the node is not
 // Ready; regular pods are stopped together (preStop hooks, then their
 // grace period, both within grace less critical), then critical ones
-// within critical. Each group is waited for until its pods
-// have stopped or its period has passed. A stopped pod stays Failed
+// within critical. Each group is waited for until its pods have stopped
+// or its period has passed. A stopped pod stays Failed
 // (reason Terminated) until its manifest changes or noderun restarts.
 func (e *Engine) Shutdown(ctx context.Context, grace, critical time.Duration) {
 	now := e.clock.Now()
@@ -104,11 +104,12 @@ func (e *Engine) Shutdown(ctx context.Context, grace, critical time.Duration) {
 		}
 		done := make([]<-chan struct{}, 0, len(g.pods))
 		for _, w := range g.pods {
-			grace := g.period
-			if tg := w.lastPod().Spec.TerminationGracePeriodSeconds; tg != nil && time.Duration(*tg)*time.Second <= grace {
-				grace = time.Duration(*tg) * time.Second
+			// The pod's own grace period when it is shorter.
+			stop := g.period
+			if tg := w.lastPod().Spec.TerminationGracePeriodSeconds; tg != nil && time.Duration(*tg)*time.Second <= stop {
+				stop = time.Duration(*tg) * time.Second
 			}
-			done = append(done, w.shutdown(grace))
+			done = append(done, w.shutdown(stop))
 		}
 		timer := e.clock.NewTimer(g.period)
 		waitAll(ctx, done, timer.C())
