@@ -7,7 +7,7 @@ RUN_DEPS    := containerd runc containernetworking-plugins iptables busybox-stat
 # gcc and libc6-dev: the race detector needs cgo; systemd-journal-remote
 # writes the journal file the node log query's journalctl test reads;
 # libseccomp-dev and pkg-config: make test-runtimes builds runc with seccomp.
-TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount systemd-journal-remote libseccomp-dev pkg-config
+TEST_DEPS   := $(RUN_DEPS) docker-registry iproute2 procps gcc libc6-dev e2fsprogs mount systemd-journal-remote libseccomp-dev pkg-config dbus-daemon
 EXAMPLE_IMG := examples/images/busybox.tar
 VERSION     := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # A static binary (no libc to match on an appliance) is also 8 MiB smaller;

@@ -25,7 +25,7 @@ var depRules = map[string]rule{
 	"manifests":           {[]string{"internal/admission", "internal/atomicfile", "internal/bandwidth", "internal/secretfile"}, "manifests to pods: runs nothing, so any part may use it"},
 	"cni":                 {[]string{"internal/atomicfile", "internal/bandwidth"}, "namespaces and libcni: knows no pod worker, so the sandbox and bench both use it"},
 	"crilog":              {nil, "the log collector and driver run in processes of their own: they link nothing of the daemon"},
-	"systemd":             {[]string{"internal/atomicfile"}, "sd_notify over an Engine interface of its own, and install (atomic replacement of the binary and unit): knows no pod"},
+	"systemd":             {[]string{"internal/atomicfile"}, "sd_notify over an Engine interface of its own, graceful node shutdown over logind's D-Bus API with a ShutdownPods interface of its own (atomic drop-in writes), and install (atomic replacement of the binary and unit): knows no pod"},
 	"internal/execio":     {nil, "an exec's streams, from kubeapi to runner/containerd as they are: a leaf, so neither imports the other"},
 	"internal/expansion":  {nil, "$(VAR) syntax, shared by runner and runner/prober"},
 	"internal/atomicfile": {nil, "crash-safe writes for every package that keeps state"},

@@ -29,6 +29,7 @@ import (
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	"github.com/noderun/noderun/runner/containerd/daemon"
+	"github.com/noderun/noderun/systemd"
 )
 
 func flags() []cli.Flag {
@@ -67,6 +68,8 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
 		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
 		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
+		&cli.DurationFlag{Name: "shutdown-grace-period", Usage: "graceful node shutdown, as the kubelet's shutdownGracePeriod: how long a poweroff or reboot is held up (a logind delay lock) while pods stop, critical ones last (0 with the critical period 0: off)", EnvVars: env("SHUTDOWN_GRACE_PERIOD")},
+		&cli.DurationFlag{Name: "shutdown-grace-period-critical-pods", Usage: "of --shutdown-grace-period, the part kept for critical pods (system-node-critical, system-cluster-critical, or spec.priority of 2000000000 and more), stopped after the others, as the kubelet's shutdownGracePeriodCriticalPods", EnvVars: env("SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS")},
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
@@ -125,6 +128,7 @@ type nodeConfig struct {
 	rotation     crilog.Rotation
 	labels       map[string]string // the node's, well-known and --node-labels
 	engine       runner.Config     // what the flags say; node.go adds the rest
+	shutdown     systemd.ShutdownConfig
 }
 
 // apiConfig is where the Kubernetes API listens.
@@ -165,6 +169,9 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	if err != nil {
 		return nodeConfig{}, err
 	}
+	if cfg.shutdown, err = shutdownConfig(c, log); err != nil {
+		return nodeConfig{}, err
+	}
 	if cfg.hostConfig, err = hostConfigFrom(c, log, true); err != nil {
 		return nodeConfig{}, err
 	}
@@ -194,8 +201,24 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		ImageGCPeriod:        c.Duration("image-gc-period"),
 		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
 		MemoryCapacity:       capacity.Memory().Value(),
+		AppArmor:             admission.HostAppArmor(),
 	}
 	return cfg, nil
+}
+
+// shutdownConfig reads the graceful node shutdown flags, checked as the
+// kubelet checks shutdownGracePeriod and shutdownGracePeriodCriticalPods.
+func shutdownConfig(c *cli.Context, log *slog.Logger) (systemd.ShutdownConfig, error) {
+	grace, critical := c.Duration("shutdown-grace-period"), c.Duration("shutdown-grace-period-critical-pods")
+	switch {
+	case grace < 0:
+		return systemd.ShutdownConfig{}, fmt.Errorf("--shutdown-grace-period %s: must be 0 or more", grace)
+	case critical < 0:
+		return systemd.ShutdownConfig{}, fmt.Errorf("--shutdown-grace-period-critical-pods %s: must be 0 or more", critical)
+	case critical > grace:
+		return systemd.ShutdownConfig{}, fmt.Errorf("--shutdown-grace-period-critical-pods %s: must be at most --shutdown-grace-period %s", critical, grace)
+	}
+	return systemd.ShutdownConfig{GracePeriod: grace, CriticalPeriod: critical, Logger: log}, nil
 }
 
 // admissionNode is the node as pod admission sees it: its name, labels

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -47,6 +48,8 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 		{"--healthz-port", "-1"},
 		{"--manifest-url-header", "no colon"},
 		{"--log-level", "loud"},
+		{"--shutdown-grace-period", "-1s"},
+		{"--shutdown-grace-period-critical-pods", "20s", "--shutdown-grace-period", "10s"}, // more than the whole
 	} {
 		t.Run(bad[0], func(t *testing.T) {
 			// Bounded, so a regression (noderun waiting for the fake
@@ -65,5 +68,24 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 				t.Fatalf("containerd's address dialed %d times before the bad flag was found", n)
 			}
 		})
+	}
+}
+
+// The node's Ready message is the kubelet's aggregate of what keeps it
+// from being Ready.
+func TestReadyErrors(t *testing.T) {
+	down := errors.New("node is shutting down")
+	for _, tc := range []struct {
+		errs []error
+		want string
+	}{
+		{nil, ""},
+		{[]error{nil, down}, "node is shutting down"},
+		{[]error{errors.New("containerd: unavailable"), down}, "[containerd: unavailable, node is shutting down]"},
+	} {
+		got := readyErrors(tc.errs...)
+		if (got == nil) != (tc.want == "") || got != nil && got.Error() != tc.want {
+			t.Errorf("readyErrors(%v) = %v, want %q", tc.errs, got, tc.want)
+		}
 	}
 }

@@ -15,13 +15,15 @@ import (
 	"github.com/noderun/noderun/internal/layout"
 	"github.com/noderun/noderun/runner"
 	"github.com/noderun/noderun/runner/containerd/daemon"
+	"github.com/noderun/noderun/systemd"
 )
 
 func resetCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "reset",
 		Usage: "stop every pod and remove what noderun set up on this host (stop the daemon first)",
-		Description: "Removes containers, networks, its CNI config and bridge, cgroups, state, run and log dirs, a managed containerd.\n" +
+		Description: "Removes containers, networks, its CNI config and bridge, cgroups, state, run and log dirs, a managed containerd,\n" +
+			"and the logind drop-in of graceful node shutdown.\n" +
 			"Takes the daemon's flags, to find its directories. See docs/operating.md, Reset.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "force", Usage: "reset even while a noderun daemon holds the directories (it may start pods again), or when they hold files noderun did not make (those are kept)"},
@@ -93,6 +95,11 @@ func reset(c *cli.Context, log *slog.Logger, out io.Writer) error {
 		if conn.Managed {
 			fmt.Fprintln(out, "stopped the managed containerd and removed its directories")
 		}
+	}
+	if path, err := systemd.RemoveLogindDropIn(""); err != nil {
+		return err
+	} else if path != "" {
+		fmt.Fprintln(out, "removed", path)
 	}
 	k, err = l.RemoveDirs(out)
 	if err != nil {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -62,6 +64,7 @@ func runNode(c *cli.Context) error {
 		log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
 	})
 	apis.ready(cfg, n, conn)
+	go systemd.WatchShutdown(ctx, cfg.shutdown, n.engine)
 	err = n.engine.Run(ctx, startSources(ctx, cfg), cfg.nSources())
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.
@@ -127,7 +130,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 			v, err := conn.Client.Version(ctx)
 			return v.Version, err
 		},
-		Healthy: n.engine.Healthy,
+		Healthy: func(ctx context.Context) error { return readyErrors(n.engine.Healthy(ctx), n.engine.ShutdownStatus()) },
 	}}
 	a.status.Ready(backend)
 	if a.healthz != nil {
@@ -203,4 +206,21 @@ func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot
 		go func() { _ = src.Run(ctx, snaps) }() // returns only when ctx ends
 	}
 	return snaps
+}
+
+// readyErrors is the node's Ready message from what keeps it from being
+// Ready, as the kubelet's aggregate writes it: one error alone, several
+// as [a, b].
+func readyErrors(errs ...error) error {
+	var msgs []string
+	var last error
+	for _, err := range errs {
+		if err != nil {
+			msgs, last = append(msgs, err.Error()), err
+		}
+	}
+	if len(msgs) < 2 {
+		return last
+	}
+	return errors.New("[" + strings.Join(msgs, ", ") + "]")
 }

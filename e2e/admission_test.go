@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"runtime"
 	"slices"
@@ -124,5 +125,42 @@ func TestAdmissionResourcesAndPorts(t *testing.T) {
 		if row := podRow(out, name+"-"+nodeName); len(row) < 3 || row[2] != status {
 			t.Errorf("kubectl get pods row %q, want STATUS %s\n%s", row, status, out)
 		}
+	}
+}
+
+// A pod for another OS (spec.os.name) is rejected at admission, as the
+// kubelet's predicate handler does, not refused with its manifest.
+func TestAdmissionPodOS(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("win.yaml", admissionPod("win", "  os: {name: windows}\n", ""))
+	n.writeManifest("lin.yaml", admissionPod("lin", "  os: {name: linux}\n", ""))
+	n.waitPod("lin", "Running", running)
+	n.rejected("win", "PodOSNotSupported", "Failed to admit pod as the OS field doesn't match node OS")
+	out := n.kubectlOK(n.kubeconfig(false), "get", "pods")
+	if row := podRow(out, "win-"+nodeName); len(row) != 5 || row[2] != "PodOSNotSupported" {
+		t.Errorf("kubectl get pods row %q, want STATUS PodOSNotSupported\n%s", row, out)
+	}
+}
+
+// On a host without AppArmor, a pod asking for a profile (its field, a
+// container's, or the legacy annotation) is rejected at admission with the
+// kubelet's reason and message; an Unconfined one runs.
+func TestAdmissionAppArmor(t *testing.T) {
+	t.Parallel()
+	if b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled"); strings.HasPrefix(string(b), "Y") {
+		t.Skip("this host has AppArmor; admission there is unit-tested (admission.TestAppArmor)")
+	}
+	n := newNode(t)
+	n.writeManifest("pod-field.yaml", admissionPod("pod-field", "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n", ""))
+	n.writeManifest("container-field.yaml", admissionPod("container-field", "",
+		"    securityContext: {appArmorProfile: {type: Localhost, localhostProfile: k8s-deny-write}}\n"))
+	n.writeManifest("annotation.yaml", strings.Replace(admissionPod("annotation", "", ""), "\nspec:",
+		"\n  annotations: {container.apparmor.security.beta.kubernetes.io/main: localhost/k8s-deny-write}\nspec:", 1))
+	n.writeManifest("unconfined.yaml", admissionPod("unconfined", "  securityContext: {appArmorProfile: {type: Unconfined}}\n", ""))
+	n.waitPod("unconfined", "Running", running)
+	const msg = "Cannot enforce AppArmor: AppArmor is not enabled on the host"
+	for _, name := range []string{"pod-field", "container-field", "annotation"} {
+		n.rejected(name, "AppArmor", msg)
 	}
 }

@@ -175,6 +175,7 @@ type node struct {
 	bridge, subnet, netName                 string
 	api                                     *testnode.StatusClient
 	extraArgs                               []string // more noderun flags
+	extraEnv                                []string // more of noderun's environment
 
 	proc *testnode.Process
 }
@@ -236,8 +237,14 @@ func newNodeWithImages(t *testing.T, tars []string, extraArgs ...string) *node {
 // newNodeOf starts a node that runs the noderun binary bin.
 func newNodeOf(t *testing.T, bin string, tars []string, extraArgs ...string) *node {
 	t.Helper()
+	return newNodeEnv(t, bin, tars, nil, extraArgs...)
+}
+
+// newNodeEnv starts a node that runs bin with env added to its own.
+func newNodeEnv(t *testing.T, bin string, tars, env []string, extraArgs ...string) *node {
+	t.Helper()
 	n := prepareNode(t, extraArgs...)
-	n.bin = bin
+	n.bin, n.extraEnv = bin, env
 	for _, d := range []string{n.state, n.run, n.logs} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			t.Fatal(err)
@@ -373,6 +380,7 @@ func (n *node) start() {
 	// (imagePullPolicy Always) meets a proxy nothing listens on instead
 	// (loopback registries are never proxied).
 	cmd.Env = append(os.Environ(), "HTTPS_PROXY=http://127.0.0.1:9", "HTTP_PROXY=http://127.0.0.1:9")
+	cmd.Env = append(cmd.Env, n.extraEnv...)
 	proc, err := testnode.Start(cmd, n.out, false)
 	if err != nil {
 		t.Fatal(err)

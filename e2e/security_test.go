@@ -141,20 +141,15 @@ func TestSecurityContextAsSeenInside(t *testing.T) {
 }
 
 // Refusals reach the pod's status as CreateContainerConfigError naming the
-// field: a missing Localhost seccomp profile, and AppArmor on this host,
-// which has none (the kubelet's "Cannot enforce AppArmor").
+// field: a missing Localhost seccomp profile. (AppArmor on a host without
+// it is rejected at admission: TestAdmissionAppArmor.)
 func TestSecurityContextRefusals(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	if b, _ := os.ReadFile("/sys/module/apparmor/parameters/enabled"); strings.HasPrefix(string(b), "Y") {
-		t.Skip("this host has AppArmor; the refusal is unit-tested")
-	}
 	tests := []struct{ name, sc, podSC, wantMsg string }{
 		{"missing-profile", "{seccompProfile: {type: Localhost, localhostProfile: gone.json}}", "{}",
 			"spec.containers[0].securityContext.seccompProfile.localhostProfile: cannot load seccomp profile \"" +
 				filepath.Join(n.state, "seccomp", "gone.json") + "\""},
-		{"apparmor", "{}", "{appArmorProfile: {type: RuntimeDefault}}",
-			"spec.securityContext.appArmorProfile: Cannot enforce AppArmor: AppArmor is not enabled on the host"},
 	}
 	for _, tc := range tests {
 		n.writeManifest(tc.name+".yaml", probePod(tc.name, tc.sc, tc.podSC))

@@ -3,6 +3,7 @@ package manifests
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
@@ -268,7 +269,7 @@ var fieldRules = []fieldRule{
 	{path: "container.securityContext.seccompProfile", status: Works},
 	{path: "container.securityContext.seccompProfile.type", status: Works},
 	{path: "container.securityContext.seccompProfile.localhostProfile", status: Works, reason: "read from <state-dir>/seccomp/"},
-	{path: "container.securityContext.appArmorProfile", status: Works, reason: "applied where AppArmor is enabled; elsewhere only Unconfined runs"},
+	{path: "container.securityContext.appArmorProfile", status: Works, reason: "applied where AppArmor is enabled; elsewhere a pod asking for a profile other than Unconfined is rejected at admission (reason AppArmor), as by the kubelet"},
 	{path: "container.securityContext.appArmorProfile.type", status: Works},
 	{path: "container.securityContext.appArmorProfile.localhostProfile", status: Works},
 	{path: "container.stdin", status: Works, reason: "open and empty until `kubectl attach -i` (or `noderun attach -i`) writes to it; each restart gets a new one"},
@@ -331,8 +332,8 @@ var fieldRules = []fieldRule{
 	{path: "spec.hostAliases", status: Works},
 	{path: "spec.hostAliases[].ip", status: Works},
 	{path: "spec.hostAliases[].hostnames", status: Works},
-	{path: "spec.priorityClassName", status: Works, reason: "system-node-critical gives every container oom_score_adj -997, as the kubelet does for a static pod of that class (every noderun pod is static, so critical); no PriorityClass is looked up, so other names change nothing here, as for the kubelet's static pods"},
-	{path: "spec.priority", status: Ignored, reason: "static pods are critical whatever their priority (the kubelet's IsCriticalPod); otherwise it ranks preemption and eviction, which noderun does not do"},
+	{path: "spec.priorityClassName", status: Works, reason: "system-node-critical gives every container oom_score_adj -997, as the kubelet does for a static pod of that class (every noderun pod is static, so critical); with graceful node shutdown, system-node-critical and system-cluster-critical pods stop last, in the critical period (their priority, as the API server would set it); no PriorityClass is looked up, so other names change nothing here, as for the kubelet's static pods"},
+	{path: "spec.priority", status: Works, reason: "orders graceful node shutdown as the kubelet's: 2000000000 and more stops last, in the critical period; static pods are critical whatever their priority (the kubelet's IsCriticalPod), and there is no preemption or eviction"},
 	{path: "spec.dnsConfig", status: Works},
 	{path: "spec.dnsConfig.nameservers", status: Works},
 	{path: "spec.dnsConfig.searches", status: Works},
@@ -347,7 +348,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.topologySpreadConstraints", status: Ignored, reason: whyScheduling},
 	{path: "spec.setHostnameAsFQDN", status: Works, reason: "with a subdomain, the hostname is <hostname>.<subdomain>.<namespace>.svc.cluster.local (64 characters at most); hostNetwork pods keep the node's"},
 	{path: "spec.os", status: Works},
-	{path: "spec.os.name", status: Refused, reason: "this is a Linux node", accept: equals("linux")},
+	{path: "spec.os.name", status: Refused, reason: "linux or windows, as the API server accepts; a windows pod is rejected at admission (reason PodOSNotSupported, phase Failed), as by the kubelet on a Linux node", accept: oneOf("linux", "windows")},
 	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
 	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
 	{path: "spec.schedulingGroup", status: Ignored, reason: whyScheduling},
@@ -369,6 +370,10 @@ var ruleIndex = func() map[string]*fieldRule {
 
 func equals(want string) func(reflect.Value) bool {
 	return func(v reflect.Value) bool { return fmt.Sprint(reflect.Indirect(v).Interface()) == want }
+}
+
+func oneOf(want ...string) func(reflect.Value) bool {
+	return func(v reflect.Value) bool { return slices.Contains(want, fmt.Sprint(reflect.Indirect(v).Interface())) }
 }
 
 func isTrue(v reflect.Value) bool { return !v.IsNil() && v.Elem().Bool() }

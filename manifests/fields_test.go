@@ -124,8 +124,12 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 			spec: "  hostUsers: true\n  os: {name: linux}\n  setHostnameAsFQDN: false\n  containers:\n  - name: a\n    image: nginx\n    terminationMessagePath: /dev/termination-log\n    volumeMounts: [{name: v, mountPath: /v, mountPropagation: None}]\n    resources: {limits: {cpu: 1, memory: 1Gi, example.com/foo: 2}}\n  volumes: [{name: v, emptyDir: {}}]\n",
 		},
 		{
+			name: "a windows pod is accepted: admission rejects it",
+			spec: "  os: {name: windows}\n" + oneContainer,
+		},
+		{
 			name: "values refused",
-			spec: "  hostUsers: false\n  os: {name: windows}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1, hugepages-2Mi: 2Mi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
+			spec: "  hostUsers: false\n  os: {name: darwin}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1, hugepages-2Mi: 2Mi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
 			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.os.name", "spec.hostUsers"},
 		},
 	}

@@ -73,12 +73,22 @@ func (e *Engine) admitLocked(want map[types.UID]*v1.Pod, ran map[types.UID]bool)
 }
 
 // admitPod runs the kubelet's admit handlers that apply on this node, in
-// its order: sysctls, then the node's predicates.
+// its order: sysctls, the node's predicates, AppArmor, then the node
+// shutdown manager's. e.mu is held.
 func (e *Engine) admitPod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) admission.Result {
 	if err := checkSysctls(pod, e.cfg.AllowedUnsafeSysctls); err != nil {
 		return admission.Result{Reason: admission.ReasonSysctl, Message: "forbidden sysctl: " + err.Error()}
 	}
-	return admission.Pod(pod, others, node)
+	if r := admission.Pod(pod, others, node); !r.Admitted() {
+		return r
+	}
+	if r := admission.AppArmor(pod, e.cfg.AppArmor); !r.Admitted() {
+		return r
+	}
+	if e.shuttingDown {
+		return admission.Result{Reason: reasonShutdownRejected, Message: shutdownRejectedMessage}
+	}
+	return admission.Result{}
 }
 
 // admissionOrder is the order new pods are admitted in: the kubelet sorts

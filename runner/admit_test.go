@@ -131,3 +131,24 @@ func TestAdmissionOrder(t *testing.T) {
 		t.Errorf("order %v, want %v", got, want)
 	}
 }
+
+// The AppArmor admit handler runs after the node's predicates, on the
+// host fact the engine was given: without AppArmor a confined pod is
+// rejected, with it the same pod runs.
+func TestEngineAdmissionAppArmor(t *testing.T) {
+	confined := func(uid string) *v1.Pod {
+		p := testPod(uid, uid, v1.RestartPolicyAlways)
+		p.Spec.SecurityContext = &v1.PodSecurityContext{AppArmorProfile: &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}}
+		return p
+	}
+	f := startEngineWith(t, admitNode)
+	both := confined("both")
+	both.Spec.NodeSelector = map[string]string{"disk": "hdd"}
+	f.send(confined("aa"), both)
+	f.wantRejected(t, "aa", "AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+	f.wantRejected(t, "both", "NodeAffinity", "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector")
+
+	g := startEngineWith(t, func(cfg *Config) { admitNode(cfg); cfg.AppArmor = true })
+	g.send(confined("aa"))
+	waitFor(t, "aa started where AppArmor is enabled", func() bool { return g.rt.startedPod("aa") })
+}

@@ -48,6 +48,10 @@ type Config struct {
 	// AllowedUnsafeSysctls are sysctls pods may set beyond the safe set:
 	// names, or prefixes ending in "*".
 	AllowedUnsafeSysctls []string
+	// AppArmor says whether the host enforces AppArmor, read once at start
+	// as the kubelet does; without it, a pod asking for a profile other
+	// than Unconfined is rejected at admission (reason AppArmor).
+	AppArmor bool
 	// Node is this node as admission sees it: its name, labels and
 	// status.allocatable, read when new pods arrive. Default: the kubelet's
 	// well-known labels and no allocatable, so that resources are not
@@ -99,12 +103,13 @@ type Engine struct {
 	sources map[string]manifests.Snapshot
 	// conflicts holds, by source, the pods refused because another
 	// source defines the same namespace/name or UID.
-	conflicts   map[string][]error
-	workers     map[types.UID]*podWorker
-	rejected    map[types.UID]rejection // by admission, see admitLocked
-	holds       map[types.UID]hold      // waiting for dependencies, see holdLocked
-	waitedOn    map[string]bool         // namespace/name of the pods held ones wait for
-	depsChanged chan struct{}           // one slot: a status held pods wait on changed
+	conflicts    map[string][]error
+	workers      map[types.UID]*podWorker
+	rejected     map[types.UID]rejection // by admission, see admitLocked
+	shuttingDown bool                    // the node shuts down (Shutdown): new pods are rejected
+	holds        map[types.UID]hold      // waiting for dependencies, see holdLocked
+	waitedOn     map[string]bool         // namespace/name of the pods held ones wait for
+	depsChanged  chan struct{}           // one slot: a status held pods wait on changed
 	// Download, then replace (update.go): new versions pulling their
 	// images, with the old version's worker, and those done.
 	replacing map[types.UID]*podWorker

@@ -46,10 +46,21 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
 	s.Phase = podPhase(pod, s, initDone)
-	if acts.failed == reasonDeadlineExceeded {
+	switch acts.failed {
+	case reasonDeadlineExceeded:
 		s.Phase, s.Reason, s.Message = v1.PodFailed, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline"
+	case reasonShutdown: // as the kubelet's shutdown manager leaves it
+		if s.Phase != v1.PodSucceeded {
+			s.Phase = v1.PodFailed
+		}
+		s.Reason, s.Message = reasonShutdown, shutdownMessage
 	}
 	s.Conditions = w.conditions(pod, s, initDone)
+	if acts.failed == reasonShutdown {
+		s.Conditions = append(s.Conditions, v1.PodCondition{Type: v1.DisruptionTarget, Status: v1.ConditionTrue,
+			Reason: v1.PodReasonTerminationByKubelet, Message: shutdownMessage,
+			LastTransitionTime: w.transition(v1.DisruptionTarget, v1.ConditionTrue, metav1.NewTime(w.env.clock.Now()))})
+	}
 	w.board.setStatus(out)
 	return s
 }

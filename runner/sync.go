@@ -28,6 +28,9 @@ import (
 // should look again even if nothing wakes it (0: only on events).
 func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration) {
 	e := w.env
+	if o := w.shutdownOrdered(); o != nil {
+		return w.syncShutdown(ctx, pod, o)
+	}
 	if old := w.board.replacement(pod.UID); old != nil {
 		after, done := w.pullAhead(ctx, pod, old)
 		if !done {

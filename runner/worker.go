@@ -25,8 +25,11 @@ type podWorker struct {
 	mu      sync.Mutex
 	desired *v1.Pod // latest spec from the sources
 	killing bool
-	last    *v1.Pod            // the spec the worker last acted on
-	cancel  context.CancelFunc // ends the sync in progress (a hook may hang)
+	// stopOrder, once set, stops the pod for the node's shutdown
+	// (shutdown.go) and keeps it stopped.
+	stopOrder *shutdownOrder
+	last      *v1.Pod            // the spec the worker last acted on
+	cancel    context.CancelFunc // ends the sync in progress (a hook may hang)
 
 	filesMu sync.Mutex // mounting the pod files' tmpfs (ensurePodFiles)
 

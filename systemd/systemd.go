@@ -1,6 +1,8 @@
 // Package systemd tells systemd about noderun's state (sd_notify), ships
-// its unit file and installs noderun with it (Install). Outside systemd
-// every notification is a no-op.
+// its unit file and installs noderun with it (Install), and holds a
+// poweroff or reboot up with a logind delay lock while the pods stop
+// (WatchShutdown, the kubelet's graceful node shutdown). Outside systemd
+// every notification is a no-op and the shutdown watch ends at once.
 package systemd
 
 import (

@@ -35,6 +35,7 @@ func (r Result) StatusMessage() string { return "Pod was rejected: " + r.Message
 // scheduler plugins' names and reasons it reports.
 const (
 	reasonOSSelector   = "PodOSSelectorNodeLabelDoesNotMatch"
+	reasonOSField      = "PodOSNotSupported"
 	ReasonSysctl       = "SysctlForbidden"
 	insufficientPrefix = "OutOf"
 	nodeAffinityName   = "NodeAffinity"
@@ -42,20 +43,23 @@ const (
 	nodePortsName      = "NodePorts"
 	nodePortsReason    = "node(s) didn't have free ports for the requested pod ports"
 	osSelectorMessage  = "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"
+	osFieldMessage     = "Failed to admit pod as the OS field doesn't match node OS"
 )
 
 // Pod decides whether pod may start on node beside others, the pods
 // admitted before it that are not finished. node needs its name, labels
 // and status.allocatable (nil: resources are not checked). The checks and
 // their order are the kubelet's; the first failure is the one reported.
-// Two of its checks cannot fail here and are left out: a static pod's
+// One of its checks cannot fail here and is left out: a static pod's
 // nodeName is always this node's (the kubelet sets it, as
-// manifests.Identify does), and a spec.os other than linux is refused
-// with the manifest.
+// manifests.Identify does).
 func Pod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) Result {
 	// The kubelet compares with its own OS whatever the node's label says.
 	if want, ok := pod.Labels[v1.LabelOSStable]; ok && want != runtime.GOOS {
 		return Result{reasonOSSelector, osSelectorMessage}
+	}
+	if pod.Spec.OS != nil && string(pod.Spec.OS.Name) != runtime.GOOS {
+		return Result{reasonOSField, osFieldMessage}
 	}
 	if node.Status.Allocatable != nil {
 		if r := fits(withoutMissingExtended(pod, node), others, node); !r.Admitted() {

@@ -94,6 +94,15 @@ func TestPod(t *testing.T) {
 			msg: "Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"},
 		{name: "os label", pod: pod(func(p *v1.Pod) { p.Labels = map[string]string{"kubernetes.io/os": otherOS} }),
 			reason: "PodOSSelectorNodeLabelDoesNotMatch", msg: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"},
+		{name: "os field", pod: pod(func(p *v1.Pod) { p.Spec.OS = &v1.PodOS{Name: v1.OSName(otherOS)} }),
+			reason: "PodOSNotSupported", msg: "Failed to admit pod as the OS field doesn't match node OS"},
+		{name: "os field matches", pod: pod(func(p *v1.Pod) { p.Spec.OS = &v1.PodOS{Name: v1.OSName(runtime.GOOS)} })},
+		{name: "os label is checked before the os field", pod: pod(func(p *v1.Pod) {
+			p.Labels = map[string]string{"kubernetes.io/os": otherOS}
+			p.Spec.OS = &v1.PodOS{Name: v1.OSName(otherOS)}
+		}), reason: "PodOSSelectorNodeLabelDoesNotMatch", msg: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label"},
+		{name: "os field is checked before resources", pod: pod(app(reqs("cpu", "3")), func(p *v1.Pod) { p.Spec.OS = &v1.PodOS{Name: v1.OSName(otherOS)} }),
+			reason: "PodOSNotSupported", msg: "Failed to admit pod as the OS field doesn't match node OS"},
 		{name: "cpu fits beside another", pod: pod(app(reqs("cpu", "1"))), others: onePodOf(reqs("cpu", "1"))},
 		{name: "cpu does not fit beside another", pod: pod(app(reqs("cpu", "1500m"))), others: onePodOf(reqs("cpu", "1")),
 			reason: "OutOfcpu", msg: "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000", nilAllocOK: true},

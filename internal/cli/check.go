@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -141,11 +142,16 @@ func runCheck(c *cli.Context) error {
 }
 
 // admissionWarnings names the pods the node would reject for their
-// nodeSelector or required node affinity with the labels it has now: a
-// warning, not an error, as labels may change before the pod arrives.
+// nodeSelector or required node affinity with the labels it has now (a
+// warning, not an error, as labels may change before the pod arrives), and
+// for a spec.os of another OS (a valid manifest the API server accepts).
 func admissionWarnings(snap manifests.Snapshot, nodeName string, labels map[string]string) []error {
 	var out []error
 	for _, p := range snap.Pods {
+		if podOS := p.Spec.OS; podOS != nil && string(podOS.Name) != runtime.GOOS {
+			out = append(out, locate(snap, p, &manifests.ManifestError{Field: "spec.os.name",
+				Message: fmt.Sprintf("%s: the pod would be rejected at admission (PodOSNotSupported): this node runs %s", podOS.Name, runtime.GOOS)}))
+		}
 		if admission.MatchesNode(p, nodeName, labels) {
 			continue
 		}
@@ -158,16 +164,20 @@ func admissionWarnings(snap manifests.Snapshot, nodeName string, labels map[stri
 		} else {
 			field = "spec.nodeSelector"
 		}
-		me := &manifests.ManifestError{Field: field, Message: "the node's labels (" + formatLabels(labels) +
-			") do not match it: the pod would be rejected at admission (NodeAffinity) unless they change (--node-labels)"}
-		for _, info := range snap.Info.Pods {
-			if info.UID == p.UID {
-				me.File, me.Line = info.File, info.Line
-			}
-		}
-		out = append(out, me)
+		out = append(out, locate(snap, p, &manifests.ManifestError{Field: field, Message: "the node's labels (" + formatLabels(labels) +
+			") do not match it: the pod would be rejected at admission (NodeAffinity) unless they change (--node-labels)"}))
 	}
 	return out
+}
+
+// locate gives me the file and line of the pod p in snap.
+func locate(snap manifests.Snapshot, p *v1.Pod, me *manifests.ManifestError) *manifests.ManifestError {
+	for _, info := range snap.Info.Pods {
+		if info.UID == p.UID {
+			me.File, me.Line = info.File, info.Line
+		}
+	}
+	return me
 }
 
 // dependencyErrors adds to snaps the errors of wait-for annotations seen

@@ -258,6 +258,23 @@ spec:
 	}
 }
 
+// A pod for another OS passes the checks the API server makes and is
+// rejected at admission: a warning with its file and line.
+func TestCheckWarnsOfPodOS(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "pod.yaml")
+	manifest := "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  os: {name: windows}\n  containers: [{name: c, image: busybox}]\n"
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, err := runCLI(t, "check", "--node-name", "n1", file)
+	if err != nil || !strings.Contains(out, "OK, 1 pod") {
+		t.Fatalf("err %v, stdout %q: want OK", err, out)
+	}
+	if want := "warning: " + file + ":1: spec.os.name: windows: the pod would be rejected at admission (PodOSNotSupported): this node runs linux"; !strings.Contains(errOut, want) {
+		t.Errorf("stderr lacks %q:\n%s", want, errOut)
+	}
+}
+
 // check takes its inputs as the node's whole set: a wait-for name none of
 // them defines, and a cycle across inputs, are errors with file:line.
 func TestCheckWaitFor(t *testing.T) {
