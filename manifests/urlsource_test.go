@@ -531,7 +531,7 @@ func TestURLSourceHidesQueryAndCredentials(t *testing.T) {
 		t.Error("URLs with different query values gave the same UID")
 	}
 	// Earlier releases named the source by the URL without credentials.
-	old := parseManifest([]byte(manifest("web", "nginx:1")), "x", "node1", "http:"+srv.URL+"/pods?token=s3cret", time.Now())
+	old := parseManifest([]byte(manifest("web", "nginx:1")), "x", "node1", "http:"+srv.URL+"/pods?token=s3cret", time.Now(), parseOptions{})
 	if want := old.pods[0].pod.UID; good.Pods[0].UID != want {
 		t.Errorf("UID %s, want %s as earlier releases made it", good.Pods[0].UID, want)
 	}
