@@ -193,7 +193,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		OnResult: e.probeResult,
 	})
 	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log,
-		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl()}
+		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl(), objects: &configObjects{}}
 	return e
 }
 
@@ -762,6 +762,13 @@ func (e *Engine) setSource(s manifests.Snapshot) {
 	defer e.mu.Unlock()
 	e.manifestErrors(e.sources[s.Source].Errors, s.Errors)
 	e.sources[s.Source] = s
+	if e.env.objects.set(e.sources) {
+		// Running pods' configMap, secret and projected volumes follow
+		// (see refreshConfigVolumes); env waits for a restart.
+		for _, w := range e.workers {
+			w.poke()
+		}
+	}
 }
 
 // Sources returns what each source last reported, sorted by source.
