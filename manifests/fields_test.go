@@ -209,7 +209,9 @@ func fieldsReference() string {
 Every field of the Pod API is in exactly one of three lists (` + "`manifests/fields.go`" + `): it **works** as
 in Kubernetes, it is **refused** (the pod is an error naming the field, in ` + "`noderun check`" + `, the log
 and ` + "`GET /manifests`" + `), or it is **ignored** on purpose (a warning in ` + "`noderun check`" + `, which still
-exits 0, and one log line). A test walks the core/v1 types by reflection and fails when a field is
+exits 0, and one log line). The fields that refer to ConfigMaps and Secrets are **opt-in**: they work
+with ` + "`--local-config-objects`" + ` (from ConfigMap and Secret documents in the manifest sources) and are
+refused without it, in the kubelet's words for static pods. A test walks the core/v1 types by reflection and fails when a field is
 in no list, so an upgrade of the Kubernetes API cannot add a field that is silently ignored. A
 refused or ignored field covers the fields below it. Container fields hold for init and app
 containers alike (` + "`spec.[init]containers[]`" + `).
