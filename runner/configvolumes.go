@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	v1 "k8s.io/api/core/v1"
 
@@ -115,10 +116,17 @@ func (w *podWorker) projectedPayload(pod *v1.Pod, p *v1.ProjectedVolumeSource, g
 			out[k] = f
 		}
 	}
-	if len(errs) > 1 {
-		return nil, fmt.Errorf("%v", errs) // the kubelet's aggregate: [a, b]
+	switch len(errs) {
+	case 0:
+		return out, nil
+	case 1:
+		return nil, errs[0]
 	}
-	return out, errors.Join(errs...)
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return nil, errors.New("[" + strings.Join(msgs, ", ") + "]") // the kubelet's aggregate error
 }
 
 // configMapData is a ConfigMap's data and binaryData as files' contents;
