@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,6 +44,12 @@ spec:
       items: [{key: greeting, path: greeting.txt}, {key: level, path: sub/level, mode: 0604}]
   - name: secret
     secret: {secretName: app-secret, defaultMode: 0400}
+  - name: all
+    projected:
+      sources:
+      - configMap: {name: app-config, items: [{key: level, path: level}]}
+      - secret: {name: app-secret}
+      - downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}
   containers:
   - name: main
     image: busybox:1.36
@@ -54,6 +61,7 @@ spec:
     volumeMounts:
     - {name: config, mountPath: /etc/config}
     - {name: secret, mountPath: /etc/secret}
+    - {name: all, mountPath: /etc/all}
 `, greeting, level, secretValue)
 }
 
@@ -73,7 +81,7 @@ func TestLocalConfigObjects(t *testing.T) {
 	n.waitLogLine(log0, "file greeting=hello")
 
 	vols := filepath.Join(n.state, "pods", string(p.UID), "volumes")
-	cfgDir, secDir := filepath.Join(vols, "configmap", "config"), filepath.Join(vols, "secret", "secret")
+	cfgDir, secDir, allDir := filepath.Join(vols, "configmap", "config"), filepath.Join(vols, "secret", "secret"), filepath.Join(vols, "projected", "all")
 	for path, want := range map[string]struct {
 		content string
 		mode    os.FileMode
@@ -81,6 +89,9 @@ func TestLocalConfigObjects(t *testing.T) {
 		filepath.Join(cfgDir, "greeting.txt"): {"hello", 0o640},
 		filepath.Join(cfgDir, "sub", "level"): {"debug", 0o604},
 		filepath.Join(secDir, "password"):     {secretValue, 0o400},
+		filepath.Join(allDir, "level"):        {"debug", 0o644},
+		filepath.Join(allDir, "password"):     {secretValue, 0o644},
+		filepath.Join(allDir, "name"):         {"cfg-" + nodeName, 0o644},
 	} {
 		fi, err := os.Stat(path)
 		b, rerr := os.ReadFile(path)
@@ -95,8 +106,10 @@ func TestLocalConfigObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if fstype := mountFSType(mountinfo, "/etc/secret"); fstype != "tmpfs" {
-		t.Errorf("/etc/secret is %q in the container's mountinfo, want tmpfs:\n%s", fstype, mountinfo)
+	for _, target := range []string{"/etc/secret", "/etc/all"} {
+		if fstype := mountFSType(mountinfo, target); fstype != "tmpfs" {
+			t.Errorf("%s is %q in the container's mountinfo, want tmpfs:\n%s", target, fstype, mountinfo)
+		}
 	}
 	if fstype := mountFSType(mountinfo, "/etc/config"); fstype == "tmpfs" || fstype == "" {
 		t.Errorf("/etc/config is %q in the container's mountinfo, want the state dir's filesystem", fstype)
@@ -142,9 +155,35 @@ func TestLocalConfigObjects(t *testing.T) {
 	}
 	n.waitLogLine(n.logPath(p1, "main", 1), fmt.Sprintf("env LEVEL=info CFG_greeting=hello again pwlen=%d", len(secretValue)))
 
+	// A restarted noderun reads the documents from the manifests again and
+	// adopts the pod as it runs: same generation, no restart.
+	n.stop()
+	n.start()
+	n.waitHealthy()
+	p2 := n.waitPod("cfg", "Running", running)
+	if cs := containerStatus(p2, "main"); p2.UID != p.UID || cs.RestartCount != 1 {
+		t.Errorf("after a noderun restart: %s", statusJSON(p2))
+	}
+	if gen, _ := os.Readlink(filepath.Join(cfgDir, "..data")); gen != gen1 {
+		t.Errorf("..data -> %q after a noderun restart, was %q", gen, gen1)
+	}
+	if b, err := os.ReadFile(filepath.Join(secDir, "password")); err != nil || string(b) != secretValue {
+		t.Errorf("secret volume after a noderun restart: %v", err)
+	}
+
 	missingReferences(t, n)
-	secretNowhereElse(t, n, secDir)
+	secretNowhereElse(t, n, secDir, allDir)
 	checkCommandValidates(t, n)
+
+	// The pod's removal unmounts its tmpfs volumes and removes them.
+	n.removeManifest("cfg.yaml")
+	n.waitGone("cfg", waitTimeout)
+	if left := mountsUnder(t, vols); len(left) > 0 {
+		t.Errorf("mounts left after the pod's removal: %v", left)
+	}
+	if _, err := os.Stat(vols); !os.IsNotExist(err) {
+		t.Errorf("%s left after the pod's removal: %v", vols, err)
+	}
 }
 
 // mountFSType is the filesystem type of the mount at target in mountinfo.
@@ -200,8 +239,9 @@ spec:
 }
 
 // secretNowhereElse: the secret's value is in no log line, event, API
-// answer or file under the state and run dirs but the secret volume.
-func secretNowhereElse(t *testing.T, n *node, secDir string) {
+// answer or file under the state, run and log dirs but the volumes (each
+// a tmpfs).
+func secretNowhereElse(t *testing.T, n *node, volumes ...string) {
 	var events v1.EventList
 	if err := n.get("/events", &events); err != nil {
 		t.Fatal(err)
@@ -221,7 +261,7 @@ func secretNowhereElse(t *testing.T, n *node, secDir string) {
 			if err != nil {
 				return nil // a namespace file, a socket: nothing to read
 			}
-			if d.IsDir() && path == secDir {
+			if d.IsDir() && slices.Contains(volumes, path) {
 				return fs.SkipDir
 			}
 			if d.Type().IsRegular() {
