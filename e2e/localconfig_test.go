@@ -256,6 +256,14 @@ func secretNowhereElse(t *testing.T, n *node, volumes ...string) {
 	if err := n.get("/manifests", &manifests); err != nil || strings.Contains(fmt.Sprint(manifests), secretValue) {
 		t.Errorf("GET /manifests holds the secret (%v)", err)
 	}
+	for _, admin := range []bool{false, true} {
+		for _, kind := range []string{"secrets", "configmaps"} {
+			out, errOut, err := n.kubectl(n.kubeconfig(admin), "get", kind)
+			if err == nil || !strings.Contains(errOut, `doesn't have a resource type "`+kind+`"`) || strings.Contains(out, secretValue) {
+				t.Errorf("kubectl get %s (admin %v) = %v, %q, %q: want no such resource type", kind, admin, err, out, errOut)
+			}
+		}
+	}
 	for _, root := range []string{n.state, n.run, n.logs} {
 		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {

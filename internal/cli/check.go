@@ -234,10 +234,11 @@ type checkReport struct {
 }
 
 type checkResult struct {
-	Input    string              `json:"input"`
-	Pods     []manifests.PodInfo `json:"pods"`
-	Errors   []checkError        `json:"errors"`
-	Warnings []checkError        `json:"warnings"` // fields ignored on purpose
+	Input    string                 `json:"input"`
+	Pods     []manifests.PodInfo    `json:"pods"`
+	Objects  []manifests.ObjectInfo `json:"objects,omitempty"` // ConfigMaps and Secrets: names only
+	Errors   []checkError           `json:"errors"`
+	Warnings []checkError           `json:"warnings"` // fields ignored on purpose
 }
 
 type checkError struct {
@@ -250,7 +251,7 @@ type checkError struct {
 }
 
 func newCheckResult(input string, snap manifests.Snapshot) checkResult {
-	return checkResult{Input: input, Pods: snap.Info.Pods, Errors: checkErrors(snap.Errors), Warnings: checkErrors(snap.Warnings)}
+	return checkResult{Input: input, Pods: snap.Info.Pods, Objects: snap.Info.Objects, Errors: checkErrors(snap.Errors), Warnings: checkErrors(snap.Warnings)}
 }
 
 func checkErrors(errs []error) []checkError {
@@ -286,6 +287,13 @@ func printCheck(w, errw io.Writer, results []checkResult) {
 		fmt.Fprintf(w, "%s: OK, %d pods", r.Input, len(r.Pods))
 		if len(names) > 0 {
 			fmt.Fprintf(w, " (%s)", strings.Join(names, ", "))
+		}
+		if len(r.Objects) > 0 {
+			var objs []string
+			for _, o := range r.Objects {
+				objs = append(objs, o.Kind+" "+o.Namespace+"/"+o.Name)
+			}
+			fmt.Fprintf(w, ", %d config objects (%s)", len(r.Objects), strings.Join(objs, ", "))
 		}
 		fmt.Fprintln(w)
 	}
