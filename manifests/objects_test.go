@@ -161,3 +161,26 @@ func TestReferenceErrors(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// With the flag, references are checked as the API server checks them.
+func TestConfigReferencesValidated(t *testing.T) {
+	tests := []struct{ spec, want string }{
+		{"  volumes: [{name: c, configMap: {name: a, defaultMode: 01000}}]\n" + oneContainer, "spec.volumes[0].configMap.defaultMode: must be a number between 0 and 0777"},
+		{"  volumes: [{name: c, secret: {items: [{key: k, path: ../x}]}}]\n" + oneContainer, "spec.volumes[0].secret.secretName: Required value"},
+		{"  volumes: [{name: c, secret: {secretName: s, items: [{key: k, path: ../x}]}}]\n" + oneContainer, "spec.volumes[0].secret.items[0].path: must be a relative path"},
+		{"  volumes: [{name: p, projected: {sources: [{configMap: {name: a, items: [{key: k, path: x}]}}, {secret: {name: s, items: [{key: k, path: x}]}}]}}]\n" + oneContainer, "spec.volumes[0].projected.sources[1]: conflicting duplicate paths: x"},
+		{"  volumes: [{name: p, projected: {sources: [{}]}}]\n" + oneContainer, "spec.volumes[0].projected.sources[0]: exactly one of configMap, secret and downwardAPI is required"},
+		{oneContainer + "    envFrom: [{configMapRef: {name: a}, secretRef: {name: b}}]\n", "spec.containers[0].envFrom[0]: exactly one of configMapRef and secretRef is required"},
+		{oneContainer + "    env: [{name: X, valueFrom: {configMapKeyRef: {name: a, key: 'a b'}}}]\n", "spec.containers[0].env[0].valueFrom.configMapKeyRef.key: a valid config key"},
+	}
+	for _, tt := range tests {
+		res := parseManifest([]byte(podWith(tt.spec)), "a.yaml", "n1", "file:/x", time.Now(), withObjects)
+		var got []string
+		for _, e := range res.errs {
+			got = append(got, e.Error())
+		}
+		if all := strings.Join(got, "\n"); !strings.Contains(all, tt.want) {
+			t.Errorf("errors\n%s\nwant %q", all, tt.want)
+		}
+	}
+}

@@ -37,21 +37,19 @@ func (v *validator) projected(field string, p *v1.ProjectedVolumeSource) {
 		f := fmt.Sprintf("%s.sources[%d]", field, i)
 		var items []string
 		n := 0
-		if s.ConfigMap != nil {
+		keyed := func(sf, name string, list []v1.KeyToPath) {
 			n++
-			if s.ConfigMap.Name == "" {
-				v.add(f+".configMap.name", "Required value")
+			if name == "" {
+				v.add(sf+".name", "Required value")
 			}
-			v.keyToPaths(f+".configMap.items", s.ConfigMap.Items)
-			items = append(items, keyPaths(s.ConfigMap.Items)...)
+			v.keyToPaths(sf+".items", list)
+			items = append(items, keyPaths(list)...)
+		}
+		if s.ConfigMap != nil {
+			keyed(f+".configMap", s.ConfigMap.Name, s.ConfigMap.Items)
 		}
 		if s.Secret != nil {
-			n++
-			if s.Secret.Name == "" {
-				v.add(f+".secret.name", "Required value")
-			}
-			v.keyToPaths(f+".secret.items", s.Secret.Items)
-			items = append(items, keyPaths(s.Secret.Items)...)
+			keyed(f+".secret", s.Secret.Name, s.Secret.Items)
 		}
 		if s.DownwardAPI != nil {
 			n++
