@@ -53,11 +53,40 @@ func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
 		}
 	}
 	tw.Flush()
+	printObjects(w, sources)
 	for _, s := range sources {
 		for _, e := range s.Errors {
 			fmt.Fprintf(w, "error: %s\n", e)
 		}
 	}
+}
+
+// printObjects lists the sources' ConfigMaps and Secrets, if any: where
+// each is defined, never what it holds.
+func printObjects(w io.Writer, sources []manifests.SourceInfo) {
+	var rows []string
+	for _, s := range sources {
+		for _, o := range s.Objects {
+			from := s.URL
+			if o.File != "" {
+				from = fmt.Sprintf("%s:%d", o.File, o.Line)
+			}
+			if o.LastKnownGood {
+				from += " (last known good)"
+			}
+			rows = append(rows, fmt.Sprintf("%s\t%s/%s\t%s\n", o.Kind, o.Namespace, o.Name, from))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tOBJECT\tFROM")
+	for _, r := range rows {
+		fmt.Fprint(tw, r)
+	}
+	tw.Flush()
 }
 
 // lastRead is when a source last read new content: its latest file or body.
