@@ -235,7 +235,14 @@ spec:
 		}
 		time.Sleep(pollEvery)
 	}
+	// Once documents define them, both start: a change of the objects
+	// wakes every pod.
+	n.writeManifest("late.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: nope}\ndata: {k: v}\n---\n"+
+		"apiVersion: v1\nkind: Secret\nmetadata: {name: gone}\ndata: {}\n")
+	n.waitPod("missing", "Running once its ConfigMap is defined", running)
+	n.waitPod("missingvol", "Running once its Secret is defined", running)
 	n.removeManifest("missing.yaml")
+	n.removeManifest("late.yaml")
 }
 
 // secretNowhereElse: the secret's value is in no log line, event, API
