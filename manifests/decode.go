@@ -1,6 +1,8 @@
 // Package manifests turns Pod manifests into the pods a node runs without an
 // API server, as the kubelet does for static pods: it decodes, defaults,
 // validates and identifies them, and FileSource watches files for them.
+// With --local-config-objects it also reads the ConfigMap and Secret
+// documents beside them (objects.go), checked as the API server would.
 package manifests
 
 import (
