@@ -36,6 +36,7 @@ kind: Pod
 metadata: {name: cfg}
 spec:
   terminationGracePeriodSeconds: 2
+  securityContext: {fsGroup: 3000}
   volumes:
   - name: config
     configMap:
@@ -66,7 +67,8 @@ spec:
 }
 
 // With --local-config-objects, ConfigMap and Secret documents beside a pod
-// fill its volumes (with their modes; the secret's on a tmpfs) and its env;
+// fill its volumes (with their modes and the fsGroup's read; the secret's
+// and the projected one on a tmpfs) and its env;
 // an edit of the ConfigMap swaps the volume's ..data link to a new
 // generation while env keeps its value until the container restarts; a
 // missing reference is the kubelet's CreateContainerConfigError or
@@ -82,21 +84,24 @@ func TestLocalConfigObjects(t *testing.T) {
 
 	vols := filepath.Join(n.state, "pods", string(p.UID), "volumes")
 	cfgDir, secDir, allDir := filepath.Join(vols, "configmap", "config"), filepath.Join(vols, "secret", "secret"), filepath.Join(vols, "projected", "all")
+	// Modes as given, plus the fsGroup's read (the kubelet's roMask), the
+	// files the fsGroup's.
 	for path, want := range map[string]struct {
 		content string
 		mode    os.FileMode
 	}{
 		filepath.Join(cfgDir, "greeting.txt"): {"hello", 0o640},
-		filepath.Join(cfgDir, "sub", "level"): {"debug", 0o604},
-		filepath.Join(secDir, "password"):     {secretValue, 0o400},
+		filepath.Join(cfgDir, "sub", "level"): {"debug", 0o644},
+		filepath.Join(secDir, "password"):     {secretValue, 0o440},
 		filepath.Join(allDir, "level"):        {"debug", 0o644},
 		filepath.Join(allDir, "password"):     {secretValue, 0o644},
 		filepath.Join(allDir, "name"):         {"cfg-" + nodeName, 0o644},
 	} {
-		fi, err := os.Stat(path)
+		var st syscall.Stat_t
+		err := syscall.Stat(path, &st)
 		b, rerr := os.ReadFile(path)
-		if err != nil || rerr != nil || string(b) != want.content || fi.Mode().Perm() != want.mode {
-			t.Errorf("%s = %q mode %v (%v, %v), want %q mode %v", path, b, fi.Mode().Perm(), err, rerr, want.content, want.mode)
+		if mode := os.FileMode(st.Mode).Perm(); err != nil || rerr != nil || string(b) != want.content || mode != want.mode || st.Gid != 3000 {
+			t.Errorf("%s = %q mode %v gid %d (%v, %v), want %q mode %v gid 3000", path, b, mode, st.Gid, err, rerr, want.content, want.mode)
 		}
 	}
 
