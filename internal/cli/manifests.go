@@ -42,14 +42,7 @@ func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
 	fmt.Fprintln(tw, "POD\tUID\tFROM")
 	for _, s := range sources {
 		for _, p := range s.Pods {
-			from := s.URL
-			if p.File != "" {
-				from = fmt.Sprintf("%s:%d", p.File, p.Line)
-			}
-			if p.LastKnownGood {
-				from += " (last known good)"
-			}
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from(s.URL, p.File, p.Line, p.LastKnownGood))
 		}
 	}
 	tw.Flush()
@@ -61,20 +54,25 @@ func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
 	}
 }
 
+// from is where a pod or object is defined: file:line, or the URL.
+func from(url, file string, line int, lastGood bool) string {
+	where := url
+	if file != "" {
+		where = fmt.Sprintf("%s:%d", file, line)
+	}
+	if lastGood {
+		where += " (last known good)"
+	}
+	return where
+}
+
 // printObjects lists the sources' ConfigMaps and Secrets, if any: where
 // each is defined, never what it holds.
 func printObjects(w io.Writer, sources []manifests.SourceInfo) {
 	var rows []string
 	for _, s := range sources {
 		for _, o := range s.Objects {
-			from := s.URL
-			if o.File != "" {
-				from = fmt.Sprintf("%s:%d", o.File, o.Line)
-			}
-			if o.LastKnownGood {
-				from += " (last known good)"
-			}
-			rows = append(rows, fmt.Sprintf("%s\t%s/%s\t%s\n", o.Kind, o.Namespace, o.Name, from))
+			rows = append(rows, fmt.Sprintf("%s\t%s/%s\t%s\n", o.Kind, o.Namespace, o.Name, from(s.URL, o.File, o.Line, o.LastKnownGood)))
 		}
 	}
 	if len(rows) == 0 {
