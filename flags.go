@@ -73,6 +73,7 @@ func flags() []cli.Flag {
 		&cli.DurationFlag{Name: "file-check-interval", Value: defaultRelist, Usage: "re-list manifest directories this often (a safety net for missed events)", EnvVars: env("FILE_CHECK_INTERVAL")},
 		&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 		&cli.StringFlag{Name: "log-format", Value: "text", Usage: "text, json or journal (fields of their own); unset, journal when stderr is the journal (JOURNAL_STREAM), else text", EnvVars: env("LOG_FORMAT")},
+		nrcli.LocalConfigFlag(),
 	}, append(nrcli.URLFlags(), apiFlags()...)...)
 }
 
@@ -120,6 +121,7 @@ type nodeConfig struct {
 	hostIP       string
 	files        []string // --manifests, absolute
 	fileCheck    time.Duration
+	fileOpts     []manifests.FileOption // --local-config-objects
 	urls         []*manifests.URLSource
 	api          apiConfig
 	healthz      apiConfig // port 0: off
@@ -150,7 +152,7 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	} else if err != nil {
 		return nodeConfig{}, err
 	}
-	cfg := nodeConfig{files: uniq(c.StringSlice("manifests")), fileCheck: c.Duration("file-check-interval"),
+	cfg := nodeConfig{files: uniq(c.StringSlice("manifests")), fileCheck: c.Duration("file-check-interval"), fileOpts: nrcli.FileOptions(c),
 		api: apiConfig{c.String("api-address"), c.Int("api-port"), c.String("node-log-dir")}, hostIP: c.String("node-ip")}
 	if cfg.api.port < 0 || cfg.api.port > 65535 {
 		return nodeConfig{}, fmt.Errorf("--api-port %d: want 0 to 65535", cfg.api.port)

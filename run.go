@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -194,8 +195,8 @@ func (e sdEngine) Status() string { return e.PodCounts().String() }
 func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot {
 	snaps := make(chan manifests.Snapshot)
 	for _, p := range cfg.files {
-		src := manifests.NewFileSource(p, cfg.nodeName,
-			manifests.WithRelistInterval(cfg.fileCheck), manifests.WithLogger(cfg.log))
+		src := manifests.NewFileSource(p, cfg.nodeName, append(slices.Clip(cfg.fileOpts),
+			manifests.WithRelistInterval(cfg.fileCheck), manifests.WithLogger(cfg.log))...)
 		go func() {
 			if err := src.Run(ctx, snaps); err != nil && ctx.Err() == nil {
 				cfg.log.Error("manifest source stopped", "path", p, "err", err)

@@ -8,11 +8,11 @@ import (
 	"strings"
 )
 
-// CheckPath reads a manifest file or directory once, as a FileSource would,
-// and returns what it would run: pods, errors and info. A missing path is an
+// CheckPath reads a manifest file or directory once, as a FileSource with
+// opts would, and returns what it would run: pods, errors and info. A missing path is an
 // error here, where a source would wait for it to appear.
-func CheckPath(path, nodeName string) Snapshot {
-	r := &fileRun{FileSource: NewFileSource(path, nodeName), files: map[string]*fileResult{}, readAsIs: true}
+func CheckPath(path, nodeName string, opts ...FileOption) Snapshot {
+	r := &fileRun{FileSource: NewFileSource(path, nodeName, opts...), files: map[string]*fileResult{}, readAsIs: true}
 	if _, err := os.Stat(r.path); err != nil {
 		return failedCheck(r.source, &ManifestError{File: path, Err: err})
 	}

@@ -1,6 +1,8 @@
 // Package manifests turns Pod manifests into the pods a node runs without an
 // API server, as the kubelet does for static pods: it decodes, defaults,
 // validates and identifies them, and FileSource watches files for them.
+// With --local-config-objects it also reads the ConfigMap and Secret
+// documents beside them (objects.go), checked as the API server would.
 package manifests
 
 import (
@@ -18,12 +20,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// document is one decoded pod and where it came from.
+// document is one decoded pod, or config object, and where it came from.
 type document struct {
 	pod   *v1.Pod
-	raw   []byte // the pod's canonical JSON, input to its UID
-	line  int    // first line of the document that held it
-	chunk chunk  // the document's text, to find fields in
+	obj   *objectEntry // a ConfigMap or Secret instead of a pod
+	raw   []byte       // the pod's canonical JSON, input to its UID
+	line  int          // first line of the document that held it
+	chunk chunk        // the document's text, to find fields in
 }
 
 // chunk is the text of one `---`-separated document.
@@ -33,14 +36,16 @@ type chunk struct {
 }
 
 // Decode reads Pods from YAML or JSON, one per document or per PodList item.
-// Empty documents are skipped. Decoding is strict: unknown and duplicate
+// Empty documents, and ConfigMap and Secret documents, are skipped. Decoding is strict: unknown and duplicate
 // fields are errors. Decode returns the pods of every good document together
 // with an error joining one *ManifestError per problem.
 func Decode(data []byte) ([]*v1.Pod, error) {
 	docs, errs := decodeDocuments(data)
-	pods := make([]*v1.Pod, len(docs))
-	for i, d := range docs {
-		pods[i] = d.pod
+	var pods []*v1.Pod
+	for _, d := range docs {
+		if d.pod != nil {
+			pods = append(pods, d.pod)
+		}
 	}
 	return pods, errors.Join(errs...)
 }
@@ -131,6 +136,8 @@ func decodeChunk(c chunk) ([]document, []error) {
 		docs, errs = decodePod(js, c)
 	case "PodList":
 		docs, errs = decodePodList(js, c)
+	case KindConfigMap, KindSecret:
+		docs, errs = decodeObject(tm.Kind, js, c)
 	default:
 		return nil, []error{&ManifestError{Line: line, Field: "kind", Message: fmt.Sprintf("unsupported kind %q (want Pod or PodList)", tm.Kind)}}
 	}

@@ -112,10 +112,30 @@ func defaultVolume(v *v1.Volume) {
 		if d.DefaultMode == nil {
 			d.DefaultMode = ptr(v1.DownwardAPIVolumeSourceDefaultMode)
 		}
-		for i := range d.Items {
-			if ref := d.Items[i].FieldRef; ref != nil {
-				setIfEmpty(&ref.APIVersion, "v1")
+		defaultFieldRefs(d.Items)
+	}
+	if c := v.ConfigMap; c != nil && c.DefaultMode == nil {
+		c.DefaultMode = ptr(v1.ConfigMapVolumeSourceDefaultMode)
+	}
+	if s := v.Secret; s != nil && s.DefaultMode == nil {
+		s.DefaultMode = ptr(v1.SecretVolumeSourceDefaultMode)
+	}
+	if p := v.Projected; p != nil {
+		if p.DefaultMode == nil {
+			p.DefaultMode = ptr(v1.ProjectedVolumeSourceDefaultMode)
+		}
+		for _, s := range p.Sources {
+			if s.DownwardAPI != nil {
+				defaultFieldRefs(s.DownwardAPI.Items)
 			}
+		}
+	}
+}
+
+func defaultFieldRefs(items []v1.DownwardAPIVolumeFile) {
+	for i := range items {
+		if ref := items[i].FieldRef; ref != nil {
+			setIfEmpty(&ref.APIVersion, "v1")
 		}
 	}
 }

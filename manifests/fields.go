@@ -19,6 +19,10 @@ const (
 	Works   FieldStatus = "works"   // as in Kubernetes
 	Refused FieldStatus = "refused" // a pod setting it is an error
 	Ignored FieldStatus = "ignored" // accepted, does nothing here on purpose: a warning
+	// OptIn: works with --local-config-objects (ConfigMap and Secret
+	// documents in the manifest sources); refused without it, as the
+	// kubelet refuses API references in static pods.
+	OptIn FieldStatus = "opt-in"
 )
 
 // fieldRule classifies one field. Paths start at "spec."; fields of
@@ -44,6 +48,8 @@ const (
 	whyResources  = "cpu and memory are enforced and admitted against the node; extended resources (example.com/foo) are admitted without a device, as by the kubelet with no device plugin registered; others (ephemeral-storage, hugepages) are not supported"
 	whyAdmission  = "admitted against the node's labels (the kubelet's well-known ones and --node-labels): a pod they do not match is rejected, phase Failed, reason NodeAffinity, as by the kubelet"
 	whyPodAffin   = "scheduling only: the kubelet does not check it at admission either"
+	whyLocalCfg   = "with --local-config-objects: read from ConfigMap and Secret documents of the pod's namespace in the manifest sources; without it refused, as the kubelet refuses static pods that reference API objects"
+	whyUser       = "per-file owners: " + whyNotHere
 )
 
 var fieldRules = []fieldRule{
@@ -70,9 +76,61 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyNotHere},
 	{path: "spec.volumes[].downwardAPI.defaultMode", status: Works},
 	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyNotHere},
-	{path: "spec.volumes[].secret", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].configMap", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].projected", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].secret", status: OptIn, reason: whyLocalCfg + "; on a tmpfs of its own, mounted read-only, updated atomically (..data swap) when the document changes"},
+	{path: "spec.volumes[].secret.secretName", status: Works},
+	{path: "spec.volumes[].secret.items", status: Works},
+	{path: "spec.volumes[].secret.items[].key", status: Works},
+	{path: "spec.volumes[].secret.items[].path", status: Works},
+	{path: "spec.volumes[].secret.items[].mode", status: Works},
+	{path: "spec.volumes[].secret.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].secret.defaultMode", status: Works},
+	{path: "spec.volumes[].secret.optional", status: Works},
+	{path: "spec.volumes[].secret.defaultUser", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].configMap", status: OptIn, reason: whyLocalCfg + "; mounted read-only, updated atomically (..data swap) when the document changes"},
+	{path: "spec.volumes[].configMap.name", status: Works},
+	{path: "spec.volumes[].configMap.items", status: Works},
+	{path: "spec.volumes[].configMap.items[].key", status: Works},
+	{path: "spec.volumes[].configMap.items[].path", status: Works},
+	{path: "spec.volumes[].configMap.items[].mode", status: Works},
+	{path: "spec.volumes[].configMap.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].configMap.defaultMode", status: Works},
+	{path: "spec.volumes[].configMap.optional", status: Works},
+	{path: "spec.volumes[].configMap.defaultUser", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected", status: OptIn, reason: whyLocalCfg + "; configMap, secret and downwardAPI sources, on a tmpfs of its own, mounted read-only, updated atomically"},
+	{path: "spec.volumes[].projected.sources", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.name", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.items", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.items[].key", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.items[].path", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.items[].mode", status: Works},
+	{path: "spec.volumes[].projected.sources[].secret.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected.sources[].secret.optional", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.name", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.items", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.items[].key", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.items[].path", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.items[].mode", status: Works},
+	{path: "spec.volumes[].projected.sources[].configMap.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected.sources[].configMap.optional", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].path", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.apiVersion", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].fieldRef.fieldPath", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef.containerName", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef.resource", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef.divisor", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].mode", status: Works},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected.sources[].serviceAccountToken", status: Refused, reason: "no service account token without an API server"},
+	{path: "spec.volumes[].projected.sources[].clusterTrustBundle", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].projected.sources[].podCertificate", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].projected.defaultMode", status: Works},
+	{path: "spec.volumes[].projected.defaultUser", status: Refused, reason: whyUser},
 	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: whyAPIServer},
 	{path: "spec.volumes[].ephemeral", status: Refused, reason: whyAPIServer},
 	{path: "spec.volumes[].csi", status: Refused, reason: whyAPIServer},
@@ -111,7 +169,14 @@ var fieldRules = []fieldRule{
 	{path: "container.ports[].containerPort", status: Works},
 	{path: "container.ports[].protocol", status: Works},
 	{path: "container.ports[].hostIP", status: Works},
-	{path: "container.envFrom", status: Refused, reason: "its sources are config maps and secrets: " + whyAPIServer},
+	{path: "container.envFrom", status: OptIn, reason: whyLocalCfg + "; read at each container start"},
+	{path: "container.envFrom[].prefix", status: Works},
+	{path: "container.envFrom[].configMapRef", status: Works},
+	{path: "container.envFrom[].configMapRef.name", status: Works},
+	{path: "container.envFrom[].configMapRef.optional", status: Works},
+	{path: "container.envFrom[].secretRef", status: Works},
+	{path: "container.envFrom[].secretRef.name", status: Works},
+	{path: "container.envFrom[].secretRef.optional", status: Works},
 	{path: "container.env", status: Works},
 	{path: "container.env[].name", status: Works},
 	{path: "container.env[].value", status: Works, reason: "with $(VAR) expansion"},
@@ -123,8 +188,14 @@ var fieldRules = []fieldRule{
 	{path: "container.env[].valueFrom.resourceFieldRef.containerName", status: Works},
 	{path: "container.env[].valueFrom.resourceFieldRef.resource", status: Works},
 	{path: "container.env[].valueFrom.resourceFieldRef.divisor", status: Works},
-	{path: "container.env[].valueFrom.configMapKeyRef", status: Refused, reason: whyAPIServer},
-	{path: "container.env[].valueFrom.secretKeyRef", status: Refused, reason: whyAPIServer},
+	{path: "container.env[].valueFrom.configMapKeyRef", status: OptIn, reason: whyLocalCfg + "; read at each container start"},
+	{path: "container.env[].valueFrom.configMapKeyRef.name", status: Works},
+	{path: "container.env[].valueFrom.configMapKeyRef.key", status: Works},
+	{path: "container.env[].valueFrom.configMapKeyRef.optional", status: Works},
+	{path: "container.env[].valueFrom.secretKeyRef", status: OptIn, reason: whyLocalCfg + "; read at each container start"},
+	{path: "container.env[].valueFrom.secretKeyRef.name", status: Works},
+	{path: "container.env[].valueFrom.secretKeyRef.key", status: Works},
+	{path: "container.env[].valueFrom.secretKeyRef.optional", status: Works},
 	{path: "container.env[].valueFrom.fileKeyRef", status: Refused, reason: whyNotHere},
 	{path: "container.resources", status: Works},
 	{path: "container.resources.limits", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
@@ -297,7 +368,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.securityContext.runAsNonRoot", status: Works},
 	{path: "spec.securityContext.supplementalGroups", status: Works},
 	{path: "spec.securityContext.supplementalGroupsPolicy", status: Works},
-	{path: "spec.securityContext.fsGroup", status: Works, reason: "emptyDir and downwardAPI volumes are given to the group"},
+	{path: "spec.securityContext.fsGroup", status: Works, reason: "emptyDir, downwardAPI, configMap, secret and projected volumes are given to the group"},
 	{path: "spec.securityContext.sysctls", status: Works, reason: "the kubelet's safe set, others with --allowed-unsafe-sysctls; only the pod's own namespaces"},
 	{path: "spec.securityContext.sysctls[].name", status: Works},
 	{path: "spec.securityContext.sysctls[].value", status: Works},
@@ -394,25 +465,32 @@ type fieldFinding struct {
 	path   string // concrete, e.g. spec.containers[1].livenessProbe
 	rule   *fieldRule
 	status FieldStatus
+	refers string // an OptIn field refused: the API resource it refers to
+}
+
+// fieldWalker walks a spec's set fields against the lists.
+type fieldWalker struct {
+	localConfig bool // OptIn fields work
+	out         []fieldFinding
 }
 
 // checkFields walks what the manifest set (before defaulting, so that only
 // fields the user wrote count) and reports refused and ignored fields.
-func checkFields(spec *v1.PodSpec) []fieldFinding {
-	var out []fieldFinding
-	walkValue(reflect.ValueOf(spec).Elem(), "spec", "spec", &out)
-	return out
+func checkFields(spec *v1.PodSpec, opts parseOptions) []fieldFinding {
+	w := &fieldWalker{localConfig: opts.localConfig}
+	w.walkValue(reflect.ValueOf(spec).Elem(), "spec", "spec")
+	return w.out
 }
 
 // walkValue visits the fields of the struct v; concrete is the path with
 // indexes, key the rule path.
-func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
+func (w *fieldWalker) walkValue(v reflect.Value, concrete, key string) {
 	t := v.Type()
 	for i := range t.NumField() {
 		f, fv := t.Field(i), v.Field(i)
 		name := jsonName(f)
 		if name == "" {
-			walkValue(fv, concrete, key, out) // inline (VolumeSource)
+			w.walkValue(fv, concrete, key) // inline (VolumeSource)
 			continue
 		}
 		if fv.IsZero() {
@@ -421,7 +499,7 @@ func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
 		fkey := key + "." + name
 		if fkey == "spec.containers" || fkey == "spec.initContainers" {
 			for j := range fv.Len() {
-				walkValue(fv.Index(j), fmt.Sprintf("%s.%s[%d]", concrete, name, j), "container", out)
+				w.walkValue(fv.Index(j), fmt.Sprintf("%s.%s[%d]", concrete, name, j), "container")
 			}
 			continue
 		}
@@ -429,31 +507,72 @@ func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
 		r := ruleIndex[fkey]
 		switch {
 		case r == nil:
-			*out = append(*out, fieldFinding{fconcrete, &fieldRule{path: fkey, reason: "not classified"}, Refused})
+			w.out = append(w.out, fieldFinding{path: fconcrete, rule: &fieldRule{path: fkey, reason: "not classified"}, status: Refused})
 		case r.status == Ignored:
-			*out = append(*out, fieldFinding{fconcrete, r, Ignored})
+			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Ignored})
 		case r.status == Refused && (r.accept == nil || !r.accept(fv)):
-			*out = append(*out, fieldFinding{fconcrete, r, Refused})
+			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Refused})
+		case r.status == OptIn && !w.localConfig:
+			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Refused, refers: referredResource(fv)})
 		default:
-			descend(fv, fconcrete, fkey, out)
+			w.descend(fv, fconcrete, fkey)
 		}
 	}
 }
 
 // descend walks into a Works field that holds core/v1 structs.
-func descend(v reflect.Value, concrete, key string, out *[]fieldFinding) {
+func (w *fieldWalker) descend(v reflect.Value, concrete, key string) {
 	switch v.Kind() {
 	case reflect.Pointer:
-		descend(v.Elem(), concrete, key, out)
+		w.descend(v.Elem(), concrete, key)
 	case reflect.Slice:
 		for j := range v.Len() {
-			descend(v.Index(j), fmt.Sprintf("%s[%d]", concrete, j), key+"[]", out)
+			w.descend(v.Index(j), fmt.Sprintf("%s[%d]", concrete, j), key+"[]")
 		}
 	case reflect.Struct:
 		if v.Type().PkgPath() == corePkg {
-			walkValue(v, concrete, key, out)
+			w.walkValue(v, concrete, key)
 		}
 	}
+}
+
+// referredResource names the API resource an OptIn field's value refers
+// to, as the kubelet's static pod check does: secrets before configmaps.
+// Its struct types tell: Secret* and ConfigMap* types are the references.
+func referredResource(v reflect.Value) string {
+	found := map[string]bool{}
+	var visit func(reflect.Value)
+	visit = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if !v.IsNil() {
+				visit(v.Elem())
+			}
+		case reflect.Slice:
+			for i := range v.Len() {
+				visit(v.Index(i))
+			}
+		case reflect.Struct:
+			name := v.Type().Name()
+			switch {
+			case strings.HasPrefix(name, "Secret"):
+				found["secrets"] = true
+			case strings.HasPrefix(name, "ConfigMap"):
+				found["configmaps"] = true
+			}
+			for i := range v.NumField() {
+				visit(v.Field(i))
+			}
+		}
+	}
+	visit(v)
+	switch {
+	case found["secrets"]:
+		return "secrets"
+	case found["configmaps"]:
+		return "configmaps"
+	}
+	return "" // refers to nothing (envFrom: []): refused by its rule
 }
 
 const corePkg = "k8s.io/api/core/v1"
@@ -467,10 +586,16 @@ func jsonName(f reflect.StructField) string {
 func fieldErrors(findings []fieldFinding) (errs, warnings []error) {
 	for _, f := range findings {
 		me := &ManifestError{Field: f.path}
-		if f.status == Refused {
+		switch {
+		case f.refers != "":
+			// The kubelet's own words, then the way to run it here.
+			me.Message = "static pods may not reference " + f.refers +
+				" (noderun runs such pods with --local-config-objects, from ConfigMap and Secret documents in the manifest sources)"
+			errs = append(errs, me)
+		case f.status == Refused:
 			me.Message = "not supported by noderun: " + f.rule.reason
 			errs = append(errs, me)
-		} else {
+		default:
 			me.Message = "ignored: " + f.rule.reason
 			warnings = append(warnings, me)
 		}

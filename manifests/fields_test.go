@@ -40,7 +40,7 @@ func typePaths(t *testing.T) []string {
 				continue
 			}
 			out = append(out, fkey)
-			if r := ruleIndex[fkey]; r == nil || r.status != Works {
+			if r := ruleIndex[fkey]; r == nil || (r.status != Works && r.status != OptIn) {
 				continue
 			}
 			ft, k := f.Type, fkey
@@ -137,7 +137,7 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := mustDecode(t, podWith(tt.spec))
 			var errs, warnings []string
-			for _, f := range checkFields(&pod.Spec) {
+			for _, f := range checkFields(&pod.Spec, parseOptions{}) {
 				if f.status == Refused {
 					errs = append(errs, f.path)
 				} else {
@@ -159,7 +159,7 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 func TestDefaultedPodHasNoFindings(t *testing.T) {
 	pod := mustDecode(t, podWith(oneContainer))
 	ApplyDefaults(pod)
-	res := parseManifest([]byte(podWith(oneContainer)), "web.yaml", "n1", "file:/x", time.Now())
+	res := parseManifest([]byte(podWith(oneContainer)), "web.yaml", "n1", "file:/x", time.Now(), parseOptions{})
 	if len(res.errs) != 0 || len(res.warns) != 0 {
 		t.Errorf("a plain pod gave errors %v warnings %v", res.errs, res.warns)
 	}
@@ -168,13 +168,13 @@ func TestDefaultedPodHasNoFindings(t *testing.T) {
 // Errors and warnings name the line and column of the field's key.
 func TestFieldErrorsPointAtTheirKey(t *testing.T) {
 	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  schedulerName: x\n  containers:\n  - name: a\n    image: nginx\n  - name: b\n    image: nginx\n    envFrom: []\n    ports:\n    - containerPort: 99999\n"
-	res := parseManifest([]byte(in), "web.yaml", "n1", "file:/x", time.Now())
+	res := parseManifest([]byte(in), "web.yaml", "n1", "file:/x", time.Now(), parseOptions{})
 	var got []string
 	for _, e := range append(res.errs, res.warns...) {
 		got = append(got, e.Error())
 	}
 	want := []string{
-		"web.yaml:12:5: spec.containers[1].envFrom: not supported by noderun: its sources are config maps and secrets: " + whyAPIServer,
+		"web.yaml:12:5: spec.containers[1].envFrom: not supported by noderun: " + ruleIndex["container.envFrom"].reason,
 		"web.yaml:14:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
 		"web.yaml:6:3: spec.schedulerName: ignored: " + whyScheduling,
 	}
@@ -213,7 +213,9 @@ func fieldsReference() string {
 Every field of the Pod API is in exactly one of three lists (` + "`manifests/fields.go`" + `): it **works** as
 in Kubernetes, it is **refused** (the pod is an error naming the field, in ` + "`noderun check`" + `, the log
 and ` + "`GET /manifests`" + `), or it is **ignored** on purpose (a warning in ` + "`noderun check`" + `, which still
-exits 0, and one log line). A test walks the core/v1 types by reflection and fails when a field is
+exits 0, and one log line). The fields that refer to ConfigMaps and Secrets are **opt-in**: they work
+with ` + "`--local-config-objects`" + ` (from ConfigMap and Secret documents in the manifest sources) and are
+refused without it, in the kubelet's words for static pods. A test walks the core/v1 types by reflection and fails when a field is
 in no list, so an upgrade of the Kubernetes API cannot add a field that is silently ignored. A
 refused or ignored field covers the fields below it. Container fields hold for init and app
 containers alike (` + "`spec.[init]containers[]`" + `).

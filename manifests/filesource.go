@@ -30,7 +30,12 @@ type Snapshot struct {
 	Errors []error   // per-file/per-document problems, each a *ManifestError
 	// Warnings name fields a pod sets that noderun ignores on purpose.
 	Warnings []error
-	Info     SourceInfo
+	// ConfigMaps and Secrets are the source's config objects (only with
+	// --local-config-objects), identified by namespace/name; shared and
+	// read-only as pods are. Secrets are kept in memory only.
+	ConfigMaps []*v1.ConfigMap
+	Secrets    []*v1.Secret
+	Info       SourceInfo
 	// Unavailable: the source has never read its manifests (a URL that has
 	// not answered yet and has no saved response), so its pods are unknown,
 	// not absent; running pods it may own must not be removed.
@@ -46,6 +51,7 @@ type FileSource struct {
 	relist   time.Duration
 	debounce time.Duration
 	settle   time.Duration
+	opts     parseOptions
 	log      *slog.Logger
 	// newWatcher makes the inotify watcher; tests make it fail.
 	newWatcher func() (*fsnotify.Watcher, error)
@@ -91,6 +97,13 @@ const maxFirstWait = 5 * time.Second
 // away is taken as gone only after renameSettle.
 func WithDebounce(d time.Duration) FileOption {
 	return func(s *FileSource) { s.debounce = d }
+}
+
+// WithLocalConfigObjects reads ConfigMap and Secret documents and lets
+// pods refer to them (--local-config-objects); without it both are errors,
+// as API references in static pods are for the kubelet.
+func WithLocalConfigObjects() FileOption {
+	return func(s *FileSource) { s.opts.localConfig = true }
 }
 
 // WithLogger sets the logger; the default discards.
@@ -556,7 +569,7 @@ func (r *fileRun) load(path string) {
 	case !r.settled(path, fi):
 		// Still being written: what the file had stands until it settles.
 	default:
-		r.files[path] = keepLastGood(prev, parseManifest(data, path, r.nodeName, r.source, time.Now()))
+		r.files[path] = keepLastGood(prev, parseManifest(data, path, r.nodeName, r.source, time.Now(), r.opts))
 	}
 }
 

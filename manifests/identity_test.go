@@ -108,7 +108,7 @@ func TestCheckUID(t *testing.T) {
 
 func TestFinalNameLimits(t *testing.T) {
 	docs := fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`, strings.Repeat("a", 250))
-	res := parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now())
+	res := parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now(), parseOptions{})
 	if len(res.pods) != 0 || len(res.errs) == 0 {
 		t.Fatalf("a 250-character name on node-1 gave pods %d errors %v, want refused", len(res.pods), res.errs)
 	}
@@ -116,7 +116,7 @@ func TestFinalNameLimits(t *testing.T) {
 		t.Errorf("error = %v, want it to name metadata.name and the 253 limit", res.errs[0])
 	}
 	docs = fmt.Sprintf(`{"apiVersion":"v1","kind":"Pod","metadata":{"name":%q,"namespace":%q},"spec":{"containers":[{"name":"c","image":"busybox"}]}}`, strings.Repeat("b", 200), strings.Repeat("n", 40))
-	res = parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now())
+	res = parseManifest([]byte(docs), "long.json", "node-1", "file:/etc/pods", time.Now(), parseOptions{})
 	if len(res.pods) != 0 || len(res.errs) == 0 || !strings.Contains(res.errs[0].Error(), "255") {
 		t.Errorf("a log directory name over 255 characters: pods %d errors %v, want refused naming 255", len(res.pods), res.errs)
 	}

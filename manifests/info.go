@@ -31,8 +31,10 @@ type SourceInfo struct {
 	LastModified string     `json:"lastModified,omitempty"`
 	ReadAt       time.Time  `json:"readAt,omitzero"` // URL: when the body in use was fetched
 	Pods         []PodInfo  `json:"pods"`
-	Errors       []string   `json:"errors,omitempty"`
-	Warnings     []string   `json:"warnings,omitempty"`
+	// Objects are the ConfigMaps and Secrets it yields: names, never data.
+	Objects  []ObjectInfo `json:"objects,omitempty"`
+	Errors   []string     `json:"errors,omitempty"`
+	Warnings []string     `json:"warnings,omitempty"`
 }
 
 // FileInfo is one manifest file of a file source.

@@ -11,12 +11,15 @@ import (
 
 // fileResult is what one file (or one URL's body) yielded.
 type fileResult struct {
+	file   string // as errors name it
 	data   []byte // content as last read, to skip re-parsing it unchanged
 	readOK bool
 	readAt time.Time // when the content in use was read
 	pods   []entry
-	errs   []error
-	warns  []error // ignored-on-purpose fields, one *ManifestError each
+	// objects are its ConfigMaps and Secrets (with --local-config-objects).
+	objects []objectEntry
+	errs    []error
+	warns   []error // ignored-on-purpose fields, one *ManifestError each
 }
 
 // entry is an accepted pod and where it came from.
@@ -27,15 +30,20 @@ type entry struct {
 	stale bool   // kept from an earlier version: the current one has errors
 }
 
-// parseManifest turns content into accepted pods and errors; file names the
-// content in errors and source is the identity's source (see Identify).
-func parseManifest(data []byte, file, nodeName, source string, now time.Time) *fileResult {
-	res := &fileResult{data: data, readOK: true, readAt: now}
+// parseManifest turns content into accepted pods, config objects and
+// errors; file names the content in errors and source is the identity's
+// source (see Identify).
+func parseManifest(data []byte, file, nodeName, source string, now time.Time, opts parseOptions) *fileResult {
+	res := &fileResult{file: file, data: data, readOK: true, readAt: now}
 	docs, errs := decodeDocuments(data)
 	locate(errs, file, 0)
 	res.errs = errs
 	for _, d := range docs {
-		verrs, warns := checkPod(d.pod)
+		if d.obj != nil {
+			res.addObject(d, file, opts)
+			continue
+		}
+		verrs, warns := checkPod(d.pod, opts)
 		locateFields(warns, d.chunk)
 		locateFields(verrs, d.chunk)
 		locate(warns, file, d.line)
@@ -56,20 +64,41 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 	return res
 }
 
+// addObject accepts a ConfigMap or Secret document, or adds its errors:
+// without --local-config-objects there is nothing it may be.
+func (res *fileResult) addObject(d document, file string, opts parseOptions) {
+	if !opts.localConfig {
+		res.errs = append(res.errs, &ManifestError{File: file, Line: d.line, Field: "kind",
+			Message: fmt.Sprintf("unsupported kind %q (want Pod or PodList; ConfigMap and Secret documents need --local-config-objects)", d.obj.kind())})
+		return
+	}
+	errs := acceptObject(d.obj)
+	locateFields(errs, d.chunk)
+	locate(errs, file, d.line)
+	if len(errs) > 0 {
+		res.errs = append(res.errs, errs...)
+		return
+	}
+	d.obj.line = d.line
+	res.objects = append(res.objects, *d.obj)
+}
+
 // checkPod applies the field lists to what the manifest says, before
 // defaults fill fields in, then defaults and validates the pod.
-func checkPod(pod *v1.Pod) (errs, warnings []error) {
-	errs, warnings = fieldErrors(checkFields(&pod.Spec))
+func checkPod(pod *v1.Pod, opts parseOptions) (errs, warnings []error) {
+	errs, warnings = fieldErrors(checkFields(&pod.Spec, opts))
 	ApplyDefaults(pod)
 	return append(errs, Validate(pod)...), warnings
 }
 
 // keepLastGood gives next, the result of new content with errors, the pods of
 // prev that next does not yield validly, marked stale: the kubelet would kill
-// them, but a typo must not take an appliance's pods down. A pod that next
+// them, but a typo must not take an appliance's pods down. Config objects
+// are kept alike, and an immutable one may not change (checkImmutable). A pod that next
 // yields validly takes its new spec; without errors, next stands as it is, so
 // removing a document removes its pod once the file is valid again.
 func keepLastGood(prev, next *fileResult) *fileResult {
+	checkImmutable(prev, next)
 	if prev == nil || len(next.errs) == 0 {
 		return next
 	}
@@ -81,6 +110,15 @@ func keepLastGood(prev, next *fileResult) *fileResult {
 		if !have[podKey(e.pod)] {
 			e.stale = true
 			next.pods = append(next.pods, e)
+		}
+	}
+	for _, o := range next.objects {
+		have[o.key()] = true
+	}
+	for _, o := range prev.objects {
+		if !have[o.key()] {
+			o.stale = true
+			next.objects = append(next.objects, o)
 		}
 	}
 	return next
@@ -142,6 +180,7 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 		snap.Info.Pods = append(snap.Info.Pods, podInfo(a.file, a.entry))
 		fmt.Fprintf(&fp, "pod %s %s %t\n", a.pod.UID, a.sum, a.stale)
 	}
+	assembleObjects(&snap, &fp, order, results)
 	snap.Errors = append(snap.Errors, extra...)
 	for _, w := range snap.Warnings {
 		snap.Info.Warnings = append(snap.Info.Warnings, w.Error())
@@ -152,4 +191,30 @@ func assemble(source string, order []string, results map[string]*fileResult, ext
 		fmt.Fprintf(&fp, "error %s\n", err)
 	}
 	return snap, fp.String()
+}
+
+// assembleObjects adds the files' ConfigMaps and Secrets to snap, where the
+// first definition of a kind and namespace/name wins, and fingerprints each
+// by its content's hash: a change is sent, its values are kept out.
+func assembleObjects(snap *Snapshot, fp *strings.Builder, order []string, results map[string]*fileResult) {
+	seen := map[string]string{} // key -> where defined
+	for _, file := range order {
+		for _, o := range results[file].objects {
+			where := fmt.Sprintf("%s:%d", file, o.line)
+			ns, name := o.meta()
+			if first, dup := seen[o.key()]; dup {
+				snap.Errors = append(snap.Errors, &ManifestError{File: file, Line: o.line, Field: "metadata.name",
+					Message: fmt.Sprintf("%s %s/%s is already defined in %s", o.kind(), ns, name, first)})
+				continue
+			}
+			seen[o.key()] = where
+			if o.cm != nil {
+				snap.ConfigMaps = append(snap.ConfigMaps, o.cm)
+			} else {
+				snap.Secrets = append(snap.Secrets, o.secret)
+			}
+			snap.Info.Objects = append(snap.Info.Objects, objectInfo(file, o))
+			fmt.Fprintf(fp, "object %s %s %t\n", o.key(), o.sum, o.stale)
+		}
+	}
 }

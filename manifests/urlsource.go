@@ -55,6 +55,7 @@ type URLSource struct {
 	interval time.Duration
 	timeout  time.Duration
 	stateDir string // where the last good response is kept; "" keeps none
+	opts     parseOptions
 	tls      tlsFiles
 	client   *http.Client
 	log      *slog.Logger
@@ -89,6 +90,14 @@ func WithTLSFiles(caFile, certFile, keyFile string) URLOption {
 // URL run after a reboot without network.
 func WithStateDir(dir string) URLOption {
 	return func(s *URLSource) { s.stateDir = dir }
+}
+
+// WithURLLocalConfigObjects is WithLocalConfigObjects for a URL: its
+// ConfigMap and Secret documents are read. Secret documents are left out
+// of the response kept in the state directory, so that no secret is
+// written to disk; an offline start runs without them.
+func WithURLLocalConfigObjects() URLOption {
+	return func(s *URLSource) { s.opts.localConfig = true }
 }
 
 // WithURLLogger sets the logger; the default discards.
@@ -368,7 +377,7 @@ func (r *urlRun) poll(ctx context.Context) {
 	if r.content != nil && r.content.readOK && bytes.Equal(r.content.data, resp.body) {
 		return
 	}
-	r.content = keepLastGood(r.content, parseManifest(resp.body, r.display, r.nodeName, "http:"+r.identity, time.Now()))
+	r.content = keepLastGood(r.content, parseManifest(resp.body, r.display, r.nodeName, "http:"+r.identity, time.Now(), r.opts))
 	if len(r.content.errs) == 0 {
 		r.persist()
 	}
@@ -477,8 +486,14 @@ func (r *urlRun) persist() {
 	if r.stateDir == "" {
 		return
 	}
-	data, err := json.Marshal(persisted{URL: r.display, Body: string(r.content.data), ETag: r.etag,
-		LastModified: r.lastModified, FetchedAt: r.content.readAt})
+	keep := persisted{URL: r.display, Body: string(r.content.data), ETag: r.etag,
+		LastModified: r.lastModified, FetchedAt: r.content.readAt}
+	if body, cut := withoutSecrets(r.content.data); cut {
+		// Not the body the validators name: the next fetch must be whole.
+		keep.Body, keep.ETag, keep.LastModified = string(body), "", ""
+		r.log.Info("the kept manifests leave out Secret documents; an offline start runs without them", "url", r.display)
+	}
+	data, err := json.Marshal(keep)
 	if err == nil {
 		err = os.MkdirAll(filepath.Dir(r.statePath()), 0o700)
 	}
@@ -508,7 +523,7 @@ func (r *urlRun) restore() bool {
 		r.log.Warn("ignoring the kept manifests", "url", r.display, "err", err)
 		return false
 	}
-	r.content = parseManifest([]byte(p.Body), r.display, r.nodeName, "http:"+r.identity, p.FetchedAt)
+	r.content = parseManifest([]byte(p.Body), r.display, r.nodeName, "http:"+r.identity, p.FetchedAt, r.opts)
 	r.etag, r.lastModified = p.ETag, p.LastModified
 	r.log.Info("running the kept manifests until the URL answers", "url", r.display, "fetched", p.FetchedAt)
 	return true

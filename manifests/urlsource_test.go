@@ -531,7 +531,7 @@ func TestURLSourceHidesQueryAndCredentials(t *testing.T) {
 		t.Error("URLs with different query values gave the same UID")
 	}
 	// Earlier releases named the source by the URL without credentials.
-	old := parseManifest([]byte(manifest("web", "nginx:1")), "x", "node1", "http:"+srv.URL+"/pods?token=s3cret", time.Now())
+	old := parseManifest([]byte(manifest("web", "nginx:1")), "x", "node1", "http:"+srv.URL+"/pods?token=s3cret", time.Now(), parseOptions{})
 	if want := old.pods[0].pod.UID; good.Pods[0].UID != want {
 		t.Errorf("UID %s, want %s as earlier releases made it", good.Pods[0].UID, want)
 	}
@@ -651,5 +651,34 @@ func TestURLSourceRedirects(t *testing.T) {
 	case h := <-got:
 		t.Errorf("the http target was asked, with %v", h)
 	default:
+	}
+}
+
+// A URL's Secret documents are used, but the kept copy leaves them out (and
+// the validators, which name the whole body): no secret is on disk, and an
+// offline start runs the rest.
+func TestURLSourceKeepsNoSecrets(t *testing.T) {
+	stateDir := filepath.Join(t.TempDir(), "sources")
+	srv := newServer(t)
+	secret := "apiVersion: v1\nkind: Secret\nmetadata: {name: s}\nstringData: {k: hunter2}\n"
+	cm := "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\ndata: {k: v}\n"
+	srv.set(body(manifest("web", "nginx:1")+"---\n"+secret+"---\n"+cm, "ETag", `"v1"`))
+	before := next(t, runURLSource(t, srv.URL, WithStateDir(stateDir), WithURLLocalConfigObjects()))
+	if len(before.Secrets) != 1 || len(before.ConfigMaps) != 1 || len(before.Pods) != 1 {
+		t.Fatalf("snapshot: %d secrets, %d configMaps, %d pods; errors %v", len(before.Secrets), len(before.ConfigMaps), len(before.Pods), before.Errors)
+	}
+	files, _ := filepath.Glob(filepath.Join(stateDir, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("state files %v, want one", files)
+	}
+	data, _ := os.ReadFile(files[0])
+	var kept persisted
+	if err := json.Unmarshal(data, &kept); err != nil || strings.Contains(string(data), "hunter2") || kept.ETag != "" || !strings.Contains(kept.Body, "kind: ConfigMap") {
+		t.Fatalf("state file %s: %v", data, err)
+	}
+	srv.set(func(_ http.ResponseWriter, r *http.Request) { <-r.Context().Done() })
+	after := next(t, runURLSource(t, srv.URL, WithStateDir(stateDir), WithTimeout(time.Hour), WithURLLocalConfigObjects()))
+	if len(after.Secrets) != 0 || len(after.ConfigMaps) != 1 || len(after.Pods) != 1 || before.Pods[0].UID != after.Pods[0].UID {
+		t.Errorf("offline start: %d secrets, %d configMaps, %d pods, errors %v", len(after.Secrets), len(after.ConfigMaps), len(after.Pods), after.Errors)
 	}
 }

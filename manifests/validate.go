@@ -139,6 +139,12 @@ func (v *validator) volumeSource(field string, src *v1.VolumeSource) {
 		v.hostPath(field+".hostPath", src.HostPath)
 	case src.DownwardAPI != nil:
 		v.downwardAPI(field+".downwardAPI", src.DownwardAPI)
+	case src.ConfigMap != nil:
+		v.configMapVolume(field+".configMap", src.ConfigMap)
+	case src.Secret != nil:
+		v.secretVolume(field+".secret", src.Secret)
+	case src.Projected != nil:
+		v.projected(field+".projected", src.Projected)
 	case src.EmptyDir != nil:
 		// Nothing to check: any medium and size limit is fine.
 	}
@@ -178,11 +184,11 @@ func (v *validator) hostPath(field string, hp *v1.HostPathVolumeSource) {
 }
 
 func (v *validator) downwardAPI(field string, d *v1.DownwardAPIVolumeSource) {
+	v.fileMode(field+".defaultMode", d.DefaultMode)
 	for i, item := range d.Items {
 		f := fmt.Sprintf("%s.items[%d]", field, i)
-		if item.Path == "" || path.IsAbs(item.Path) || hasDotDot(item.Path) || strings.HasPrefix(item.Path, "..") {
-			v.add(f+".path", "must be a relative path without '..' that does not start with '..'")
-		}
+		v.itemPath(f+".path", item.Path)
+		v.fileMode(f+".mode", item.Mode)
 		if (item.FieldRef == nil) == (item.ResourceFieldRef == nil) {
 			v.add(f, "exactly one of fieldRef and resourceFieldRef is required")
 		} else if item.FieldRef != nil && !fieldPathOK(item.FieldRef.FieldPath, false) {

@@ -98,7 +98,9 @@ func (v *validator) env(c *v1.Container, field string) {
 		if src := e.ValueFrom; src.FieldRef != nil && !fieldPathOK(src.FieldRef.FieldPath, true) {
 			v.add(f+".valueFrom.fieldRef.fieldPath", "unsupported field path %q", src.FieldRef.FieldPath)
 		}
+		v.keyRef(f+".valueFrom", e.ValueFrom)
 	}
+	v.envFrom(c, field)
 }
 
 // fieldPathOK accepts the downward API fields the kubelet can resolve; env

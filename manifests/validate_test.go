@@ -186,12 +186,12 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret env",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n"),
-			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: not supported by noderun: needs an API server",
+			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: static pods may not reference secrets (noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "configMap envFrom",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    envFrom: [{configMapRef: {name: c}}]\n"),
-			wantErr: "spec.containers[0].envFrom: not supported by noderun: its sources are config maps and secrets",
+			wantErr: "spec.containers[0].envFrom: static pods may not reference configmaps (noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "unsupported downward API field",
@@ -201,12 +201,12 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret volume",
 			in:      podWith(oneContainer + "  volumes: [{name: s, secret: {secretName: s}}]\n"),
-			wantErr: "spec.volumes[0].secret: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].secret: static pods may not reference secrets",
 		},
 		{
 			name:    "configMap volume",
 			in:      podWith(oneContainer + "  volumes: [{name: c, configMap: {name: c}}]\n"),
-			wantErr: "spec.volumes[0].configMap: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].configMap: static pods may not reference configmaps",
 		},
 		{
 			name:    "PVC volume",
@@ -216,7 +216,7 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "projected volume",
 			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: []}}]\n"),
-			wantErr: "spec.volumes[0].projected: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].projected: not supported by noderun: with --local-config-objects",
 		},
 		{
 			name:    "CSI volume",
@@ -371,7 +371,7 @@ func TestValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := mustDecode(t, tt.in)
-			errs, _ := checkPod(pod)
+			errs, _ := checkPod(pod, parseOptions{})
 			if tt.wantErr == "" {
 				if len(errs) > 0 {
 					t.Fatalf("unexpected errors: %v", errors.Join(errs...))
@@ -402,7 +402,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 // A name or DNS error names the file, line and column of its field.
 func TestNamesErrorsLocated(t *testing.T) {
 	data := podWith("  hostname: web\n  dnsConfig:\n    nameservers: [10.0.0.1]\n    searches:\n    - ok.example\n    - \"bad example\"\n" + oneContainer)
-	res := parseManifest([]byte(data), "pods.yaml", "node1", "file:/x", time.Now())
+	res := parseManifest([]byte(data), "pods.yaml", "node1", "file:/x", time.Now(), parseOptions{})
 	want := `pods.yaml:11:7: spec.dnsConfig.searches[1]: a lowercase RFC 1123 subdomain`
 	if len(res.errs) != 1 || !strings.HasPrefix(res.errs[0].Error(), want) {
 		t.Errorf("errors %v, want one starting %q", res.errs, want)

@@ -17,7 +17,7 @@ import (
 // containerConfig resolves a container's Kubernetes semantics (env, args,
 // volumes, pod files) into what the runtime needs.
 func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img ImageConfig, restart int, last *v1.ContainerStateTerminated) (*ContainerConfig, error) {
-	env, err := containerEnv(pod, c, w.st.ips, w.env.cfg.HostIP)
+	env, err := containerEnv(pod, c, w.st.ips, w.env.cfg.HostIP, w.env.objects)
 	if err != nil {
 		return nil, err
 	}
@@ -71,11 +71,19 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 // envVar is one resolved container variable, in declaration order.
 type envVar struct{ name, value string }
 
-// containerEnv resolves the container's env list in order; $(VAR) refers to
-// variables declared earlier in the same list, as in Kubernetes.
-func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) ([]envVar, error) {
-	var out []envVar
+// containerEnv resolves the container's envFrom, then its env list in
+// order; $(VAR) refers to variables from envFrom and to those declared
+// earlier in the list, as in Kubernetes. ConfigMaps and Secrets come from
+// objs, read now: a change shows at the next start, as with the kubelet.
+func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string, objs *configObjects) ([]envVar, error) {
+	out, err := objs.envFrom(pod, c)
+	if err != nil {
+		return nil, err
+	}
 	defined := map[string]string{}
+	for _, ev := range out {
+		defined[ev.name] = ev.value
+	}
 	for _, ev := range c.Env {
 		var val string
 		switch {
@@ -93,8 +101,19 @@ func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) 
 				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
 			}
 			val = v
+		case ev.ValueFrom.ConfigMapKeyRef != nil || ev.ValueFrom.SecretKeyRef != nil:
+			// The kubelet's own messages, unwrapped: they are the
+			// container's CreateContainerConfigError.
+			v, ok, err := objs.keyRef(pod, ev.ValueFrom)
+			if err != nil {
+				return nil, err
+			}
+			if !ok {
+				continue
+			}
+			val = v
 		default:
-			return nil, fmt.Errorf("env %s: only fieldRef and resourceFieldRef sources exist without an API server", ev.Name)
+			return nil, fmt.Errorf("env %s: unsupported value source", ev.Name)
 		}
 		defined[ev.Name] = val
 		out = append(out, envVar{ev.Name, val})

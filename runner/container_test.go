@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/noderun/noderun/manifests"
 )
 
 func TestContainerArgsMergeLikeKubernetes(t *testing.T) {
@@ -51,7 +53,7 @@ func TestContainerEnv(t *testing.T) {
 				Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
 		},
 	}
-	env, err := containerEnv(pod, c, []string{"10.1.0.5"}, "192.0.2.1")
+	env, err := containerEnv(pod, c, []string{"10.1.0.5"}, "192.0.2.1", &configObjects{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,10 +63,54 @@ func TestContainerEnv(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("env\n got %q\nwant %q", got, want)
 	}
-	bad := &v1.Container{Env: []v1.EnvVar{{Name: "S", ValueFrom: &v1.EnvVarSource{
-		SecretKeyRef: &v1.SecretKeySelector{Key: "k"}}}}}
-	if _, err := containerEnv(pod, bad, nil, ""); err == nil || !strings.Contains(err.Error(), "env S") {
-		t.Fatalf("secret env: err = %v, want an error naming S", err)
+}
+
+// ConfigMaps and Secrets: envFrom first (keys sorted, prefixed), env over
+// it, $(VAR) seeing both; a missing reference is the kubelet's error text.
+func TestContainerEnvFromConfigObjects(t *testing.T) {
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns"}}
+	objs := &configObjects{}
+	yes := true
+	objs.set(map[string]manifests.Snapshot{"file:/a": {
+		ConfigMaps: []*v1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: "cfg", Namespace: "ns"}, Data: map[string]string{"b": "2", "a": "1"}}},
+		Secrets:    []*v1.Secret{{ObjectMeta: metav1.ObjectMeta{Name: "sec", Namespace: "ns"}, Data: map[string][]byte{"pw": []byte("s3")}}},
+	}})
+	cmKey := func(name, key string, opt bool) *v1.EnvVarSource {
+		return &v1.EnvVarSource{ConfigMapKeyRef: &v1.ConfigMapKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: name}, Key: key, Optional: &opt}}
+	}
+	c := &v1.Container{
+		EnvFrom: []v1.EnvFromSource{
+			{Prefix: "C_", ConfigMapRef: &v1.ConfigMapEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "cfg"}}},
+			{SecretRef: &v1.SecretEnvSource{LocalObjectReference: v1.LocalObjectReference{Name: "gone"}, Optional: &yes}},
+		},
+		Env: []v1.EnvVar{
+			{Name: "C_a", Value: "over $(C_b)"},
+			{Name: "PW", ValueFrom: &v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sec"}, Key: "pw"}}},
+			{Name: "NONE", ValueFrom: cmKey("cfg", "nokey", true)},
+			{Name: "B", ValueFrom: cmKey("cfg", "b", false)},
+		},
+	}
+	env, err := containerEnv(pod, c, nil, "", objs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, want := mergeEnv(nil, env), []string{"C_a=over 2", "C_b=2", "PW=s3", "B=2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("env\n got %q\nwant %q", got, want)
+	}
+	for _, tt := range []struct {
+		src  *v1.EnvVarSource
+		want string
+	}{
+		{cmKey("nope", "k", false), `configmap "nope" not found`},
+		{cmKey("cfg", "k", false), "couldn't find key k in ConfigMap ns/cfg"},
+		{&v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "sec"}, Key: "k"}}, "couldn't find key k in Secret ns/sec"},
+		{&v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "x"}, Key: "k"}}, `secret "x" not found`},
+	} {
+		bad := &v1.Container{Env: []v1.EnvVar{{Name: "V", ValueFrom: tt.src}}}
+		if _, err := containerEnv(pod, bad, nil, "", objs); err == nil || err.Error() != tt.want {
+			t.Errorf("err = %v, want %q", err, tt.want)
+		}
 	}
 }
 

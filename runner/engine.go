@@ -103,13 +103,14 @@ type Engine struct {
 	sources map[string]manifests.Snapshot
 	// conflicts holds, by source, the pods refused because another
 	// source defines the same namespace/name or UID.
-	conflicts    map[string][]error
-	workers      map[types.UID]*podWorker
-	rejected     map[types.UID]rejection // by admission, see admitLocked
-	shuttingDown bool                    // the node shuts down (Shutdown): new pods are rejected
-	holds        map[types.UID]hold      // waiting for dependencies, see holdLocked
-	waitedOn     map[string]bool         // namespace/name of the pods held ones wait for
-	depsChanged  chan struct{}           // one slot: a status held pods wait on changed
+	conflicts      map[string][]error
+	objectsChanged bool // since the last pokeForObjects
+	workers        map[types.UID]*podWorker
+	rejected       map[types.UID]rejection // by admission, see admitLocked
+	shuttingDown   bool                    // the node shuts down (Shutdown): new pods are rejected
+	holds          map[types.UID]hold      // waiting for dependencies, see holdLocked
+	waitedOn       map[string]bool         // namespace/name of the pods held ones wait for
+	depsChanged    chan struct{}           // one slot: a status held pods wait on changed
 	// Download, then replace (update.go): new versions pulling their
 	// images, with the old version's worker, and those done.
 	replacing map[types.UID]*podWorker
@@ -198,7 +199,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		OnResult: e.probeResult,
 	})
 	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log,
-		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl()}
+		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl(), objects: &configObjects{}}
 	return e
 }
 
@@ -308,6 +309,7 @@ func (e *Engine) loop(ctx context.Context, snaps <-chan manifests.Snapshot, exit
 		case s := <-snaps:
 			e.setSource(s)
 			e.apply(ctx)
+			e.pokeForObjects()
 			e.settle(ctx)
 		case ev, ok := <-exits:
 			if ok {
@@ -767,6 +769,21 @@ func (e *Engine) setSource(s manifests.Snapshot) {
 	defer e.mu.Unlock()
 	e.manifestErrors(e.sources[s.Source].Errors, s.Errors)
 	e.sources[s.Source] = s
+	e.objectsChanged = e.env.objects.set(e.sources) || e.objectsChanged
+}
+
+// pokeForObjects wakes every worker when ConfigMaps or Secrets changed, so
+// running pods' configMap, secret and projected volumes follow (see
+// refreshConfigVolumes); env waits for a restart. After apply: a pod
+// removed with its objects is killed, not told its volume failed.
+func (e *Engine) pokeForObjects() {
+	e.mu.Lock()
+	changed := e.objectsChanged
+	e.objectsChanged = false
+	e.mu.Unlock()
+	if changed {
+		e.pokeAll()
+	}
 }
 
 // Sources returns what each source last reported, sorted by source.

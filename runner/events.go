@@ -208,7 +208,11 @@ func (w *podWorker) sandboxFailed(pod *v1.Pod, err error) {
 	case errors.Is(err, ErrNetworkNotReady):
 		w.event(pod, "", false, v1.EventTypeWarning, "NetworkNotReady", "network is not ready: "+err.Error())
 	case errors.Is(err, errVolumeSetup):
-		w.event(pod, "", false, v1.EventTypeWarning, "FailedMount", err.Error())
+		msg := err.Error()
+		if fm := (*failedMount)(nil); errors.As(err, &fm) {
+			msg = fm.Error() // the kubelet's words
+		}
+		w.event(pod, "", false, v1.EventTypeWarning, "FailedMount", msg)
 	default:
 		w.event(pod, "", false, v1.EventTypeWarning, "FailedCreatePodSandBox", "Failed to create pod sandbox: "+err.Error())
 	}

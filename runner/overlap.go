@@ -118,7 +118,7 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 		return false
 	}
 	for _, v := range s.Volumes {
-		if v.DownwardAPI != nil {
+		if v.DownwardAPI != nil || v.Projected != nil {
 			return false
 		}
 	}

@@ -72,6 +72,8 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 		}
 		w.st.netErr = nil
 		delete(w.st.backoff, "sandbox")
+	} else {
+		w.refreshConfigVolumes(pod)
 	}
 	latest, ok := w.observe(ctx, pod)
 	if !ok {
@@ -637,9 +639,11 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	if err := w.writePodFiles(pod, resolv); err != nil {
 		return err
 	}
+	rev := w.env.objects.revision()
 	if err := w.setupVolumes(pod); err != nil {
 		return fmt.Errorf("%w: %w", errVolumeSetup, err)
 	}
+	w.st.configRev = rev
 	w.st.sandboxOK = true
 	return nil
 }

@@ -31,9 +31,9 @@ func downwardAPIPath(podDir, name string) string {
 }
 
 // setupVolumes creates emptyDirs (tmpfs for medium Memory), checks or
-// creates hostPaths per their type and writes downwardAPI files, giving
-// emptyDir and downwardAPI volumes to the pod's fsGroup. Repeating it is
-// harmless.
+// creates hostPaths per their type and writes downwardAPI, configMap,
+// secret and projected files, giving emptyDir and the API-data volumes to
+// the pod's fsGroup. Repeating it is harmless.
 func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 	podDir := w.podStateDir()
 	for _, v := range pod.Spec.Volumes {
@@ -49,6 +49,10 @@ func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 			err = volume.SetupHostPath(v.HostPath)
 		case v.DownwardAPI != nil:
 			err = w.writeDownwardAPI(downwardAPIPath(podDir, v.Name), pod, v.DownwardAPI)
+		case isConfigVolume(v):
+			if err = w.writeConfigVolume(pod, v); err != nil {
+				return err // already the kubelet's FailedMount text
+			}
 		default:
 			err = errors.New("unsupported volume type")
 		}
@@ -66,12 +70,17 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 	if src.DefaultMode != nil {
 		mode = uint32(*src.DefaultMode)
 	}
-	gid := -1
-	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
-		gid = int(*sc.FSGroup)
+	payload, err := w.downwardPayload(pod, src.Items, mode, podFSGroup(pod))
+	if err != nil {
+		return err
 	}
+	return volume.WritePayload(dir, payload, podFSGroup(pod))
+}
+
+// downwardPayload renders downwardAPI items, each with its mode or mode.
+func (w *podWorker) downwardPayload(pod *v1.Pod, items []v1.DownwardAPIVolumeFile, mode uint32, gid int) (map[string]volume.PayloadFile, error) {
 	payload := map[string]volume.PayloadFile{}
-	for _, item := range src.Items {
+	for _, item := range items {
 		var val string
 		var err error
 		switch {
@@ -81,18 +90,33 @@ func (w *podWorker) writeDownwardAPI(dir string, pod *v1.Pod, src *v1.DownwardAP
 			val, err = resourceFieldValue(pod, nil, item.ResourceFieldRef)
 		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", item.Path, err)
+			return nil, fmt.Errorf("%s: %w", item.Path, err)
 		}
 		m := mode
 		if item.Mode != nil {
 			m = uint32(*item.Mode)
 		}
-		if gid != -1 {
-			m |= 0o040 // the fsGroup may read, as the kubelet's SetVolumeOwnership gives
-		}
-		payload[filepath.Clean(item.Path)] = volume.PayloadFile{Data: []byte(val), Mode: m & 0o7777}
+		payload[filepath.Clean(item.Path)] = volume.PayloadFile{Data: []byte(val), Mode: fsGroupMode(m, gid)}
 	}
-	return volume.WritePayload(dir, payload, gid)
+	return payload, nil
+}
+
+// fsGroupMode is a file's mode in an API-data volume: with an fsGroup, the
+// owner and the group may read it, as the kubelet's SetVolumeOwnership
+// gives a read-only volume's files (its roMask).
+func fsGroupMode(m uint32, gid int) uint32 {
+	if gid != -1 {
+		m |= 0o440
+	}
+	return m & 0o7777
+}
+
+// podFSGroup is the pod's fsGroup, -1 without one.
+func podFSGroup(pod *v1.Pod) int {
+	if sc := pod.Spec.SecurityContext; sc != nil && sc.FSGroup != nil {
+		return int(*sc.FSGroup)
+	}
+	return -1
 }
 
 // downwardFieldFile renders metadata.labels and metadata.annotations as
@@ -116,7 +140,8 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 
 // containerMounts resolves volumeMounts (with subPath, or subPathExpr
 // expanded from the container's env) plus the pod files.
-// downwardAPI volumes are always read-only, as in Kubernetes.
+// downwardAPI, configMap, secret and projected volumes are always
+// read-only, as in Kubernetes.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) ([]Mount, error) {
 	out := w.podFileMounts(pod, c)
 	for i, m := range c.VolumeMounts {
@@ -133,6 +158,8 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) 
 				src = v.HostPath.Path
 			case v.DownwardAPI != nil:
 				src, readOnly = downwardAPIPath(w.podStateDir(), v.Name), true
+			case isConfigVolume(v):
+				src, readOnly = configVolumePath(w.podStateDir(), v), true
 			}
 		}
 		if src == "" {

@@ -65,6 +65,9 @@ type podState struct {
 	// listedEmpty: this sync found the pod without containers before it
 	// precreated some, so its listing needs no runtime call.
 	listedEmpty bool
+	// configRev is the config objects' revision the pod's configMap,
+	// secret and projected volumes were last written from.
+	configRev uint64
 }
 
 func newPodState(timer clock.Timer) podState {
@@ -88,6 +91,8 @@ type podEnv struct {
 	// noSwap: containers get the kubelet's NoSwap limits, the host
 	// having the swap controller (looked for once, as the kubelet does).
 	noSwap bool
+	// objects are the sources' ConfigMaps and Secrets.
+	objects *configObjects
 }
 
 // board is the engine's shared state as a worker may touch it; the engine

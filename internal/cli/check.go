@@ -37,11 +37,31 @@ func URLFlags() []cli.Flag {
 	}
 }
 
-// URLOptions turns URLFlags into URLSource options.
+// LocalConfigFlag is --local-config-objects, shared by the node and
+// `noderun check`: a function, since a flag value cannot be shared.
+func LocalConfigFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "local-config-objects", EnvVars: []string{"NODERUN_LOCAL_CONFIG_OBJECTS"},
+		Usage: "read ConfigMap and Secret documents (v1) from the manifest sources and let pods of their namespace use them " +
+			"(configMap, secret and projected volumes, envFrom, configMapKeyRef, secretKeyRef); off, such pods are refused, " +
+			"as the kubelet refuses static pods that reference API objects"}
+}
+
+// FileOptions are the file source options the flags give.
+func FileOptions(c *cli.Context) []manifests.FileOption {
+	if c.Bool("local-config-objects") {
+		return []manifests.FileOption{manifests.WithLocalConfigObjects()}
+	}
+	return nil
+}
+
+// URLOptions turns URLFlags (and LocalConfigFlag) into URLSource options.
 func URLOptions(c *cli.Context) ([]manifests.URLOption, error) {
 	opts := []manifests.URLOption{
 		manifests.WithTimeout(c.Duration("url-timeout")),
 		manifests.WithTLSFiles(c.String("url-ca-file"), c.String("url-client-cert"), c.String("url-client-key")),
+	}
+	if c.Bool("local-config-objects") {
+		opts = append(opts, manifests.WithURLLocalConfigObjects())
 	}
 	for _, h := range c.StringSlice("manifest-url-header") {
 		name, value, err := manifests.ParseHeader(h)
@@ -84,6 +104,7 @@ func checkCommand() *cli.Command {
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
 			&cli.StringFlag{Name: "node-name", Value: DefaultNodeName(), DefaultText: "the hostname, lowercased", Usage: "node name the pods are named for", EnvVars: []string{"NODERUN_NODE_NAME"}},
 			&cli.StringFlag{Name: "node-labels", Usage: "the node's --node-labels: a pod whose nodeSelector or required node affinity they cannot match is warned of", EnvVars: []string{"NODERUN_NODE_LABELS"}},
+			LocalConfigFlag(),
 		}, URLFlags()...),
 		Action: runCheck,
 	}
@@ -114,12 +135,12 @@ func runCheck(c *cli.Context) error {
 			snap = manifests.CheckURL(c.Context, in, c.String("node-name"), opts...)
 			in = manifests.RedactURL(in) // the output may be pasted or logged
 		} else {
-			snap = manifests.CheckPath(in, c.String("node-name"))
+			snap = manifests.CheckPath(in, c.String("node-name"), FileOptions(c)...)
 		}
 		snap.Warnings = append(snap.Warnings, admissionWarnings(snap, c.String("node-name"), labels)...)
 		snaps, shown = append(snaps, snap), append(shown, in)
 	}
-	dependencyErrors(snaps)
+	crossSourceErrors(snaps)
 	var results []checkResult
 	nErrs := 0
 	for i, snap := range snaps {
@@ -180,19 +201,25 @@ func locate(snap manifests.Snapshot, p *v1.Pod, me *manifests.ManifestError) *ma
 	return me
 }
 
-// dependencyErrors adds to snaps the errors of wait-for annotations seen
-// across all of them, taken as the node's whole set of manifests: a name
-// none of them defines is an error here, and so is a cycle across inputs.
-func dependencyErrors(snaps []manifests.Snapshot) {
+// crossSourceErrors adds to snaps the errors seen across all of them, taken
+// as the node's whole set of manifests: a wait-for name none of them
+// defines, a cycle across inputs, and a ConfigMap, Secret or key a pod
+// needs that none of them defines.
+func crossSourceErrors(snaps []manifests.Snapshot) {
 	var all []*v1.Pod
 	for _, s := range snaps {
 		all = append(all, s.Pods...)
 	}
 	errs := manifests.DependencyErrors(all, true)
+	refs := manifests.ReferenceErrors(snaps)
 	for i := range snaps {
 		s := &snaps[i]
 		for _, info := range s.Info.Pods {
+			found := refs[info.UID]
 			if me := errs[info.UID]; me != nil {
+				found = append(found, me)
+			}
+			for _, me := range found {
 				me.File, me.Line = info.File, info.Line
 				s.Errors = append(s.Errors, me)
 				s.Info.Errors = append(s.Info.Errors, me.Error())
@@ -217,10 +244,11 @@ type checkReport struct {
 }
 
 type checkResult struct {
-	Input    string              `json:"input"`
-	Pods     []manifests.PodInfo `json:"pods"`
-	Errors   []checkError        `json:"errors"`
-	Warnings []checkError        `json:"warnings"` // fields ignored on purpose
+	Input    string                 `json:"input"`
+	Pods     []manifests.PodInfo    `json:"pods"`
+	Objects  []manifests.ObjectInfo `json:"objects,omitempty"` // ConfigMaps and Secrets: names only
+	Errors   []checkError           `json:"errors"`
+	Warnings []checkError           `json:"warnings"` // fields ignored on purpose
 }
 
 type checkError struct {
@@ -233,7 +261,7 @@ type checkError struct {
 }
 
 func newCheckResult(input string, snap manifests.Snapshot) checkResult {
-	return checkResult{Input: input, Pods: snap.Info.Pods, Errors: checkErrors(snap.Errors), Warnings: checkErrors(snap.Warnings)}
+	return checkResult{Input: input, Pods: snap.Info.Pods, Objects: snap.Info.Objects, Errors: checkErrors(snap.Errors), Warnings: checkErrors(snap.Warnings)}
 }
 
 func checkErrors(errs []error) []checkError {
@@ -269,6 +297,13 @@ func printCheck(w, errw io.Writer, results []checkResult) {
 		fmt.Fprintf(w, "%s: OK, %d pods", r.Input, len(r.Pods))
 		if len(names) > 0 {
 			fmt.Fprintf(w, " (%s)", strings.Join(names, ", "))
+		}
+		if len(r.Objects) > 0 {
+			var objs []string
+			for _, o := range r.Objects {
+				objs = append(objs, o.Kind+" "+o.Namespace+"/"+o.Name)
+			}
+			fmt.Fprintf(w, ", %d config objects (%s)", len(r.Objects), strings.Join(objs, ", "))
 		}
 		fmt.Fprintln(w)
 	}

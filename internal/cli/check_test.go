@@ -119,8 +119,10 @@ func TestPrintSources(t *testing.T) {
 	sources := []manifests.SourceInfo{
 		{
 			Source: "file:/etc/pods", Kind: "file", Path: "/etc/pods",
-			Files:  []manifests.FileInfo{{Path: "/etc/pods/a.yaml", ReadAt: now.Add(-time.Hour)}, {Path: "/etc/pods/web.yaml", ReadAt: now.Add(-3 * time.Minute)}},
-			Pods:   []manifests.PodInfo{{Namespace: "default", Name: "web-n1", UID: "u1", File: "/etc/pods/web.yaml", Line: 1, LastKnownGood: true}},
+			Files: []manifests.FileInfo{{Path: "/etc/pods/a.yaml", ReadAt: now.Add(-time.Hour)}, {Path: "/etc/pods/web.yaml", ReadAt: now.Add(-3 * time.Minute)}},
+			Pods:  []manifests.PodInfo{{Namespace: "default", Name: "web-n1", UID: "u1", File: "/etc/pods/web.yaml", Line: 1, LastKnownGood: true}},
+			Objects: []manifests.ObjectInfo{{Kind: "Secret", Namespace: "default", Name: "tls", File: "/etc/pods/web.yaml", Line: 20},
+				{Kind: "ConfigMap", Namespace: "default", Name: "conf", File: "/etc/pods/a.yaml", Line: 1, LastKnownGood: true}},
 			Errors: []string{"/etc/pods/web.yaml:9: spec.containers[0].comand: unknown field"},
 		},
 		{Source: "http:https://fleet/pods", Kind: "url", URL: "https://fleet/pods", ETag: `"v1"`, ReadAt: now.Add(-45 * time.Second),
@@ -137,6 +139,10 @@ http:https://down/pods    never     -      0      1
 POD              UID   FROM
 default/web-n1   u1    /etc/pods/web.yaml:1 (last known good)
 edge/db-n1       u2    https://fleet/pods
+
+KIND        OBJECT         FROM
+Secret      default/tls    /etc/pods/web.yaml:20
+ConfigMap   default/conf   /etc/pods/a.yaml:1 (last known good)
 error: /etc/pods/web.yaml:9: spec.containers[0].comand: unknown field
 error: https://down/pods: connection refused
 `

@@ -42,22 +42,49 @@ func printSources(w io.Writer, sources []manifests.SourceInfo, now time.Time) {
 	fmt.Fprintln(tw, "POD\tUID\tFROM")
 	for _, s := range sources {
 		for _, p := range s.Pods {
-			from := s.URL
-			if p.File != "" {
-				from = fmt.Sprintf("%s:%d", p.File, p.Line)
-			}
-			if p.LastKnownGood {
-				from += " (last known good)"
-			}
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from)
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\n", p.Namespace, p.Name, p.UID, from(s.URL, p.File, p.Line, p.LastKnownGood))
 		}
 	}
 	tw.Flush()
+	printObjects(w, sources)
 	for _, s := range sources {
 		for _, e := range s.Errors {
 			fmt.Fprintf(w, "error: %s\n", e)
 		}
 	}
+}
+
+// from is where a pod or object is defined: file:line, or the URL.
+func from(url, file string, line int, lastGood bool) string {
+	where := url
+	if file != "" {
+		where = fmt.Sprintf("%s:%d", file, line)
+	}
+	if lastGood {
+		where += " (last known good)"
+	}
+	return where
+}
+
+// printObjects lists the sources' ConfigMaps and Secrets, if any: where
+// each is defined, never what it holds.
+func printObjects(w io.Writer, sources []manifests.SourceInfo) {
+	var rows []string
+	for _, s := range sources {
+		for _, o := range s.Objects {
+			rows = append(rows, fmt.Sprintf("%s\t%s/%s\t%s\n", o.Kind, o.Namespace, o.Name, from(s.URL, o.File, o.Line, o.LastKnownGood)))
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 3, ' ', 0)
+	fmt.Fprintln(tw, "KIND\tOBJECT\tFROM")
+	for _, r := range rows {
+		fmt.Fprint(tw, r)
+	}
+	tw.Flush()
 }
 
 // lastRead is when a source last read new content: its latest file or body.

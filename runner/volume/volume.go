@@ -1,5 +1,6 @@
 // Package volume holds noderun's hostile-path-safe file operations: the
-// mechanics of emptyDir, hostPath, subPath, downwardAPI and fsGroup, and the
+// mechanics of emptyDir, hostPath, subPath, the API-data volumes
+// (downwardAPI, configMap, secret, projected) and fsGroup, and the
 // removal of noderun's directories, done so that no link or mount a
 // container planted in a volume redirects them. It knows no pod worker:
 // package runner decides which volumes a pod has and where they go.
@@ -37,6 +38,20 @@ func SetupEmptyDir(dir string, src *v1.EmptyDirVolumeSource) error {
 	// use them. The directory is noderun's (its parents no container can
 	// write), so the path is safe to use.
 	return os.Chmod(dir, 0o777)
+}
+
+// SetupTmpfs makes dir a tmpfs of its own, for a volume whose content must
+// not reach a disk (secret and projected volumes, as the kubelet mounts
+// them); mount false (tests without root) leaves it a plain directory.
+// Repeating it is harmless.
+func SetupTmpfs(dir string, mount bool) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if !mount || isMountPoint(dir) {
+		return nil
+	}
+	return unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755")
 }
 
 // SetupHostPath checks the hostPath's type, or creates it for the
