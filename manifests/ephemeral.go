@@ -55,8 +55,11 @@ func EphemeralContainers(pod *v1.Pod, list []v1.EphemeralContainer) (out []v1.Ep
 	for i := range list {
 		ec := list[i].DeepCopy()
 		field := fmt.Sprintf("spec.ephemeralContainers[%d]", i)
-		var findings []fieldFinding
-		walkValue(reflect.ValueOf(ec.EphemeralContainerCommon), field, "container", &findings)
+		// No config objects: an ephemeral container's reference to one
+		// is refused by name.
+		fw := &fieldWalker{}
+		fw.walkValue(reflect.ValueOf(ec.EphemeralContainerCommon), field, "container")
+		findings := fw.out
 		defaultContainer((*v1.Container)(&ec.EphemeralContainerCommon), pod.Spec.HostNetwork)
 		out[i] = *ec
 		if prev := old[ec.Name]; prev != nil {
@@ -67,8 +70,8 @@ func EphemeralContainers(pod *v1.Pod, list []v1.EphemeralContainer) (out []v1.Ep
 			}
 			continue
 		}
-		fe, fw := fieldErrors(findings)
-		errs, warnings = append(errs, fe...), append(warnings, fw...)
+		fe, fwarn := fieldErrors(findings)
+		errs, warnings = append(errs, fe...), append(warnings, fwarn...)
 		v.ephemeral(ec, field, targets)
 	}
 	for _, ec := range pod.Spec.EphemeralContainers {

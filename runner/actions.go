@@ -65,6 +65,9 @@ type startAction struct {
 	c    *v1.Container
 	init bool
 	prev *ContainerStatus
+	// targetPID: an ephemeral container's target process, whose PID
+	// namespace it joins.
+	targetPID uint32
 }
 
 // Reasons a pod's phase ends in Failed without its containers failing.

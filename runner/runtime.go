@@ -257,6 +257,9 @@ type ContainerConfig struct {
 	RestartCount int
 	SpecHash     string
 	LastState    *v1.ContainerStateTerminated // previous run, kept in labels
+	// TargetPID is the process whose PID namespace an ephemeral container
+	// with a targetContainerName joins (0: none).
+	TargetPID uint32
 }
 
 // ProcessUser is who a container runs as, decided as the kubelet decides it;

@@ -45,6 +45,10 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 		}
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
+	if eph := w.ephemeral(); len(eph) > 0 {
+		out.Spec.EphemeralContainers = eph
+		s.EphemeralContainerStatuses = w.ephemeralStatuses(pod, eph, latest)
+	}
 	s.Phase = podPhase(pod, s, initDone)
 	switch acts.failed {
 	case reasonDeadlineExceeded:

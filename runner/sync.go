@@ -90,6 +90,9 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
 	retry = minPositive(retry, w.act(ctx, pod, acts, latest))
+	if acts.failed == "" && !w.view(pod, latest).ended() {
+		retry = minPositive(retry, w.startEphemeral(ctx, pod, latest))
+	}
 	if acts.unknown {
 		retry = minPositive(retry, w.failDelay("unknown"))
 	} else {
@@ -278,6 +281,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	if err != nil {
 		return w.startFailed(pod, c, "CreateContainerConfigError", err)
 	}
+	cfg.TargetPID = s.targetPID
 	var started Started
 	if pc := w.takePrecreated(ctx, cfg); pc != nil {
 		started, err = pc.Start(ctx)

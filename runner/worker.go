@@ -28,8 +28,11 @@ type podWorker struct {
 	// stopOrder, once set, stops the pod for the node's shutdown
 	// (shutdown.go) and keeps it stopped.
 	stopOrder *shutdownOrder
-	last      *v1.Pod            // the spec the worker last acted on
-	cancel    context.CancelFunc // ends the sync in progress (a hook may hang)
+	last      *v1.Pod                 // the spec the worker last acted on
+	cancel    context.CancelFunc      // ends the sync in progress (a hook may hang)
+	eph       []v1.EphemeralContainer // the pod's ephemeral containers (ephemeral.go)
+
+	ephMu sync.Mutex // one update of the ephemeral containers at a time
 
 	filesMu sync.Mutex // mounting the pod files' tmpfs (ensurePodFiles)
 
@@ -180,6 +183,7 @@ func (w *podWorker) run(ctx context.Context) {
 	w.st.timer = w.env.clock.NewTimer(time.Hour)
 	w.st.timer.Stop()
 	defer w.st.timer.Stop()
+	w.loadEphemeral()
 	announced := false // the pod's Pending status, before its first sync
 	for {
 		select {
@@ -273,6 +277,7 @@ func (w *podWorker) finished() bool {
 	w.mu.Lock()
 	again := w.desired != nil
 	w.killing = false
+	w.eph = nil // they went with the pod's teardown
 	w.mu.Unlock()
 	if again {
 		w.st = newPodState(w.st.timer)

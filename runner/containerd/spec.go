@@ -27,6 +27,7 @@ func specOpts(cfg *runner.ContainerConfig, oomFloor int, cg cgroups.Layout) []oc
 		oci.WithEnv(cfg.Env),
 		withCwd(cfg.WorkingDir),
 		withSandboxNamespaces(cfg.Sandbox),
+		withTargetPIDNamespace(cfg.TargetPID),
 		withCRIDefaultMounts(cg.Unified && !privileged(cfg.Container)),
 		withMounts(cfg.Mounts, readMountinfo),
 		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
@@ -141,6 +142,18 @@ func withSandboxNamespaces(sb *runner.Sandbox) oci.SpecOpts {
 			}
 		}
 		return nil
+	}
+}
+
+// withTargetPIDNamespace puts an ephemeral container in the PID namespace
+// of its target's process, as containerd's CRI plugin does for the
+// kubelet's NamespaceMode_TARGET: through /proc/<pid>/ns/pid.
+func withTargetPIDNamespace(pid uint32) oci.SpecOpts {
+	return func(ctx context.Context, cl oci.Client, c *containers.Container, s *oci.Spec) error {
+		if pid == 0 {
+			return nil
+		}
+		return oci.WithLinuxNamespace(specs.LinuxNamespace{Type: specs.PIDNamespace, Path: fmt.Sprintf("/proc/%d/ns/pid", pid)})(ctx, cl, c, s)
 	}
 }
 

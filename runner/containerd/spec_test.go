@@ -332,3 +332,20 @@ func TestCRIDefaultMounts(t *testing.T) {
 		}
 	}
 }
+
+// An ephemeral container with a target joins the target process's PID
+// namespace; without one the spec is left as the sandbox made it.
+func TestWithTargetPIDNamespace(t *testing.T) {
+	sb := &runner.Sandbox{Dir: "/run/noderun/pods/abc"}
+	got := nsPaths(genSpec(t, withSandboxNamespaces(sb), withTargetPIDNamespace(4242)))
+	if got[specs.PIDNamespace] != "/proc/4242/ns/pid" {
+		t.Errorf("PID namespace %q, want the target's /proc/4242/ns/pid", got[specs.PIDNamespace])
+	}
+	if got[specs.NetworkNamespace] != sb.NetNSPath() {
+		t.Errorf("network namespace %q, want the pod's", got[specs.NetworkNamespace])
+	}
+	got = nsPaths(genSpec(t, withSandboxNamespaces(sb), withTargetPIDNamespace(0)))
+	if p, ok := got[specs.PIDNamespace]; !ok || p != "" {
+		t.Errorf("no target: PID namespace %q (present %v), want a new one", p, ok)
+	}
+}
