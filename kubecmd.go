@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -63,6 +64,15 @@ type apiBackend struct {
 }
 
 func (b apiBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
+
+// UpdateEphemeralContainers makes the engine the API's kubeapi.Debugger.
+func (b apiBackend) UpdateEphemeralContainers(namespace, name string, list []v1.EphemeralContainer) (*v1.Pod, []error, error) {
+	pod, warnings, err := b.SetEphemeralContainers(namespace, name, list)
+	if errors.Is(err, runner.ErrPodNotFound) {
+		err = errors.Join(kubeapi.ErrNoPod, err)
+	}
+	return pod, warnings, err
+}
 
 func (b apiBackend) LogStreams(ctx context.Context) ([]crilog.StreamStats, error) {
 	return b.logs.Streams(ctx)

@@ -284,6 +284,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(m+pod+"attach", stream("attach", Streams.Attach))
 		mux.Handle(m+pod+"portforward", stream("portforward", Streams.PortForward))
 	}
+	s.debugRoutes(mux)
 	s.readRoutes(mux)
 	s.usageRoutes(mux)
 	s.nodeLogRoutes(mux)

@@ -90,11 +90,14 @@ func findContainer(pod *v1.Pod, name string) (*v1.Container, *v1.ContainerStatus
 		}
 		name = pod.Spec.Containers[0].Name
 	}
+	for i := range pod.Spec.EphemeralContainers {
+		all = append(all, v1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon))
+	}
 	i := slices.IndexFunc(all, func(c v1.Container) bool { return c.Name == name })
 	if i < 0 {
 		return nil, nil, badRequest(fmt.Sprintf("container %s is not valid for pod %s", name, pod.Name))
 	}
-	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses)
+	statuses := slices.Concat(pod.Status.InitContainerStatuses, pod.Status.ContainerStatuses, pod.Status.EphemeralContainerStatuses)
 	j := slices.IndexFunc(statuses, func(st v1.ContainerStatus) bool { return st.Name == name })
 	if j < 0 {
 		return &all[i], &v1.ContainerStatus{Name: name}, nil
