@@ -83,6 +83,12 @@ func (res *fileResult) addObject(d document, file string, opts parseOptions) {
 	res.objects = append(res.objects, *d.obj)
 }
 
+// CheckPod applies the field table, the defaults and the validation of a
+// manifest's pod to a pod made through the API (kubectl debug node). Errors
+// are *ManifestError; warnings are the fields noderun ignores. It refers
+// to no ConfigMap or Secret: such a reference is refused by name.
+func CheckPod(pod *v1.Pod) (errs, warnings []error) { return checkPod(pod, parseOptions{}) }
+
 // checkPod applies the field lists to what the manifest says, before
 // defaults fill fields in, then defaults and validates the pod.
 func checkPod(pod *v1.Pod, opts parseOptions) (errs, warnings []error) {
