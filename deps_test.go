@@ -16,7 +16,7 @@ type rule struct {
 // depRules holds one rule for every package, main included: a package
 // without one fails the test, so each new package states its place.
 var depRules = map[string]rule{
-	".": {[]string{"cni", "crilog", "internal/admission", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
+	".": {[]string{"cni", "crilog", "internal/admission", "internal/apipods", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
 		"internal/logdriver", "internal/memtrim", "internal/nodelog", "internal/podstats", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
 		"runner/sandbox", "systemd"},
 		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
@@ -33,6 +33,7 @@ var depRules = map[string]rule{
 	"internal/cgroups":    {nil, "cgroup paths and pod and QoS limits for both drivers and hierarchies: runner decides, runner/containerd applies"},
 	"internal/dirpoll":    {nil, "a stand-in for inotify, for whoever watches a directory"},
 	"internal/podstats":   {[]string{"internal/cgroups"}, "usage read on request from the pods' cgroups, netns and dirs: kubeapi serves it, main tells it where each pod is; knows no engine"},
+	"internal/apipods":    {[]string{"manifests", "internal/atomicfile"}, "the API-made debugger pods as a manifest source: reads the engine's statuses through an interface of its own; main hands it to kubeapi"},
 	"internal/nodelog":    {nil, "the kubelet's node log query over the log dir and journalctl: main hands it to kubeapi as a handler; knows no pod"},
 	"internal/kernel":     {nil, "the minimum kernel, checked by main at start"},
 	"internal/memtrim":    {nil, "the daemon, the collector and log drivers call it"},

@@ -11,6 +11,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/crilog"
+	"github.com/noderun/noderun/internal/apipods"
 	"github.com/noderun/noderun/internal/atomicfile"
 	"github.com/noderun/noderun/internal/layout"
 	"github.com/noderun/noderun/internal/nodelog"
@@ -59,8 +60,9 @@ func startKubeAPI(cfg apiConfig, dirs layout.Layout, log *slog.Logger) (srv *kub
 // counts.
 type apiBackend struct {
 	*runner.Engine
-	node *kubeapi.NodeReporter
-	logs *crilog.Holder
+	node      *kubeapi.NodeReporter
+	logs      *crilog.Holder
+	debugPods *apipods.Source
 }
 
 func (b apiBackend) Node(ctx context.Context) *v1.Node { return b.node.Node(ctx) }
@@ -72,6 +74,28 @@ func (b apiBackend) UpdateEphemeralContainers(namespace, name string, list []v1.
 		err = errors.Join(kubeapi.ErrNoPod, err)
 	}
 	return pod, warnings, err
+}
+
+// CreatePod and DeletePod make the API-made pods the API's
+// kubeapi.PodMaker.
+func (b apiBackend) CreatePod(namespace string, pod *v1.Pod) (*v1.Pod, []error, error) {
+	pod, warnings, err := b.debugPods.Create(namespace, pod)
+	var refused *apipods.RefusedError
+	switch {
+	case errors.As(err, &refused):
+		err = &kubeapi.RefusedError{Message: refused.Message}
+	case errors.Is(err, apipods.ErrExists):
+		err = errors.Join(kubeapi.ErrExists, err)
+	}
+	return pod, warnings, err
+}
+
+func (b apiBackend) DeletePod(namespace, name string) (*v1.Pod, error) {
+	pod, err := b.debugPods.Delete(namespace, name)
+	if errors.Is(err, apipods.ErrNotFound) {
+		err = errors.Join(kubeapi.ErrNoPod, err)
+	}
+	return pod, err
 }
 
 func (b apiBackend) LogStreams(ctx context.Context) ([]crilog.StreamStats, error) {

@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"k8s.io/utils/clock"
 
+	"github.com/noderun/noderun/internal/apipods"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
@@ -60,13 +62,17 @@ func runNode(c *cli.Context) error {
 		return err
 	}
 	defer n.close()
+	debugPods, err := apipods.New(cfg.nodeName, cfg.layout.APIPods(), n.engine, clock.RealClock{}, log)
+	if err != nil {
+		return err
+	}
 	go systemd.Announce(ctx, sdEngine{n.engine}, log, func() {
 		started()
 		log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
 	})
-	apis.ready(cfg, n, conn)
+	apis.ready(cfg, n, conn, debugPods)
 	go systemd.WatchShutdown(ctx, cfg.shutdown, n.engine)
-	err = n.engine.Run(ctx, startSources(ctx, cfg), cfg.nSources())
+	err = n.engine.Run(ctx, startSources(ctx, cfg, debugPods), cfg.nSources()+1) // and the API's pods
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.
 	log.Info("stopping; pods keep running", "cause", context.Cause(ctx))
@@ -124,8 +130,8 @@ func (a *apis) setWaiting(msg string) {
 
 // ready hands the engine, the runtime's streams and the log collector's
 // counts to both APIs.
-func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
-	backend := apiBackend{Engine: n.engine, logs: n.logs, node: &kubeapi.NodeReporter{
+func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn, debugPods *apipods.Source) {
+	backend := apiBackend{Engine: n.engine, logs: n.logs, debugPods: debugPods, node: &kubeapi.NodeReporter{
 		Name: cfg.nodeName, HostIP: cfg.hostIP, Labels: cfg.labels, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
 			v, err := conn.Client.Version(ctx)
@@ -190,10 +196,11 @@ type sdEngine struct{ *runner.Engine }
 
 func (e sdEngine) Status() string { return e.PodCounts().String() }
 
-// startSources starts every manifest source, sending to the channel the
-// engine reads.
-func startSources(ctx context.Context, cfg nodeConfig) <-chan manifests.Snapshot {
+// startSources starts every manifest source and the API-made pods' one,
+// sending to the channel the engine reads.
+func startSources(ctx context.Context, cfg nodeConfig, apiPods *apipods.Source) <-chan manifests.Snapshot {
 	snaps := make(chan manifests.Snapshot)
+	go apiPods.Run(ctx, snaps)
 	for _, p := range cfg.files {
 		src := manifests.NewFileSource(p, cfg.nodeName, append(slices.Clip(cfg.fileOpts),
 			manifests.WithRelistInterval(cfg.fileCheck), manifests.WithLogger(cfg.log))...)

@@ -51,6 +51,7 @@ func Resolve(f Flags, create bool) (Layout, error) {
 
 // The state dir: pods' state, what the node keeps across reboots.
 func (l Layout) Sources() string      { return filepath.Join(l.State, "sources") }      // URL sources' last good responses
+func (l Layout) APIPods() string      { return filepath.Join(l.State, "api-pods") }     // pods made through the API (kubectl debug node)
 func (l Layout) APIDir() string       { return kubeapi.CredentialsDir(l.State) }        // the API's CA, certificate, tokens
 func (l Layout) CNICache() string     { return filepath.Join(l.State, "cni", "cache") } // libcni's results
 func (l Layout) DriverBin() string    { return filepath.Join(l.State, "bin") }          // the embedded log driver
@@ -80,7 +81,7 @@ var stateInputs = []string{"images", "seccomp", "config.json"}
 // beside runc's state (runner/containerd), the log collector's lock and
 // stderr (crilog, main's logcollector.go).
 var (
-	stateOwned = []string{"pods", "rollback", "sources", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
+	stateOwned = []string{"pods", "rollback", "sources", "api-pods", "api", "cni", "bin", "containerd", "containerd.json", "image-imports.json", "lock"}
 	runOwned   = []string{"pods", "ns", "runc", "exec-fifo", "stdio", "tmpmounts", "containerd", "lock", "noderun.sock", "api-server",
 		"log-collector.sock", "log-collector.sock.lock", "log-collector.stderr"}
 )
