@@ -58,9 +58,8 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, notFoundMsg("this node runs no ephemeral containers"))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
-	if err != nil {
-		writeStatus(w, status(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, "the request body is over 3 MiB or could not be read: "+err.Error()))
+	body, ok := readBody(w, r)
+	if !ok {
 		return
 	}
 	s.sync()
@@ -98,6 +97,16 @@ func (s *Server) serveEphemeral(w http.ResponseWriter, r *http.Request) {
 	}
 	pod.ObjectMeta = cur.ObjectMeta
 	writeJSON(w, http.StatusOK, s.pods.object(*pod))
+}
+
+// readBody reads a write's body, up to maxBody; else it answers 413.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+	if err != nil {
+		writeStatus(w, status(http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, "the request body is over 3 MiB or could not be read: "+err.Error()))
+		return nil, false
+	}
+	return body, true
 }
 
 // storedPod is the pod as the API serves it (with its resourceVersion).

@@ -285,6 +285,7 @@ func (s *Server) routes() *http.ServeMux {
 		mux.Handle(m+pod+"portforward", stream("portforward", Streams.PortForward))
 	}
 	s.debugRoutes(mux)
+	s.podWriteRoutes(mux)
 	s.readRoutes(mux)
 	s.usageRoutes(mux)
 	s.nodeLogRoutes(mux)
