@@ -5,10 +5,14 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/noderun/noderun/internal/apipods"
 )
 
 // debugPod has a target whose process is told apart by its arguments.
@@ -68,6 +72,11 @@ func TestKubectlDebug(t *testing.T) {
 	ptmx, tout, wait := startOnTerminal(t, n.kubectlCmd(ctx, admin, "debug", "-it", "pod/"+pod,
 		"--image=busybox:1.36", "--image-pull-policy=Never", "--target=app", "-c", "debugger"), 30, 120)
 	defer ptmx.Close()
+	defer func() {
+		if t.Failed() {
+			t.Logf("kubectl debug's terminal: %q", tout.String())
+		}
+	}()
 	waitUntil(t, "the debug shell to answer", func() bool {
 		io.WriteString(ptmx, "echo $((6*7))\r")
 		return strings.Contains(tout.String(), "42\r\n")
@@ -161,5 +170,108 @@ func TestKubectlDebug(t *testing.T) {
 	p = n.waitPod("dbg", "replaced and running", func(q *v1.Pod) bool { return q.UID != p.UID && running(q) })
 	if len(p.Spec.EphemeralContainers) != 0 || len(p.Status.EphemeralContainerStatuses) != 0 {
 		t.Errorf("the replaced pod kept ephemeral containers: %+v", p.Status.EphemeralContainerStatuses)
+	}
+}
+
+// debuggerPods lists the pods kubectl debug node made.
+func (n *node) debuggerPods() []v1.Pod {
+	var out []v1.Pod
+	for _, p := range n.pods() {
+		if strings.HasPrefix(p.Name, "node-debugger-") {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// kubectl debug node/<node> -it creates a privileged pod in the host's
+// namespaces with the host's root at /host, attaches to its shell, and the
+// pod is removed once the shell ended (after apipods.Linger, for kubectl's
+// fallback to its log). kubectl delete removes one at once. Other pods,
+// and the view token, are refused.
+func TestKubectlDebugNode(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	admin, view := n.kubeconfig(true), n.kubeconfig(false)
+	n.writeManifest("web.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: web
+spec:
+  containers:
+  - name: web
+    image: busybox:1.36
+    command: ["sleep", "3600"]
+`)
+	n.waitPod("web", "Running", running)
+
+	buildKubectl(t) // before the clock starts
+	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
+	defer cancel()
+	ptmx, tout, wait := startOnTerminal(t, n.kubectlCmd(ctx, admin, "debug", "-it", "node/"+nodeName,
+		"--image=busybox:1.36", "--image-pull-policy=Never"), 30, 120)
+	defer ptmx.Close()
+	defer func() {
+		if t.Failed() {
+			t.Logf("kubectl debug's terminal: %q", tout.String())
+		}
+	}()
+	waitUntil(t, "the node's root at /host", func() bool {
+		io.WriteString(ptmx, "ls /host"+n.podsDir+"\r")
+		return strings.Contains(tout.String(), "web.yaml")
+	})
+	waitUntil(t, "the host's PID namespace", func() bool {
+		io.WriteString(ptmx, "test -e /proc/"+strconv.Itoa(os.Getpid())+" && echo host-pids\r")
+		return strings.Contains(tout.String(), "host-pids\r\n")
+	})
+	dbg := n.debuggerPods()
+	if len(dbg) != 1 || !dbg[0].Spec.HostNetwork || !dbg[0].Spec.HostPID || dbg[0].Status.Phase != v1.PodRunning {
+		t.Fatalf("debugger pods %+v, want one running in the host's namespaces", dbg)
+	}
+	io.WriteString(ptmx, "exit\r")
+	if code := wait(); code != 0 {
+		t.Errorf("kubectl debug node -it: exit %d, %q", code, tout.String())
+	}
+	waitUntilFor(t, "the ended debugger pod to be removed", 2*apipods.Linger+waitTimeout, func() bool { return len(n.debuggerPods()) == 0 })
+
+	// Without -it it stays until deleted.
+	o, e, err := n.kubectl(admin, "debug", "node/"+nodeName, "--image=busybox:1.36", "--image-pull-policy=Never", "--", "sleep", "3600")
+	name := strings.Fields(strings.TrimPrefix(o, "Creating debugging pod "))[0]
+	if err != nil || !strings.HasPrefix(name, "node-debugger-"+nodeName+"-") {
+		t.Fatalf("kubectl debug node: %v, %q %s", err, o, e)
+	}
+	waitUntil(t, "the debugger pod to run", func() bool {
+		d := n.debuggerPods()
+		return len(d) == 1 && d[0].Status.Phase == v1.PodRunning
+	})
+	if o, e, err := n.kubectl(admin, "delete", "pod", name); err != nil || !strings.Contains(o, "deleted") {
+		t.Errorf("kubectl delete of the debugger pod: %v, %q %s", err, o, e)
+	}
+	if d := n.debuggerPods(); len(d) != 0 {
+		t.Errorf("after kubectl delete (which waits for it to go): %+v", d)
+	}
+
+	// What the API refuses.
+	if _, e, err := n.kubectl(admin, "run", "other", "--image=busybox:1.36"); err == nil || !strings.Contains(e, "MethodNotAllowed") || !strings.Contains(e, "only for `kubectl debug node/"+nodeName+"`") {
+		t.Errorf("kubectl run: %v, %s; want it refused, naming kubectl debug node", err, e)
+	}
+	if _, e, err := n.kubectl(admin, "delete", "pod", "web-"+nodeName); err == nil || !strings.Contains(e, "manifests") {
+		t.Errorf("kubectl delete of a static pod: %v, %s; want it refused", err, e)
+	}
+	if _, e, err := n.kubectl(view, "debug", "node/"+nodeName, "--image=busybox:1.36"); err == nil || !strings.Contains(e, "forbidden") {
+		t.Errorf("kubectl debug node with the view token: %v, %s; want forbidden", err, e)
+	}
+}
+
+// waitUntilFor is waitUntil with a bound of its own, where the bound is
+// the behaviour (a linger of noderun's).
+func waitUntilFor(t *testing.T, what string, timeout time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting until %s", timeout, what)
+		}
+		time.Sleep(pollEvery)
 	}
 }
