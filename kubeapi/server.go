@@ -338,8 +338,9 @@ func (s *Server) Serve(l net.Listener) (closeFn func() error) {
 		IdleTimeout:    2 * time.Minute,
 		MaxHeaderBytes: maxHeaderBytes,
 		HTTP2: &http.HTTP2Config{
-			// Request bodies are never read: what a client sends is held
-			// only up to HTTP/2's smallest windows, 64 KiB a connection.
+			// Only the few writes read a body (at most 3 MiB, readBody):
+			// what a client sends is held only up to HTTP/2's smallest
+			// windows, 64 KiB a connection.
 			MaxReceiveBufferPerConnection: 64 << 10,
 			MaxReceiveBufferPerStream:     64 << 10,
 			// A connection nothing can be written to is closed.
