@@ -228,6 +228,7 @@ func (r *fakeRuntime) StartContainer(_ context.Context, cfg *ContainerConfig) (S
 		ID: cfg.ID, PodUID: string(cfg.Pod.UID), PodName: cfg.Pod.Name, PodNamespace: cfg.Pod.Namespace,
 		Name: cfg.Container.Name, Init: cfg.Init, SpecHash: cfg.SpecHash, RestartCount: cfg.RestartCount,
 		State: StateRunning, CreatedAt: r.clock.Now(), LastState: cfg.LastState, Sandbox: cfg.Sandbox.Epoch, ImageRef: cfg.Image.Ref,
+		PID: uint32(1000 + len(r.started)),
 	}
 	return Started{At: r.containers[cfg.ID].CreatedAt}, nil
 }
@@ -278,7 +279,7 @@ func (c *fakeCreated) Start(context.Context) (Started, error) {
 	}
 	r.started = append(r.started, c.cfg)
 	r.listsAtStart, r.ensuresAtStart = append(r.listsAtStart, r.lists), append(r.ensuresAtStart, r.ensures)
-	run.State, run.CreatedAt = StateRunning, r.clock.Now()
+	run.State, run.CreatedAt, run.PID = StateRunning, r.clock.Now(), uint32(1000+len(r.started))
 	return Started{At: run.CreatedAt}, nil
 }
 
