@@ -193,17 +193,8 @@ func TestKubectlDebugNode(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
 	admin, view := n.kubeconfig(true), n.kubeconfig(false)
-	n.writeManifest("web.yaml", `apiVersion: v1
-kind: Pod
-metadata:
-  name: web
-spec:
-  containers:
-  - name: web
-    image: busybox:1.36
-    command: ["sleep", "3600"]
-`)
-	n.waitPod("web", "Running", running)
+	n.writeManifest("dbg.yaml", debugPod)
+	n.waitPod("dbg", "Running", running)
 
 	buildKubectl(t) // before the clock starts
 	ctx, cancel := context.WithTimeout(context.Background(), 4*waitTimeout)
@@ -218,7 +209,7 @@ spec:
 	}()
 	waitUntil(t, "the node's root at /host", func() bool {
 		io.WriteString(ptmx, "ls /host"+n.podsDir+"\r")
-		return strings.Contains(tout.String(), "web.yaml")
+		return strings.Contains(tout.String(), "dbg.yaml")
 	})
 	waitUntil(t, "the host's PID namespace", func() bool {
 		io.WriteString(ptmx, "test -e /proc/"+strconv.Itoa(os.Getpid())+" && echo host-pids\r")
@@ -255,7 +246,7 @@ spec:
 	if _, e, err := n.kubectl(admin, "run", "other", "--image=busybox:1.36"); err == nil || !strings.Contains(e, "MethodNotAllowed") || !strings.Contains(e, "only for `kubectl debug node/"+nodeName+"`") {
 		t.Errorf("kubectl run: %v, %s; want it refused, naming kubectl debug node", err, e)
 	}
-	if _, e, err := n.kubectl(admin, "delete", "pod", "web-"+nodeName); err == nil || !strings.Contains(e, "manifests") {
+	if _, e, err := n.kubectl(admin, "delete", "pod", "dbg-"+nodeName); err == nil || !strings.Contains(e, "manifests") {
 		t.Errorf("kubectl delete of a static pod: %v, %s; want it refused", err, e)
 	}
 	if _, e, err := n.kubectl(view, "debug", "node/"+nodeName, "--image=busybox:1.36"); err == nil || !strings.Contains(e, "forbidden") {

@@ -1,6 +1,7 @@
 package kubeapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -66,16 +67,8 @@ func TestEphemeralContainersSubresource(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := New(testCreds)
 			be := &fakeDebugger{fakeBackend: fakeBackend{pods: []v1.Pod{testPod("default", "web-e2e")}}}
-			s.Ready(be, nil)
-			r := httptest.NewRequest(tt.method, tt.path, strings.NewReader(tt.body))
-			r.Header.Set("Authorization", "Bearer "+tt.token)
-			if tt.ctype != "" {
-				r.Header.Set("Content-Type", tt.ctype)
-			}
-			w := httptest.NewRecorder()
-			s.ServeHTTP(w, r)
+			w := write(be, tt.method, tt.path, tt.token, tt.ctype, []byte(tt.body))
 			if w.Code != tt.want {
 				t.Fatalf("%d %s, want %d", w.Code, w.Body, tt.want)
 			}
@@ -104,6 +97,20 @@ func TestEphemeralContainersSubresource(t *testing.T) {
 			}
 		})
 	}
+}
+
+// write sends a write with a body to a server on be and returns its answer.
+func write(be Backend, method, path, token, ctype string, body []byte) *httptest.ResponseRecorder {
+	s := New(testCreds)
+	s.Ready(be, nil)
+	r := httptest.NewRequest(method, path, bytes.NewReader(body))
+	r.Header.Set("Authorization", "Bearer "+token)
+	if ctype != "" {
+		r.Header.Set("Content-Type", ctype)
+	}
+	w := httptest.NewRecorder()
+	s.ServeHTTP(w, r)
+	return w
 }
 
 // Without a Debugger backend the subresource is missing, which kubectl

@@ -1,11 +1,9 @@
 package kubeapi
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -87,16 +85,8 @@ func TestPodWrites(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := New(testCreds)
 			be := &fakeMaker{fakeBackend: fakeBackend{pods: []v1.Pod{testPod("default", "web-e2e")}}}
-			s.Ready(be, nil)
-			r := httptest.NewRequest(tt.method, tt.path, bytes.NewReader(tt.body))
-			r.Header.Set("Authorization", "Bearer "+tt.token)
-			if tt.ctype != "" {
-				r.Header.Set("Content-Type", tt.ctype)
-			}
-			w := httptest.NewRecorder()
-			s.ServeHTTP(w, r)
+			w := write(be, tt.method, tt.path, tt.token, tt.ctype, tt.body)
 			if w.Code != tt.want || !strings.Contains(w.Body.String(), tt.wantMsg) {
 				t.Fatalf("%d %s, want %d with %q", w.Code, w.Body, tt.want, tt.wantMsg)
 			}
