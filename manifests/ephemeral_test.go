@@ -62,7 +62,7 @@ func TestEphemeralContainers(t *testing.T) {
 		})}, []string{"spec.ephemeralContainers[0].volumeMounts[0].name"}},
 		{"a field noderun refuses", pod, []v1.EphemeralContainer{ec("d", func(c *v1.EphemeralContainer) {
 			c.EnvFrom = []v1.EnvFromSource{{SecretRef: &v1.SecretEnvSource{}}}
-		})}, []string{"spec.ephemeralContainers[0].envFrom: not supported by noderun"}},
+		})}, []string{"spec.ephemeralContainers[0].envFrom: static pods may not reference secrets"}},
 		{"existing changed", withDbg, []v1.EphemeralContainer{ec("dbg", func(c *v1.EphemeralContainer) { c.Image = "busybox:1.37" })},
 			[]string{`spec: existing ephemeral containers "dbg" may not be changed`}},
 		{"existing removed", withDbg, []v1.EphemeralContainer{ec("d2", nil)},
