@@ -5,9 +5,11 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
 
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/mirror"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	"github.com/noderun/noderun/runner/containerd/daemon"
@@ -61,7 +63,10 @@ func runNode(c *cli.Context) error {
 		started()
 		log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
 	})
-	apis.ready(cfg, n, conn)
+	backend := apis.ready(cfg, n, conn)
+	if cfg.kubeconfig != "" {
+		go startMirror(cfg, backend, apis.kube.Metrics()).Run(ctx)
+	}
 	err = n.engine.Run(ctx, startSources(ctx, cfg), cfg.nSources())
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.
@@ -119,8 +124,8 @@ func (a *apis) setWaiting(msg string) {
 }
 
 // ready hands the engine, the runtime's streams and the log collector's
-// counts to both APIs.
-func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
+// counts to both APIs, and returns what they read.
+func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) apiBackend {
 	backend := apiBackend{Engine: n.engine, logs: n.logs, node: &kubeapi.NodeReporter{
 		Name: cfg.nodeName, HostIP: cfg.hostIP, Labels: cfg.labels, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
@@ -135,6 +140,22 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) {
 	}
 	a.kube.ServeUsage(podUsage(n.engine, cfg))
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
+	return backend
+}
+
+// startMirror makes mirror mode's loop: it reads the node and its pods as
+// the local API does, and reports each call to /metrics and each failed
+// one as an event on the node.
+func startMirror(cfg nodeConfig, backend apiBackend, metrics *kubeapi.Metrics) *mirror.Mirror {
+	return mirror.New(mirror.Config{
+		Kubeconfig: cfg.kubeconfig, NodeName: cfg.nodeName, Source: backend, Log: cfg.log,
+		OnResult: func(op string, err error) {
+			metrics.MirrorCall(op, err)
+			if err != nil {
+				backend.NodeEvent(v1.EventTypeWarning, "FailedMirror", op+": "+err.Error())
+			}
+		},
+	})
 }
 
 // connect waits for the chosen containerd; until start-up is done
