@@ -148,7 +148,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn) apiBackend {
 // one as an event on the node.
 func startMirror(cfg nodeConfig, backend apiBackend, metrics *kubeapi.Metrics) *mirror.Mirror {
 	return mirror.New(mirror.Config{
-		Kubeconfig: cfg.kubeconfig, NodeName: cfg.nodeName, Source: backend, Log: cfg.log,
+		Kubeconfig: cfg.kubeconfig, NodeName: cfg.nodeName, Source: backend, Log: cfg.log, KubeletVersion: kubeapi.KubeletVersion(),
 		OnResult: func(op string, err error) {
 			metrics.MirrorCall(op, err)
 			if err != nil {

@@ -67,6 +67,10 @@ type Config struct {
 	Source     Source
 	Log        *slog.Logger
 	Clock      clock.WithTicker
+	// KubeletVersion, if set, is the Node's nodeInfo.kubeletVersion: the
+	// kubelet release whose behaviour noderun keeps, which kubeadm's
+	// version skew checks read (noderun's own version is no kubelet's).
+	KubeletVersion string
 	// OnResult, if set, is told the outcome of each call by operation
 	// (connect, register, node-status, lease, list, create, delete,
 	// status).
@@ -183,6 +187,9 @@ func (m *Mirror) connect() error {
 // when it changed or is due.
 func (m *Mirror) syncNode(ctx context.Context) error {
 	node := m.cfg.Source.Node(ctx)
+	if m.cfg.KubeletVersion != "" {
+		node.Status.NodeInfo.KubeletVersion = m.cfg.KubeletVersion
+	}
 	if m.nodeUID == "" {
 		uid, err := m.register(ctx, node)
 		m.result("register", err)

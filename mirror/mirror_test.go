@@ -189,7 +189,7 @@ func harness(t *testing.T, api *fakeAPI, src *fakeSource) (*Mirror, *clocktestin
 	}
 	clk := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	var failures []string
-	m := New(Config{Kubeconfig: path, NodeName: "n1", Source: src, Clock: clk, OnResult: func(op string, err error) {
+	m := New(Config{Kubeconfig: path, NodeName: "n1", Source: src, Clock: clk, KubeletVersion: "v1.37.2", OnResult: func(op string, err error) {
 		if err != nil {
 			failures = append(failures, op+": "+err.Error())
 		}
@@ -212,7 +212,7 @@ func TestMirrorRegistersNodeLeaseAndPods(t *testing.T) {
 		t.Fatalf("before the sources are ready: %d nodes, %d leases, %d pods; want 1, 1, 2 (no pod touched)", len(api.nodes), len(api.lease), len(api.pods))
 	}
 	node := api.nodes["n1"]
-	if node.Labels["kubernetes.io/hostname"] != "n1" || len(node.Status.Conditions) != 1 {
+	if node.Labels["kubernetes.io/hostname"] != "n1" || len(node.Status.Conditions) != 1 || node.Status.NodeInfo.KubeletVersion != "v1.37.2" {
 		t.Errorf("node: %+v", node)
 	}
 	l := api.lease["n1"]
