@@ -162,9 +162,12 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 		return "", fmt.Errorf("build %s of %s: %w\n%s", strings.Join(missing, ", "), b.module, err, out)
 	}
 	for _, out := range missing {
+		// go build names a program for its package's last path element,
+		// a major version suffix (go.etcd.io/etcd/server/v3) left out.
 		name := filepath.Base(b.pkgs[out])
 		if b.pkgs[out] == "." {
-			name = filepath.Base(strings.SplitN(b.module, "@", 2)[0])
+			module, _, _ := strings.Cut(b.module, "@")
+			name = filepath.Base(regexp.MustCompile(`/v\d+$`).ReplaceAllString(module, ""))
 		}
 		if err := os.Rename(filepath.Join(bin, name), filepath.Join(dir, out)); err != nil {
 			return "", err
