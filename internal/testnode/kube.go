@@ -119,6 +119,11 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
+	// Programs already built need no lock: another process may hold it
+	// for hours building others of the same version.
+	if len(missingPrograms(dir, b.pkgs)) == 0 {
+		return dir, nil
+	}
 	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return "", err
@@ -127,12 +132,7 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
 		return "", err
 	}
-	var missing []string
-	for out := range b.pkgs {
-		if _, err := os.Stat(filepath.Join(dir, out)); err != nil {
-			missing = append(missing, out)
-		}
-	}
+	missing := missingPrograms(dir, b.pkgs)
 	if len(missing) == 0 {
 		return dir, nil
 	}
@@ -174,6 +174,17 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// missingPrograms are the programs of pkgs that dir lacks.
+func missingPrograms(dir string, pkgs map[string]string) []string {
+	var missing []string
+	for out := range pkgs {
+		if _, err := os.Stat(filepath.Join(dir, out)); err != nil {
+			missing = append(missing, out)
+		}
+	}
+	return missing
 }
 
 // pinLocalReplaces drops the go.mod replaces in src that point at
