@@ -135,7 +135,9 @@ func (m *Mirror) turn(ctx context.Context) {
 	if err := m.syncNode(ctx); err != nil {
 		return
 	}
-	if m.cfg.Clock.Since(m.renewed) >= renewInterval {
+	// Due at every tick: the last renewal's time was taken after the calls
+	// of its turn, a moment after that turn's tick.
+	if m.cfg.Clock.Since(m.renewed) >= renewInterval*9/10 {
 		if err := m.renewLease(ctx); err != nil && statusCode(err) == 0 {
 			return
 		}
