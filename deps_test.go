@@ -17,7 +17,7 @@ type rule struct {
 // without one fails the test, so each new package states its place.
 var depRules = map[string]rule{
 	".": {[]string{"cni", "crilog", "internal/admission", "internal/apipods", "internal/atomicfile", "internal/cgroups", "internal/cli", "internal/kernel", "internal/layout",
-		"internal/logdriver", "internal/memtrim", "internal/nodelog", "internal/podstats", "kubeapi", "manifests", "runner", "runner/containerd", "runner/containerd/daemon",
+		"internal/logdriver", "internal/memtrim", "internal/nodelog", "internal/podstats", "kubeapi", "manifests", "mirror", "runner", "runner/containerd", "runner/containerd/daemon",
 		"runner/sandbox", "systemd"},
 		"wiring and dispatch: builds the parts and hands each what it needs; never a test harness or a child program's package"},
 
@@ -54,6 +54,8 @@ var depRules = map[string]rule{
 	// The node's faces.
 	"kubeapi": {[]string{"crilog", "manifests", "internal/atomicfile", "internal/execio", "internal/podstats"},
 		"reads the engine only through its Backend and Streams interfaces, never runner (podstats: the usage it serves, through Usage)"},
+	"mirror": {[]string{"manifests"},
+		"mirror mode: reads the engine through its Source interface and writes only to the API server, so it can slow no pod (manifests: the static pods' annotation keys)"},
 	"internal/cli": {[]string{"kubeapi", "manifests", "internal/admission", "internal/atomicfile", "internal/execio"},
 		"client commands talk to the node over its two APIs only (and hand exec its streams as the API client takes them)"},
 	"internal/layout": {[]string{"kubeapi", "runner", "runner/volume"},

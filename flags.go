@@ -125,6 +125,7 @@ type nodeConfig struct {
 	urls         []*manifests.URLSource
 	api          apiConfig
 	healthz      apiConfig // port 0: off
+	kubeconfig   string    // mirror mode's, absolute; "": off
 	pullFallback bool
 	registry     ctrdrt.RegistryConfig
 	rotation     crilog.Rotation
@@ -160,6 +161,12 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	cfg.healthz = apiConfig{address: c.String("healthz-bind-address"), port: c.Int("healthz-port")}
 	if cfg.healthz.port < 0 || cfg.healthz.port > 65535 {
 		return nodeConfig{}, fmt.Errorf("--healthz-port %d: want 1 to 65535, or 0 for none", cfg.healthz.port)
+	}
+	if k := c.String("kubeconfig"); k != "" {
+		// It may not exist yet: kubeadm writes kubelet.conf after the node agent started.
+		if cfg.kubeconfig, err = filepath.Abs(k); err != nil {
+			return nodeConfig{}, fmt.Errorf("--kubeconfig %s: %w", k, err)
+		}
 	}
 	if cfg.pullFallback, err = pullFallback(c.String("image-pull-fallback")); err != nil {
 		return nodeConfig{}, err

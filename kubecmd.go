@@ -26,6 +26,7 @@ func apiFlags() []cli.Flag {
 		&cli.IntFlag{Name: "api-port", Value: kubeapi.DefaultPort, Usage: "port of the Kubernetes API (0: one the kernel picks; `noderun kubeconfig` finds it)", EnvVars: env("API_PORT")},
 		&cli.StringFlag{Name: "node-log-dir", Value: nodelog.DefaultDir, Usage: "directory the node log query (GET /api/v1/nodes/<node>/proxy/logs/, admin token) serves files from, as the kubelet serves /var/log", EnvVars: env("NODE_LOG_DIR")},
 		&cli.IntFlag{Name: "healthz-port", Usage: "port of the kubelet's plain-HTTP healthz endpoint, for kubeadm (0: off; the kubelet's is 10248)", EnvVars: env("HEALTHZ_PORT")},
+		&cli.StringFlag{Name: "kubeconfig", Usage: "mirror mode: a kubeconfig (the kubelet's kubelet.conf) of an API server to register the node in, with a mirror pod per static pod; pods never wait for it (none: no API server)", EnvVars: env("KUBECONFIG")},
 		&cli.StringFlag{Name: "healthz-bind-address", Value: "127.0.0.1", Usage: "address the healthz endpoint listens on, as the kubelet's", EnvVars: env("HEALTHZ_BIND_ADDRESS")},
 	}
 }

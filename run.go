@@ -8,11 +8,13 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/utils/clock"
 
 	"github.com/noderun/noderun/internal/apipods"
 	"github.com/noderun/noderun/kubeapi"
 	"github.com/noderun/noderun/manifests"
+	"github.com/noderun/noderun/mirror"
 	"github.com/noderun/noderun/runner"
 	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	"github.com/noderun/noderun/runner/containerd/daemon"
@@ -70,8 +72,11 @@ func runNode(c *cli.Context) error {
 		started()
 		log.Info("ready", "node", cfg.nodeName, "sources", cfg.nSources())
 	})
-	apis.ready(cfg, n, conn, debugPods)
+	backend := apis.ready(cfg, n, conn, debugPods)
 	go systemd.WatchShutdown(ctx, cfg.shutdown, n.engine)
+	if cfg.kubeconfig != "" {
+		go startMirror(cfg, backend, apis.kube.Metrics()).Run(ctx)
+	}
 	err = n.engine.Run(ctx, startSources(ctx, cfg, debugPods), cfg.nSources()+1) // and the API's pods
 	_, _ = systemd.Stopping()
 	// The cause names the signal: a stop nobody asked for says what came.
@@ -129,8 +134,8 @@ func (a *apis) setWaiting(msg string) {
 }
 
 // ready hands the engine, the runtime's streams and the log collector's
-// counts to both APIs.
-func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn, debugPods *apipods.Source) {
+// counts to both APIs, and returns what they read.
+func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn, debugPods *apipods.Source) apiBackend {
 	backend := apiBackend{Engine: n.engine, logs: n.logs, debugPods: debugPods, node: &kubeapi.NodeReporter{
 		Name: cfg.nodeName, HostIP: cfg.hostIP, Labels: cfg.labels, Version: version, StorageDir: cfg.layout.PodLogs, Started: time.Now(),
 		RuntimeVersion: func(ctx context.Context) (string, error) {
@@ -145,6 +150,22 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn, debugPods *apip
 	}
 	a.kube.ServeUsage(podUsage(n.engine, cfg))
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
+	return backend
+}
+
+// startMirror makes mirror mode's loop: it reads the node and its pods as
+// the local API does, and reports each call to /metrics and each failed
+// one as an event on the node.
+func startMirror(cfg nodeConfig, backend apiBackend, metrics *kubeapi.Metrics) *mirror.Mirror {
+	return mirror.New(mirror.Config{
+		Kubeconfig: cfg.kubeconfig, NodeName: cfg.nodeName, Source: backend, Log: cfg.log, KubeletVersion: kubeapi.KubeletVersion(),
+		OnResult: func(op string, err error) {
+			metrics.MirrorCall(op, err)
+			if err != nil {
+				backend.NodeEvent(v1.EventTypeWarning, "FailedMirror", op+": "+err.Error())
+			}
+		},
+	})
 }
 
 // connect waits for the chosen containerd; until start-up is done

@@ -22,6 +22,7 @@ type Metrics struct {
 	opErrors   *prometheus.CounterVec
 	podStart   prometheus.Histogram
 	pulls      *prometheus.CounterVec
+	mirror     *prometheus.CounterVec
 }
 
 // NewMetrics makes the registry with Go and process metrics.
@@ -50,8 +51,12 @@ func NewMetrics() *Metrics {
 			Namespace: "noderun", Name: "image_pulls_total",
 			Help: "Image pulls (images made available for containers, from a registry or found locally) by result.",
 		}, []string{"result"}),
+		mirror: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "noderun", Name: "mirror_requests_total",
+			Help: "Calls mirror mode made to the API server (--kubeconfig) by operation and result.",
+		}, []string{"operation", "result"}),
 	}
-	m.reg.MustRegister(m.probes, m.opDuration, m.opErrors, m.podStart, m.pulls,
+	m.reg.MustRegister(m.probes, m.opDuration, m.opErrors, m.podStart, m.pulls, m.mirror,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -83,6 +88,15 @@ func (m *Metrics) ImagePull(err error) {
 		result = "failure"
 	}
 	m.pulls.WithLabelValues(result).Inc()
+}
+
+// MirrorCall counts one call mirror mode made to the API server.
+func (m *Metrics) MirrorCall(op string, err error) {
+	result := "success"
+	if err != nil {
+		result = "failure"
+	}
+	m.mirror.WithLabelValues(op, result).Inc()
 }
 
 // observePod follows a pod's changes. It times the pod's start: from when

@@ -28,6 +28,11 @@ func kubeVersion() *version.Version {
 	return version.MajorMinor(1, 0) // a test binary without module data
 }
 
+// KubeletVersion is the kubelet release whose behaviour noderun keeps
+// (v1.X.Y, from its k8s.io/api module), for what judges a node by its
+// kubelet's version: mirror mode's Node, which kubeadm's skew checks read.
+func KubeletVersion() string { return "v" + kubeVersion().String() }
+
 // Semver turns noderun's version (a tag, `git describe` output or "dev")
 // into a valid semantic version: v1.2.3 stays, anything else becomes a
 // pre-release of v0.0.0 (v0.0.0-3037c00-dirty).

@@ -226,12 +226,18 @@ func (e *Engine) manifestErrors(prev, cur []error) {
 	for _, err := range prev {
 		seen[err.Error()] = true
 	}
-	node := v1.ObjectReference{Kind: "Node", Name: e.cfg.NodeName, UID: types.UID(e.cfg.NodeName)}
 	for _, err := range cur {
 		if !seen[err.Error()] {
-			e.events.recordRef(node, e.cfg.NodeName, v1.EventTypeWarning, "FailedManifest", err.Error(), e.clock.Now())
+			e.NodeEvent(v1.EventTypeWarning, "FailedManifest", err.Error())
 		}
 	}
+}
+
+// NodeEvent records an event about the node itself, for the parts of
+// noderun beside the engine (mirror mode's failed calls).
+func (e *Engine) NodeEvent(typ, reason, msg string) {
+	node := v1.ObjectReference{Kind: "Node", Name: e.cfg.NodeName, UID: types.UID(e.cfg.NodeName)}
+	e.events.recordRef(node, e.cfg.NodeName, typ, reason, msg, e.clock.Now())
 }
 
 // Events returns the kept events, least recently recorded first.
