@@ -150,9 +150,9 @@ func buildRuntime(ctx context.Context, rt Runtime) (string, error) {
 	return dir, nil
 }
 
-// moduleCopy downloads module (path@version) through the Go module proxy
-// and copies its source under parent, writable, to build it in.
-func moduleCopy(ctx context.Context, module, parent string) (string, error) {
+// moduleDir is where the Go module cache holds module's (path@version)
+// source, downloaded through the Go module proxy first.
+func moduleDir(ctx context.Context, module string) (string, error) {
 	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", module).Output()
 	if err != nil {
 		var ee *exec.ExitError
@@ -165,8 +165,18 @@ func moduleCopy(ctx context.Context, module, parent string) (string, error) {
 	if err := json.Unmarshal(out, &m); err != nil || m.Dir == "" {
 		return "", fmt.Errorf("go mod download %s: no source directory in %q (%v)", module, out, err)
 	}
+	return m.Dir, nil
+}
+
+// moduleCopy downloads module (path@version) through the Go module proxy
+// and copies its source under parent, writable, to build it in.
+func moduleCopy(ctx context.Context, module, parent string) (string, error) {
+	src, err := moduleDir(ctx, module)
+	if err != nil {
+		return "", err
+	}
 	dst := filepath.Join(parent, strings.NewReplacer("/", "_", "@", "-").Replace(module))
-	if err := os.CopyFS(dst, os.DirFS(m.Dir)); err != nil {
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
 		return "", err
 	}
 	// The module cache's files are read-only; go build updates go.sum.
