@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -118,6 +120,14 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 	dir := filepath.Join(cache, b.dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
+	}
+	// Programs are moved in only whole, so ones already there need no
+	// lock: a build of others of the same version holds it for minutes.
+	if !slices.ContainsFunc(slices.Collect(maps.Keys(b.pkgs)), func(out string) bool {
+		_, err := os.Stat(filepath.Join(dir, out))
+		return err != nil
+	}) {
+		return dir, nil
 	}
 	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
