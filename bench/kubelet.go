@@ -246,22 +246,10 @@ func (k *kubelet) pods(ctx context.Context) ([]v1.Pod, error) {
 	return list.Items, json.NewDecoder(resp.Body).Decode(&list)
 }
 
-// writePods writes the static pods (the same spec noderun gets) as
-// dot-files, then renames them into place; it returns when the first
-// rename began.
+// writePods writes the static pods (the spec noderun gets, the image
+// never pulled) and returns when the first one was renamed into place.
 func (k *kubelet) writePods(names []string) (time.Time, error) {
-	for _, name := range names {
-		if err := os.WriteFile(filepath.Join(k.manifests, "."+manifestFile(name)), podJSON(name), 0o644); err != nil {
-			return time.Time{}, err
-		}
-	}
-	t0 := time.Now()
-	for _, name := range names {
-		if err := os.Rename(filepath.Join(k.manifests, "."+manifestFile(name)), filepath.Join(k.manifests, manifestFile(name))); err != nil {
-			return t0, err
-		}
-	}
-	return t0, nil
+	return placeManifests(k.manifests, names, func(name string) ([]byte, error) { return podJSON(name), nil })
 }
 
 // podJSON is the bench's one-container pod.
