@@ -123,6 +123,9 @@ func startKubelet(ctx context.Context, e *env, bridge, subnet string) (k *kubele
 // criConfig is a containerd config with the CRI plugin on: its own
 // root, state and socket, overlayfs, runc v2 with cgroupfs, the sandbox
 // image packed locally and the CNI config dir of the kubelet's bridge.
+// OOM scores are kept at or above containerd's own: the bench may lack
+// CAP_SYS_RESOURCE (as in a container), and the kubelet asks -998 for
+// every sandbox.
 func criConfig(dir, socket, cniDir string) []byte {
 	return fmt.Appendf(nil, `version = 2
 root = %q
@@ -132,6 +135,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
   address = %q
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = %q
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
     default_runtime_name = "runc"
