@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd"
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/namespaces"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -366,13 +367,42 @@ func (k *kubelet) close() error {
 		k.proc.Stop(20 * time.Second)
 	}
 	if k.client != nil {
-		errs = append(errs, testnode.RemoveContainers(namespaces.WithNamespace(ctx, criNS), k.client), k.client.Close())
+		ctx := namespaces.WithNamespace(ctx, criNS)
+		errs = append(errs, k.removeNetNS(ctx), testnode.RemoveContainers(ctx, k.client), k.client.Close())
 	}
 	if k.ctrd != nil {
 		k.ctrd.Stop(20 * time.Second)
 	}
 	for _, m := range cgroupMounts() {
 		removeTree(filepath.Join(m, k.cgroupRoot))
+	}
+	return errors.Join(errs...)
+}
+
+// removeNetNS unpins and removes the network namespaces the CRI plugin
+// made for the sandboxes, in the host's /var/run/netns: containerd 1.6
+// removes one only with its sandbox, which the kubelet's garbage
+// collection does a while after the pod went, not at its removal.
+func (k *kubelet) removeNetNS(ctx context.Context) error {
+	cs, err := k.client.Containers(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, c := range cs {
+		spec, err := c.Spec(ctx)
+		if err != nil || spec.Linux == nil {
+			continue
+		}
+		for _, ns := range spec.Linux.Namespaces {
+			if ns.Type != specs.NetworkNamespace || !strings.HasPrefix(ns.Path, "/var/run/netns/") && !strings.HasPrefix(ns.Path, "/run/netns/") {
+				continue
+			}
+			_ = unix.Unmount(ns.Path, unix.MNT_DETACH)
+			if err := os.Remove(ns.Path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				errs = append(errs, err)
+			}
+		}
 	}
 	return errors.Join(errs...)
 }
