@@ -315,7 +315,12 @@ func (p *peers) table(m Machine, load string, took time.Duration) string {
 	for k := range p.samples {
 		measures = append(measures, k)
 	}
-	slices.SortStableFunc(measures, func(a, b string) int { return measureOrder(a) - measureOrder(b) })
+	slices.SortFunc(measures, func(a, b string) int {
+		if d := measureOrder(a) - measureOrder(b); d != 0 {
+			return d
+		}
+		return strings.Compare(a, b)
+	})
 	for _, k := range measures {
 		unit := k[strings.LastIndex(k, ", ")+2:]
 		st := map[string]*Stats{}

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // podman is `podman kube play` on storage, run state, network config and
@@ -148,9 +146,10 @@ func (p *podman) close() error {
 		errs = append(errs, deleteLink(p.bridge))
 	}
 	// kube play's pods go under podman's default cgroup parent; it stays,
-	// empty (and another podman's, if not empty: rmdir fails then).
+	// with a child per pod in the named hierarchies (systemd, unified),
+	// empty. Only empty cgroups are removed: another podman's stay.
 	for _, m := range cgroupMounts() {
-		_ = unix.Rmdir(filepath.Join(m, "libpod_parent"))
+		removeTree(filepath.Join(m, "libpod_parent"))
 	}
 	return errors.Join(errs...)
 }
