@@ -143,11 +143,19 @@ docs:
 # docs/performance.md. Not part of `make test`, which runs a smoke.
 BENCH_DEPS := $(RUN_DEPS) iproute2 e2fsprogs mount
 
-.PHONY: bench bench-profile
+.PHONY: bench bench-profile bench-peers
 
 bench:
 	@./.ci/install-packages $(BENCH_DEPS)
 	$(GO) run ./bench -out bench-results/latest.json
+
+# `make bench-peers` (issue 40): noderun, the floor, the kubelet in
+# standalone static-pod mode (built from its Go module, cached in
+# ~/.cache/noderun-test/kube) and podman kube play, side by side in one run;
+# the table goes to stdout and bench-results/peers.md.
+bench-peers:
+	@./.ci/install-packages $(BENCH_DEPS) podman
+	$(GO) run ./bench -peers -bursts 10,30 -peers-out bench-results/peers.md
 
 bench-profile:
 	@./.ci/install-packages $(BENCH_DEPS)

@@ -82,6 +82,12 @@ func main() {
 	flag.BoolVar(&cfg.StateOnHostFS, "state-on-host-fs", false, "keep persistent state (containerd's root, noderun's state and log dirs, the CNI leases) on /tmp's filesystem, not on an ext4 with a journal the bench makes, as /var/lib usually is")
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
+	peersRun := flag.Bool("peers", false, "instead, measure noderun, the floor, the kubelet (standalone, static pods) and podman kube play side by side (issue 40)")
+	pc := PeersConfig{Runs: 5, BurstRuns: 3, PSSPods: 30, KubeSubnet: "10.214.0.0/16", PodmanSubnet: "10.215.0.0/16"}
+	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
+	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
+	peerSystems := flag.String("peers-systems", strings.Join(allSystems, ","), "-peers: the systems to measure beside noderun, comma-separated")
+	peersOut := flag.String("peers-out", "bench-results/peers.md", "-peers: write the table here too")
 	flag.Parse()
 	var err error
 	if cfg.Bursts, err = parseSizes(*bursts); err != nil {
@@ -89,6 +95,24 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *peersRun {
+		pc.Bursts = cfg.Bursts
+		if pc.Systems, err = parseSystems(*peerSystems); err != nil {
+			fatal(err)
+		}
+		table, err := runPeers(ctx, cfg, pc)
+		if err != nil {
+			fatal(err)
+		}
+		fmt.Print(table)
+		if err := os.MkdirAll(filepath.Dir(*peersOut), 0o755); err != nil {
+			fatal(err)
+		}
+		if err := os.WriteFile(*peersOut, []byte(table), 0o644); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if *profileDir != "" {
 		if err := profile(ctx, cfg, *profileDir, *profilePods, *profileSecs); err != nil {
 			fatal(err)
@@ -109,6 +133,24 @@ func main() {
 func fatal(err error) {
 	fmt.Fprintln(os.Stderr, "bench:", err)
 	os.Exit(1)
+}
+
+// parseSystems reads -peers-systems: known names, noderun always
+// included, in allSystems' order.
+func parseSystems(s string) ([]string, error) {
+	want := strings.Split(s, ",")
+	for _, w := range want {
+		if !slices.Contains(allSystems, strings.TrimSpace(w)) {
+			return nil, fmt.Errorf("-peers-systems: %q is not one of %s", w, strings.Join(allSystems, ", "))
+		}
+	}
+	var out []string
+	for _, sys := range allSystems {
+		if sys == sysNoderun || slices.ContainsFunc(want, func(w string) bool { return strings.TrimSpace(w) == sys }) {
+			out = append(out, sys)
+		}
+	}
+	return out, nil
 }
 
 func parseSizes(s string) ([]int, error) {

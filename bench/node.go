@@ -193,27 +193,36 @@ func (n *node) writeManifestsWith(names []string, mutate func(*v1.Container)) (t
 // writePods is writeManifests with the pod spec changed by mutate.
 func (n *node) writePods(names []string, mutate func(*v1.PodSpec)) (time.Time, error) {
 	grace := int64(10)
-	for _, name := range names {
+	return placeManifests(n.manifests, names, func(name string) ([]byte, error) {
 		spec := v1.PodSpec{
 			TerminationGracePeriodSeconds: &grace,
 			Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand}},
 		}
 		mutate(&spec)
-		b, err := json.Marshal(v1.Pod{
+		return json.Marshal(v1.Pod{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec:       spec,
 		})
+	})
+}
+
+// placeManifests writes each pod's manifest to a dot-file in dir (which
+// noderun and the kubelet ignore), then renames them all into place; it
+// returns when the first rename began.
+func placeManifests(dir string, names []string, manifest func(name string) ([]byte, error)) (time.Time, error) {
+	for _, name := range names {
+		b, err := manifest(name)
 		if err != nil {
 			return time.Time{}, err
 		}
-		if err := os.WriteFile(filepath.Join(n.manifests, "."+manifestFile(name)), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "."+manifestFile(name)), b, 0o644); err != nil {
 			return time.Time{}, err
 		}
 	}
 	t0 := time.Now()
 	for _, name := range names {
-		if err := os.Rename(filepath.Join(n.manifests, "."+manifestFile(name)), filepath.Join(n.manifests, manifestFile(name))); err != nil {
+		if err := os.Rename(filepath.Join(dir, "."+manifestFile(name)), filepath.Join(dir, manifestFile(name))); err != nil {
 			return t0, err
 		}
 	}
