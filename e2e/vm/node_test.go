@@ -25,7 +25,7 @@ import (
 const (
 	bootTimeout = 15 * time.Minute
 	podTimeout  = 10 * time.Minute
-	cmdTimeout  = 5 * time.Minute
+	cmdTimeout  = 20 * time.Minute
 )
 
 // The paths of the package as installed and of its node.

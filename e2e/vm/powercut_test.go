@@ -48,7 +48,7 @@ spec:
 const census = `ns=noderun
 echo containers $(ctr -n $ns containers ls -q | wc -l)
 echo tasks $(ctr -n $ns tasks ls -q | wc -l)
-echo active-snapshots $(ctr -n $ns snapshots ls | awk '$3 == "Active"' | wc -l)
+echo active-snapshots $(ctr -n $ns snapshots ls | grep -cw Active)
 echo leases-not-stock $(ctr -n $ns leases ls | tail -n +2 | grep -vc 'io.noderun.lease=create')
 echo sandboxes $(ls /run/noderun/pods 2>/dev/null | wc -l)
 echo netns $(ip netns list | wc -l)
