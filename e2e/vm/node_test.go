@@ -270,11 +270,12 @@ spec:
 
 // hostState is what noderun may change on the machine, for noderun reset
 // to restore: its dirs, cgroups, links, rules, mounts, namespaces.
-// Counters and the kernel's ordering are left out.
+// Counters, the kernel's ordering and which iptables tables are loaded
+// (iptables-save lists a table once used) are left out.
 const hostState = `echo "== dirs"; ls -A /var/lib/noderun /run/noderun /var/log/pods 2>&1
 echo "== cgroups"; find /sys/fs/cgroup -name 'noderun*' -type d | sort
 echo "== links"; ip -o link | awk '{print $2}' | sort
-echo "== iptables"; iptables-save | grep -v '^[#:]'
+echo "== iptables"; iptables-save | grep '^-'
 echo "== mounts"; awk '{print $5}' /proc/self/mountinfo | sort
 echo "== netns"; ip netns list
 echo "== cni"; ls -A /etc/cni/net.d /var/lib/cni 2>&1
