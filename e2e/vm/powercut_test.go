@@ -150,7 +150,7 @@ func TestVMPowerCuts(t *testing.T) {
 		if got := strings.TrimSpace(n.sh("systemctl show -P NRestarts noderun")); got != "0" {
 			n.t.Errorf("power cut %d: noderun restarted %s times after the boot, want 0:\n%s", i, got, n.sh("journalctl -b -u noderun -p warning --no-pager | tail -40"))
 		}
-		n.sh("noderun logs logger-" + nodeName + " --tail 3")
+		n.sh("noderun logs --tail 3 logger-" + nodeName) // flags before the pod
 		want := map[string]int{}
 		for k, v := range base {
 			want[k] = v + per[k]*len(churn)
