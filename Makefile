@@ -217,6 +217,27 @@ test-deb: test-deps deb
 	@./.ci/install-packages debootstrap
 	NODERUN_DEB="$$(ls $(CURDIR)/$(RELEASE_DIR)/noderun_*_amd64.deb)" $(GO) test -count=1 -timeout 30m -run 'TestDebPackage' -v ./e2e
 
+# The VM test bed (e2e/vm, internal/testvm): a Debian 12 machine made by
+# debootstrap from this host's mirror (.ci/vm-image; systemd, cgroup v2,
+# Linux from linux-image-amd64, containerd 2.4.2 and runc 1.5.3 built as
+# for test-runtimes), booted by qemu (KVM if usable, else TCG: slow), with
+# the .deb installed and driven over ssh on a loopback port. The image is
+# cached in ~/.cache/noderun-test/vm by its recipe's hash (a cold build
+# takes minutes). VM_POWERCUTS sets the power cut scenario's count.
+VM_DEPS      := debootstrap qemu-system-x86 qemu-utils e2fsprogs
+VM_POWERCUTS ?= 20
+# Only the amd64 package is needed: packed from make build's binary (the
+# release's flags), not all four release builds.
+VM_DIST      := $(RELEASE_DIR)/vm
+
+.PHONY: test-vm
+test-vm: test-deps build example-image
+	@./.ci/install-packages $(VM_DEPS)
+	rm -rf $(VM_DIST) && mkdir -p $(VM_DIST) && cp $(BIN) $(VM_DIST)/noderun-linux-amd64
+	./.ci/deb $(BIN) $(VM_DIST) $(VERSION)
+	NODERUN_VM=1 NODERUN_VM_POWERCUTS=$(VM_POWERCUTS) NODERUN_VM_DEB="$$(ls $(CURDIR)/$(VM_DIST)/noderun_*_amd64.deb)" \
+		NODERUN_VM_IMAGE=$(CURDIR)/$(EXAMPLE_IMG) $(GO) test -count=1 -timeout 180m -v ./e2e/vm
+
 # Binary, unit file and /etc/noderun/pods; with systemd running also
 # daemon-reload and enable. PREFIX and DESTDIR are noderun install's
 # --prefix and --root.

@@ -70,7 +70,10 @@ var depRules = map[string]rule{
 	"internal/testenv":              {nil, "the skip-or-fail rule for tests with real prerequisites"},
 	"internal/testnode": {[]string{"internal/logdriver", "internal/ociimage", "runner/containerd/daemon"},
 		"the node under test of e2e and bench: it builds noderun, runs it on a containerd of its own and cleans up as noderun would"},
-	"e2e": {nil, "tests only: they drive the binary from outside"},
+	"internal/testvm": {[]string{"internal/testnode"},
+		"make test-vm's machine: builds the Debian image (with testnode's built containerd and runc), boots it with qemu, drives it over ssh"},
+	"e2e":    {nil, "tests only: they drive the binary from outside"},
+	"e2e/vm": {nil, "tests only: they drive the installed package inside a machine"},
 	"bench": {[]string{"cni", "crilog", "internal/logdriver", "internal/ociimage", "internal/testnode", "runner/containerd", "runner/containerd/daemon"},
 		"the floor is built from the same parts noderun uses (containerd's client, libcni), measured beside the binary"},
 }

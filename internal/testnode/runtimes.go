@@ -68,6 +68,18 @@ func UseRuntime(ctx context.Context) (Runtime, error) {
 	return Runtime{}, fmt.Errorf("%s=%q: not one of %s", RuntimeEnv, name, strings.Join(names, ", "))
 }
 
+// BuiltRuntime returns the directory holding the pair named name
+// (RuntimeEnv's values; not the host's 1.6), building it first unless it
+// is cached: make test-vm copies it into its image.
+func BuiltRuntime(ctx context.Context, name string) (string, error) {
+	for _, rt := range Runtimes {
+		if rt.Name == name && rt.Containerd != "" {
+			return buildRuntime(ctx, rt)
+		}
+	}
+	return "", fmt.Errorf("no built containerd and runc pair is named %q", name)
+}
+
 // runtimeCache is where built pairs are kept: ~/.cache/noderun-test
 // (XDG_CACHE_HOME respected), outside any checkout, so that every
 // worktree and CI run on the machine shares them.
