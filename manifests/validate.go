@@ -120,6 +120,15 @@ func (v *validator) oneOf(field, value string, allowed ...string) {
 	v.add(field, "unsupported value %q: supported values: %s", value, strings.Join(allowed, ", "))
 }
 
+// enum is oneOf for a field that has no default: empty is refused too.
+func (v *validator) enum(field, value string, allowed ...string) {
+	if value == "" {
+		v.add(field, "unsupported value \"\": supported values: %s", strings.Join(allowed, ", "))
+		return
+	}
+	v.oneOf(field, value, allowed...)
+}
+
 func (v *validator) volume(vol *v1.Volume, field string) {
 	v.check(field+".name", validation.IsDNS1123Label(vol.Name))
 	if v.volumes[vol.Name] {

@@ -305,7 +305,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	}
 	// Probes begin once the container counts as running: after postStart.
 	e.probes.SetContainer(pod.UID, c.Name, run.ID, run.CreatedAt)
-	if isSidecar(c) {
+	if s.init && isSidecar(c) {
 		w.poke() // the next init container may start once this one runs
 	}
 	return 0
@@ -714,7 +714,7 @@ func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus 
 			c = &v1.Container{Name: run.Name} // an orphan known by labels only
 		}
 		k := killAction{c: c, init: run.Init, run: run, message: "Stopping container " + run.Name, grace: grace}
-		if isSidecar(c) {
+		if run.Init && isSidecar(c) {
 			sidecars[c.Name] = k
 			continue
 		}
