@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -75,5 +77,82 @@ spec:
 	}
 	if t.Failed() {
 		t.Logf("status: %s", statusJSON(p))
+	}
+}
+
+// TestRestartAllContainers: an exit that a RestartAllContainers rule
+// matches stops every container, removes them and starts the pod over in
+// the same sandbox, as the kubelet v1.37 does (KEP-5532): the init
+// container runs again, every container's restart count goes up by one
+// with lastState RestartingAllContainers (137), and the pod keeps its IP,
+// which its server container prints on each run.
+func TestRestartAllContainers(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("reset.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: reset
+spec:
+  restartPolicy: Never
+  volumes: [{name: runs, emptyDir: {}}]
+  initContainers:
+  - name: init
+    image: busybox:1.36
+    command: ["sh", "-c", "echo run >> /runs/init"]
+    volumeMounts: [{name: runs, mountPath: /runs}]
+  containers:
+  - name: server
+    image: busybox:1.36
+    command: ["sh", "-c", "ip -4 -o addr show eth0; echo up >> /runs/server; exec sleep 3600"]
+    volumeMounts: [{name: runs, mountPath: /runs}]
+  - name: trigger
+    image: busybox:1.36
+    restartPolicy: Never
+    restartPolicyRules:
+    - action: RestartAllContainers
+      exitCodes: {operator: In, values: [9]}
+    # The first run waits for the server's first run, then exits 9;
+    # later runs stay up.
+    command: ["sh", "-c", "[ -f /runs/trigger ] && exec sleep 3600; touch /runs/trigger; until [ -f /runs/server ]; do sleep 0.1; done; exit 9"]
+    volumeMounts: [{name: runs, mountPath: /runs}]
+`)
+	p := n.waitPod("reset", "restarted in place and running", func(p *v1.Pod) bool {
+		if p.Status.Phase != v1.PodRunning || len(p.Status.ContainerStatuses) != 2 {
+			return false
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if cs.RestartCount != 1 || cs.State.Running == nil {
+				return false
+			}
+		}
+		return true
+	})
+	for _, cs := range append(p.Status.ContainerStatuses, p.Status.InitContainerStatuses...) {
+		last := cs.LastTerminationState.Terminated
+		if cs.RestartCount != 1 || last == nil || last.Reason != "RestartingAllContainers" || last.ExitCode != 137 {
+			t.Errorf("%s: restarts %d, lastState %+v; want 1 restart after RestartingAllContainers (137)", cs.Name, cs.RestartCount, last)
+		}
+	}
+	if ic := p.Status.InitContainerStatuses[0]; ic.State.Terminated == nil || ic.State.Terminated.ExitCode != 0 {
+		t.Errorf("init: state %+v, want completed again", ic.State)
+	}
+	var ips []string
+	for restart := range 2 {
+		lines := n.readLog(n.logPath(p, "server", restart))
+		if len(lines) == 0 {
+			t.Fatalf("server run %d printed nothing", restart)
+		}
+		ips = append(ips, lines[0].content)
+	}
+	if ips[0] != ips[1] || !strings.Contains(ips[0], " "+p.Status.PodIP+"/") {
+		t.Errorf("server's address per run %q, pod IP %s: want the same address on both runs", ips, p.Status.PodIP)
+	}
+	if !podConditionTrue(p, v1.PodInitialized) {
+		t.Errorf("not Initialized: %s", statusJSON(p))
+	}
+	restarting := slices.IndexFunc(p.Status.Conditions, func(c v1.PodCondition) bool { return c.Type == v1.AllContainersRestarting })
+	if restarting < 0 || p.Status.Conditions[restarting].Status != v1.ConditionFalse {
+		t.Errorf("want AllContainersRestarting False once restarted: %s", statusJSON(p))
 	}
 }

@@ -204,7 +204,7 @@ var fieldRules = []fieldRule{
 	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
 	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar; otherwise (Always, OnFailure, Never) it overrides the pod's restartPolicy for that container (ContainerRestartRules, beta and on in Kubernetes v1.37)"},
 	{path: "container.restartPolicyRules", status: Works, reason: "evaluated in order on each exit, before the container's restartPolicy, as the kubelet v1.37 does"},
-	{path: "container.restartPolicyRules[].action", status: Works},
+	{path: "container.restartPolicyRules[].action", status: Works, reason: "Restart restarts the container; RestartAllContainers (beta and on in Kubernetes v1.37) stops every container, removes them and starts the pod over from its first init container in the same sandbox, keeping its IP"},
 	{path: "container.restartPolicyRules[].exitCodes", status: Works},
 	{path: "container.restartPolicyRules[].exitCodes.operator", status: Works},
 	{path: "container.restartPolicyRules[].exitCodes.values", status: Works},

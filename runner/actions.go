@@ -49,6 +49,11 @@ type podActions struct {
 	// unknown: the runtime could not tell some container's state; nothing
 	// was decided for it, and the worker looks again soon.
 	unknown bool
+	// resetAll: a container exited under a RestartAllContainers rule. kill
+	// stops every running container at once; then every container is
+	// removed, and the pod starts over from its first init container in
+	// the same sandbox (its IP kept), as the kubelet v1.37 does.
+	resetAll bool
 }
 
 // killAction stops one running container.
@@ -91,6 +96,13 @@ func computePodActions(v podView) podActions {
 			a.killAll(v, "Pod was active on the node longer than the specified deadline")
 			return a
 		}
+	}
+	if v.restartAllTriggered() {
+		var scratch podActions
+		a.initDone = scratch.initActions(v) // for the Initialized condition only
+		a.resetAll = true
+		a.stopForReset(v)
+		return a
 	}
 	a.initDone = a.initActions(v)
 	if !a.initDone {
@@ -251,6 +263,36 @@ func (a *podActions) killAll(v podView, msg string) {
 	}
 	a.killSidecars(v)
 	a.start = nil
+}
+
+// restartAllTriggered is the kubelet's ShouldAllContainersRestart: some
+// container's run in this sandbox exited with a code a
+// RestartAllContainers rule of it matches.
+func (v podView) restartAllTriggered() bool {
+	for _, c := range allContainers(v.pod) {
+		run := v.runs[c.Name]
+		if run == nil || run.State != StateExited || !v.current(run) {
+			continue
+		}
+		if r, ok := matchingRule(c, int32(run.ExitCode)); ok && r.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+			return true
+		}
+	}
+	return false
+}
+
+// stopForReset kills every running container with no grace period (the
+// kubelet's minimum of 2 s still holds) and no preStop hook, as the
+// kubelet's RestartAllContainers does, app containers first.
+func (a *podActions) stopForReset(v podView) {
+	for _, c := range allContainers(v.pod) {
+		run := v.runs[c.Name]
+		if run == nil || (run.State != StateRunning && run.State != StateUnknown) {
+			continue
+		}
+		a.kill = append(a.kill, killAction{c: c, init: isInit(v.pod, c.Name), run: run,
+			message: fmt.Sprintf("Stopping container %s: the pod restarts all its containers", c.Name)})
+	}
 }
 
 // killSidecars stops the running sidecars, last declared first.

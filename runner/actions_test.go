@@ -78,6 +78,9 @@ func summary(a podActions) string {
 	if a.unknown {
 		out += " unknown"
 	}
+	if a.resetAll {
+		out += " reset"
+	}
 	return out
 }
 
@@ -394,6 +397,27 @@ func restartRuleCases() []actionsCase {
 		{name: "rules: onFailure pod, container Never, failure is final", pod: withRules(p(onFailure), "a", cNever),
 			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 1), exited(p, "b", 1)) },
 			want: "kill: start:b"},
+		// RestartAllContainers (KEP-5532): every container stopped, the
+		// pod starts over in its sandbox.
+		{name: "rules: RestartAllContainers stops every running container", pod: withRules(p(always, "side", "init"), "a", cNever, "RestartAllContainers In 9"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(running(p, "side"), exited(p, "init", 0), exited(p, "a", 9), running(p, "b"))
+			},
+			want: "kill:side,b start: reset"},
+		{name: "rules: RestartAllContainers with nothing running still resets", pod: withRules(p(never, "init"), "a", cNever, "RestartAllContainers NotIn 0"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(exited(p, "init", 0), exited(p, "a", 1), exited(p, "b", 0))
+			},
+			want: "kill: start: reset"},
+		{name: "rules: RestartAllContainers on an init container's exit", pod: withRules(p(never, "init"), "init", cNever, "RestartAllContainers In 3"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 3)) },
+			want: "kill: start: init-pending reset"},
+		{name: "rules: RestartAllContainers rule not matching: the policy decides", pod: withRules(p(always), "a", cNever, "RestartAllContainers In 9"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 8), running(p, "b")) },
+			want: "kill: start:"},
+		{name: "rules: RestartAllContainers: a run from a gone sandbox does not fire", pod: withRules(p(always), "a", cNever, "RestartAllContainers In 9"),
+			runs:  func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 9), exited(p, "b", 137)) },
+			epoch: "e2", want: "kill: start:a,b"},
 	}
 }
 

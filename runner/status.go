@@ -65,6 +65,10 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 			Reason: v1.PodReasonTerminationByKubelet, Message: shutdownMessage,
 			LastTransitionTime: w.transition(v1.DisruptionTarget, v1.ConditionTrue, metav1.NewTime(w.env.clock.Now()))})
 	}
+	if c, ok := restartAllCondition(pod, s.Phase, acts.resetAll); ok {
+		c.LastTransitionTime = w.transition(c.Type, c.Status, metav1.NewTime(w.env.clock.Now()))
+		s.Conditions = append(s.Conditions, c)
+	}
 	w.board.setStatus(out)
 	return s
 }
@@ -93,6 +97,9 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 			reason = waitReason{"ContainerCreating", w.st.netErr.Error()}
 		}
 		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason.reason, Message: reason.message}
+		if n, ok := w.st.reset[c.Name]; ok {
+			cs.RestartCount, cs.LastTerminationState.Terminated = int32(n), resetLastState()
+		}
 		return cs
 	}
 	cs.ContainerID = "containerd://" + st.ID
@@ -224,9 +231,12 @@ func (w *podWorker) conditions(pod *v1.Pod, s *v1.PodStatus, initDone bool) []v1
 			sandbox.Reason = "NetworkNotReady"
 		}
 	}
+	// Once initialized, a pod stays so while init containers run again
+	// (RestartAllContainers, a new sandbox), as the kubelet v1.37 keeps it.
+	initialized := initDone || w.st.conds[v1.PodInitialized].status == v1.ConditionTrue
 	return []v1.PodCondition{
 		sandbox,
-		cond(v1.PodInitialized, initDone),
+		cond(v1.PodInitialized, initialized),
 		cond(v1.PodReady, ready),
 		cond(v1.ContainersReady, ready),
 		cond(v1.PodScheduled, true),

@@ -81,6 +81,13 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
+	if acts.resetAll {
+		w.publish(pod, latest, acts) // AllContainersRestarting while they go
+		retry = minPositive(retry, w.resetAll(ctx, pod, acts, latest))
+		acts.resetAll, acts.initDone = false, false
+		w.publish(pod, latest, acts)
+		return retry
+	}
 	if len(acts.start) == 0 && !anyLive(latest) {
 		// The pod has ended (or is failing for good): what was
 		// precreated for later will not start.
@@ -238,6 +245,10 @@ func (w *podWorker) observeAfterKill(ctx context.Context, pod *v1.Pod) (map[stri
 func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction, latest map[string]*ContainerStatus) time.Duration {
 	prev := s.prev
 	if prev == nil {
+		if n, ok := w.st.reset[s.c.Name]; ok {
+			// Removed by RestartAllContainers: no backoff, the count goes on.
+			return w.start(ctx, pod, s, n, resetLastState(), latest)
+		}
 		return w.start(ctx, pod, s, 0, nil, latest)
 	}
 	if prev.State == StateCreated {
@@ -381,6 +392,7 @@ func (w *podWorker) started(ctx context.Context, pod *v1.Pod, s startAction, run
 	delete(w.st.backoff, "start:"+c.Name)
 	delete(w.st.backoff, "pull:"+c.Name)
 	delete(w.st.pullUntil, c.Name)
+	delete(w.st.reset, c.Name)
 	old := latest[c.Name]
 	latest[c.Name] = run
 	if old != nil && old.ID != run.ID {

@@ -65,6 +65,9 @@ type podState struct {
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
+	// reset: containers RestartAllContainers removed, by name, with the
+	// restart count their next run gets (restartall.go).
+	reset map[string]int
 	// listedEmpty: this sync found the pod without containers before it
 	// precreated some, so its listing needs no runtime call.
 	listedEmpty bool
