@@ -46,6 +46,8 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 		{"--cgroup-driver", "upstart"},
 		{"--api-port", "70000"},
 		{"--healthz-port", "-1"},
+		{"--crashloop-max-backoff", "999ms"},
+		{"--crashloop-max-backoff", "301s"},
 		{"--manifest-url-header", "no colon"},
 		{"--log-level", "loud"},
 		{"--shutdown-grace-period", "-1s"},

@@ -61,6 +61,11 @@ type Config struct {
 	// which Burstable containers' oom_score_adj is computed, as the
 	// kubelet does; 0: unknown (their score is 999).
 	MemoryCapacity int64
+	// CrashLoopMaxBackoff caps the crash-loop backoff between a
+	// container's restarts (the kubelet's
+	// crashLoopBackOff.maxContainerRestartPeriod, 1 s to 300 s); 0: the
+	// kubelet's default, 5 min.
+	CrashLoopMaxBackoff time.Duration
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.

@@ -261,7 +261,7 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 	if prev.State == StateExited || prev.State == StateCreated {
 		b := w.st.backoff[s.c.Name]
 		if b == nil {
-			b = &backoff{}
+			b = crashBackoff(w.env.cfg.CrashLoopMaxBackoff)
 			w.st.backoff[s.c.Name] = b
 		}
 		finished := prev.FinishedAt
