@@ -68,6 +68,7 @@ func flags() []cli.Flag {
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
 		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
 		&cli.DurationFlag{Name: "crashloop-max-backoff", Value: runner.MaxCrashLoopMaxBackoff, Usage: "the longest wait between restarts of a crashing container, 1s to 300s, as the kubelet's crashLoopBackOff.maxContainerRestartPeriod (the first wait is 10s, or this if lower)", EnvVars: env("CRASHLOOP_MAX_BACKOFF")},
+		&cli.StringFlag{Name: "memory-swap-behavior", Value: runner.NoSwap, Usage: "NoSwap or LimitedSwap, as the kubelet's memorySwap.swapBehavior: NoSwap gives containers no swap where the kernel accounts it; LimitedSwap gives a Burstable pod's containers their memory request's share of the machine's swap, on cgroup v2 only (elsewhere NoSwap, as the kubelet)", EnvVars: env("MEMORY_SWAP_BEHAVIOR")},
 		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
 		&cli.DurationFlag{Name: "shutdown-grace-period", Usage: "graceful node shutdown, as the kubelet's shutdownGracePeriod: how long a poweroff or reboot is held up (a logind delay lock) while pods stop, critical ones last (0 with the critical period 0: off)", EnvVars: env("SHUTDOWN_GRACE_PERIOD")},
 		&cli.DurationFlag{Name: "shutdown-grace-period-critical-pods", Usage: "of --shutdown-grace-period, the part kept for critical pods (system-node-critical, system-cluster-critical, or spec.priority of 2000000000 and more), stopped after the others, as the kubelet's shutdownGracePeriodCriticalPods", EnvVars: env("SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS")},
@@ -179,6 +180,10 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	if err != nil {
 		return nodeConfig{}, err
 	}
+	swap := c.String("memory-swap-behavior")
+	if swap != "" && swap != runner.NoSwap && swap != runner.LimitedSwap {
+		return nodeConfig{}, fmt.Errorf("--memory-swap-behavior %q: must be NoSwap or LimitedSwap, as the kubelet's memorySwap.swapBehavior", swap)
+	}
 	if cfg.hostConfig, err = hostConfigFrom(c, log, true); err != nil {
 		return nodeConfig{}, err
 	}
@@ -210,6 +215,8 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		MemoryCapacity:       capacity.Memory().Value(),
 		AppArmor:             admission.HostAppArmor(),
 		CrashLoopMaxBackoff:  crashMax,
+		SwapBehavior:         swap,
+		SwapCapacity:         cgroups.SwapCapacity(),
 	}
 	return cfg, nil
 }

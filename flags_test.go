@@ -48,6 +48,7 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 		{"--healthz-port", "-1"},
 		{"--crashloop-max-backoff", "999ms"},
 		{"--crashloop-max-backoff", "301s"},
+		{"--memory-swap-behavior", "UnlimitedSwap"},
 		{"--manifest-url-header", "no colon"},
 		{"--log-level", "loud"},
 		{"--shutdown-grace-period", "-1s"},

@@ -93,6 +93,21 @@ func onV2(file, v string) string {
 	return v
 }
 
+// privateCgroupRoot names a --cgroup-root of the test's own, so that its
+// QoS parents are its own (other nodes' pods change theirs). They go after
+// the node's cleanup has removed the pods, as reset removes them.
+func privateCgroupRoot(t *testing.T) string {
+	root := "e2e_" + strings.ToLower(rand.Text()[:10])
+	t.Cleanup(func() {
+		for _, h := range cgroupRoots(t) {
+			for _, d := range []string{"burstable", "besteffort", ""} {
+				_ = unix.Rmdir(filepath.Join(h, root, d))
+			}
+		}
+	})
+	return root
+}
+
 // Pods' cgroups as the kubelet makes them, read from the kernel's files
 // on this host (cgroupfs, v1 or v2): a Guaranteed pod's at the top of the
 // root with shares, quota and memory limit summed from its containers; a
@@ -104,16 +119,7 @@ func onV2(file, v string) string {
 // keeps every cgroup, its processes in it; reset removes them all.
 func TestPodCgroupsPerQoS(t *testing.T) {
 	t.Parallel()
-	// Its own QoS parents: other nodes' pods change theirs. They go after
-	// the node's cleanup has removed the pods, as reset removes them.
-	root := "e2e_" + strings.ToLower(rand.Text()[:10])
-	t.Cleanup(func() {
-		for _, h := range cgroupRoots(t) {
-			for _, d := range []string{"burstable", "besteffort", ""} {
-				_ = unix.Rmdir(filepath.Join(h, root, d))
-			}
-		}
-	})
+	root := privateCgroupRoot(t)
 	n := newNode(t, "--cgroup-root", root)
 	n.writeManifest("g.yaml", cgroupPod("guaranteed", "{limits: {cpu: 500m, memory: 64Mi}}"))
 	n.writeManifest("b.yaml", cgroupPod("burstable", "{requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: '1', memory: 128Mi}}"))

@@ -59,7 +59,7 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 		Mounts:       mounts,
 		Sandbox:      w.sandbox(pod),
 		CgroupParent: w.cgroupParent(pod),
-		Resources:    w.containerResources(c),
+		Resources:    w.containerResources(pod, c),
 		OOMScoreAdj:  oomScoreAdj(pod, c, w.env.cfg.MemoryCapacity),
 		LogPath:      filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"),
 		RestartCount: restart,

@@ -21,7 +21,17 @@ type Resources struct {
 	// limit swap: on v1 memory+swap equal to the memory limit (when there
 	// is one), on v2 memory.swap.max 0.
 	NoSwap bool
+	// LimitedSwap (v2 only): memory.swap.max is SwapMax, the kubelet's
+	// share of the machine's swap for a Burstable container.
+	LimitedSwap bool
+	SwapMax     int64
 }
+
+// Swap behaviours, as the kubelet's memorySwap.swapBehavior.
+const (
+	NoSwap      = "NoSwap"
+	LimitedSwap = "LimitedSwap"
+)
 
 // The kubelet's CFS constants (cm/helpers_linux.go).
 const (
@@ -69,11 +79,47 @@ func containerResources(r v1.ResourceRequirements) Resources {
 }
 
 // containerResources are c's settings on this node: with NoSwap where the
-// host can limit swap, as the kubelet's default swap behaviour.
-func (w *podWorker) containerResources(c *v1.Container) Resources {
+// host can limit swap, as the kubelet's default swap behaviour, or the
+// kubelet's LimitedSwap where it applies.
+func (w *podWorker) containerResources(pod *v1.Pod, c *v1.Container) Resources {
 	r := containerResources(c.Resources)
 	r.NoSwap = w.env.noSwap
+	if w.env.limitedSwap && limitedSwapApplies(pod, c) {
+		if max, ok := swapForBurstable(c.Resources.Requests.Memory().Value(), w.env.cfg.MemoryCapacity, w.env.cfg.SwapCapacity); ok {
+			r.NoSwap, r.LimitedSwap, r.SwapMax = false, true, max
+		}
+	}
 	return r
+}
+
+// limitedSwapApplies is the kubelet's GetContainerSwapBehavior for a host
+// where LimitedSwap can apply (cgroup v2 with the swap controller): a
+// container of a Burstable pod with a memory request below its limit
+// (or without one), unless the pod is critical. Unlike the kubelet, for
+// which every static pod is critical, a noderun pod counts as critical
+// only by its priority (system-node-critical, system-cluster-critical, or
+// spec.priority at least 2000000000): otherwise no pod could use swap.
+func limitedSwapApplies(pod *v1.Pod, c *v1.Container) bool {
+	switch pc := pod.Spec.PriorityClassName; {
+	case pc == SystemNodeCritical || pc == "system-cluster-critical":
+		return false
+	case pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority:
+		return false
+	}
+	req, lim := c.Resources.Requests.Memory(), c.Resources.Limits.Memory()
+	noMemory := req.IsZero() && lim.IsZero()
+	return QOSClass(pod) == v1.PodQOSBurstable && !noMemory && req.Cmp(*lim) != 0
+}
+
+// swapForBurstable is the kubelet's calcSwapForBurstablePods: the
+// container's memory request's share of the machine's memory, of its swap.
+// ok is false where the kubelet falls back to NoSwap: memory unknown, or
+// a request above it.
+func swapForBurstable(request, memCapacity, swapCapacity int64) (int64, bool) {
+	if memCapacity <= 0 || request > memCapacity {
+		return 0, false
+	}
+	return int64(float64(request) / float64(memCapacity) * float64(swapCapacity)), true
 }
 
 // podTotals are a pod's requests and limits summed as the kubelet's

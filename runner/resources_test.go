@@ -182,3 +182,64 @@ func TestPodCgroupResources(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapForBurstable is the kubelet's calcSwapForBurstablePods: the
+// request's share of memory, of the swap; NoSwap when it cannot be had.
+func TestSwapForBurstable(t *testing.T) {
+	gi := int64(1 << 30)
+	for _, tc := range []struct {
+		name               string
+		request, mem, swap int64
+		want               int64
+		ok                 bool
+	}{
+		{"a quarter of memory gets a quarter of swap", gi, 4 * gi, 2 * gi, gi / 2, true},
+		{"rounded down", 1, 3, 100, 33, true},
+		{"no swap on the machine", gi, 4 * gi, 0, 0, true},
+		{"request above memory", 5 * gi, 4 * gi, gi, 0, false},
+		{"memory unknown", gi, 0, gi, 0, false},
+	} {
+		got, ok := swapForBurstable(tc.request, tc.mem, tc.swap)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestLimitedSwapApplies is the kubelet's GetContainerSwapBehavior on a
+// host where LimitedSwap can apply.
+func TestLimitedSwapApplies(t *testing.T) {
+	res := func(req, lim string) v1.ResourceRequirements {
+		r := v1.ResourceRequirements{Requests: v1.ResourceList{}, Limits: v1.ResourceList{}}
+		if req != "" {
+			r.Requests[v1.ResourceMemory] = resource.MustParse(req)
+		}
+		if lim != "" {
+			r.Limits[v1.ResourceMemory] = resource.MustParse(lim)
+		}
+		return r
+	}
+	critical := int32(2000000000)
+	for _, tc := range []struct {
+		name string
+		r    v1.ResourceRequirements
+		set  func(*v1.Pod)
+		want bool
+	}{
+		{"burstable, request below limit", res("64Mi", "128Mi"), nil, true},
+		{"burstable, request only", res("64Mi", ""), nil, true},
+		{"request equal to limit (Guaranteed)", res("64Mi", "64Mi"), nil, false},
+		{"no memory at all (BestEffort)", res("", ""), nil, false},
+		{"system-node-critical", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.PriorityClassName = SystemNodeCritical }, false},
+		{"system-cluster-critical", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.PriorityClassName = "system-cluster-critical" }, false},
+		{"critical priority", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.Priority = &critical }, false},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", Resources: tc.r}}}}
+		if tc.set != nil {
+			tc.set(pod)
+		}
+		if got := limitedSwapApplies(pod, &pod.Spec.Containers[0]); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

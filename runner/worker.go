@@ -99,6 +99,9 @@ type podEnv struct {
 	noSwap bool
 	// objects are the sources' ConfigMaps and Secrets.
 	objects *configObjects
+	// limitedSwap: the node runs the kubelet's LimitedSwap and the host
+	// can apply it (cgroup v2 with the swap controller).
+	limitedSwap bool
 }
 
 // board is the engine's shared state as a worker may touch it; the engine
