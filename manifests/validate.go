@@ -96,6 +96,7 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	v.oneOf("spec.restartPolicy", string(spec.RestartPolicy), "Always", "OnFailure", "Never")
 	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 	v.names(spec)
+	v.podResources(spec)
 	if spec.HostPID && spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		v.add("spec.shareProcessNamespace", "ShareProcessNamespace and HostPID cannot both be enabled")
 	}

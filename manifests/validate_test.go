@@ -188,6 +188,31 @@ func TestValidate(t *testing.T) {
 			wantErr: `spec.restartPolicy: unsupported value "Sometimes": supported values: Always, OnFailure, Never`,
 		},
 		{
+			name: "pod-level resources",
+			in: podWith("  resources: {requests: {cpu: 500m, memory: 64Mi}, limits: {cpu: '1', memory: 128Mi}}\n" +
+				"  containers:\n  - {name: a, image: nginx, resources: {requests: {cpu: 200m}, limits: {memory: 64Mi}}}\n  - {name: b, image: nginx}\n"),
+		},
+		{
+			name:    "pod-level request below the containers' aggregate",
+			in:      podWith("  resources: {requests: {cpu: 100m}}\n  containers:\n  - {name: a, image: nginx, resources: {requests: {cpu: 200m}}}\n"),
+			wantErr: "spec.resources.requests[cpu]: 100m: must be greater than or equal to aggregate container requests of 200m",
+		},
+		{
+			name:    "container limit above the pod's",
+			in:      podWith("  resources: {limits: {memory: 64Mi}}\n  containers:\n  - {name: a, image: nginx, resources: {limits: {memory: 128Mi}}}\n"),
+			wantErr: "spec.resources.containers[0][memory].limits: 128Mi: must be less than or equal to pod limits of 64Mi",
+		},
+		{
+			name:    "pod-level request above its limit",
+			in:      podWith("  resources: {requests: {cpu: '2'}, limits: {cpu: '1'}}\n" + oneContainer),
+			wantErr: "spec.resources.requests: 2: must be less than or equal to cpu limit of 1",
+		},
+		{
+			name:    "pod-level hugepages",
+			in:      podWith("  resources: {limits: {hugepages-2Mi: 2Mi, memory: 64Mi}}\n" + oneContainer),
+			wantErr: "spec.resources.limits: not supported by noderun: pod-level resources are cpu and memory",
+		},
+		{
 			name: "app container restartPolicy",
 			in:   podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never}\n"),
 		},

@@ -243,3 +243,50 @@ func TestLimitedSwapApplies(t *testing.T) {
 		}
 	}
 }
+
+// TestPodLevelResources: with spec.resources (PodLevelResources, on in
+// v1.37) the pod's QoS comes from the pod-level values alone, its cgroup
+// from them (ResourceConfigForPod), containers without a limit take the
+// pod's, and a pod-level memory request beyond the containers' is shared
+// out in their OOM scores.
+func TestPodLevelResources(t *testing.T) {
+	const mi = 1 << 20
+	for _, tc := range []struct {
+		name      string
+		pod, ctr  v1.ResourceRequirements
+		want      cgroups.PodResources
+		qos       v1.PodQOSClass
+		container Resources
+	}{
+		{"requests equal limits: Guaranteed, the containers' unlimited ones take the pod's", res("1", "1", "128Mi", "128Mi"), res("", "", "", ""),
+			cgroups.PodResources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, Memory: 128 * mi}, v1.PodQOSGuaranteed,
+			Resources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 128 * mi}},
+		{"limits alone (no defaulting for a static pod): Burstable, limited", res("", "1", "", "128Mi"), res("100m", "", "", ""),
+			cgroups.PodResources{CPUShares: 102, CPUQuota: 100000, CPUPeriod: 100000, Memory: 128 * mi}, v1.PodQOSBurstable,
+			Resources{CPUShares: 102, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 128 * mi}},
+		{"requests alone: Burstable, shares from the pod's request", res("500m", "", "64Mi", ""), res("", "", "", ""),
+			cgroups.PodResources{CPUShares: 512}, v1.PodQOSBurstable,
+			Resources{CPUShares: 2}},
+		{"pod-level memory only, containers' cpu ignored for QoS", res("", "", "64Mi", "64Mi"), res("1", "1", "", ""),
+			cgroups.PodResources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, Memory: 64 * mi}, v1.PodQOSBurstable,
+			Resources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 64 * mi}},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{Resources: &tc.pod, Containers: []v1.Container{{Name: "c", Resources: tc.ctr}}}}
+		if got := QOSClass(pod); got != tc.qos {
+			t.Errorf("%s: QoS %s, want %s", tc.name, got, tc.qos)
+		}
+		if got := podCgroupResources(pod); got != tc.want {
+			t.Errorf("%s: pod cgroup %+v, want %+v", tc.name, got, tc.want)
+		}
+		if got := containerResources(cgroupRequirements(pod, &pod.Spec.Containers[0])); got != tc.container {
+			t.Errorf("%s: container %+v, want %+v", tc.name, got, tc.container)
+		}
+	}
+	// 1 GiB of pod memory request, 256 MiB of it the containers': the rest
+	// split over two, on a 4 GiB machine.
+	pod := &v1.Pod{Spec: v1.PodSpec{Resources: &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}},
+		Containers: []v1.Container{{Name: "a", Resources: res("", "", "256Mi", "")}, {Name: "b"}}}}
+	if got, want := oomScoreAdj(pod, &pod.Spec.Containers[1], 4<<30), 1000-1000*(384*mi)/(4<<30); got != int(want) {
+		t.Errorf("b's oom_score_adj %d, want %d (its 384 MiB share of the pod's request)", got, want)
+	}
+}
