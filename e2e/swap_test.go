@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -37,21 +36,4 @@ func TestLimitedSwap(t *testing.T) {
 	if got := cgroupValue(dir, "memory.memsw.limit_in_bytes"); got != want {
 		t.Errorf("%s: swap limit %s, want %s", dir, got, want)
 	}
-}
-
-// meminfo reads one /proc/meminfo figure in bytes.
-func meminfo(t *testing.T, key string) int64 {
-	t.Helper()
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, key+":"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	t.Fatalf("no %s in /proc/meminfo", key)
-	return 0
 }
