@@ -67,6 +67,8 @@ func flags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "allowed-unsafe-sysctls", Usage: "sysctls pods may set beyond the kubelet's safe set: names or prefixes ending in * (repeatable, comma-separated), as the kubelet's allowedUnsafeSysctls", EnvVars: env("ALLOWED_UNSAFE_SYSCTLS")},
 		&cli.StringFlag{Name: "resolv-conf", Value: "/etc/resolv.conf", Usage: "resolv.conf for pods with dnsPolicy Default", EnvVars: env("RESOLV_CONF")},
 		&cli.StringFlag{Name: "status-socket", Usage: "status API socket (default <run-dir>/noderun.sock)", EnvVars: env("STATUS_SOCKET")},
+		&cli.DurationFlag{Name: "crashloop-max-backoff", Value: runner.MaxCrashLoopMaxBackoff, Usage: "the longest wait between restarts of a crashing container, 1s to 300s, as the kubelet's crashLoopBackOff.maxContainerRestartPeriod (the first wait is 10s, or this if lower)", EnvVars: env("CRASHLOOP_MAX_BACKOFF")},
+		&cli.StringFlag{Name: "memory-swap-behavior", Value: runner.NoSwap, Usage: "NoSwap or LimitedSwap, as the kubelet's memorySwap.swapBehavior: NoSwap gives containers no swap where the kernel accounts it; LimitedSwap gives a Burstable pod's containers their memory request's share of the machine's swap, on cgroup v2 only (elsewhere NoSwap, as the kubelet)", EnvVars: env("MEMORY_SWAP_BEHAVIOR")},
 		&cli.DurationFlag{Name: "network-check-interval", Value: 30 * time.Minute, Usage: "CNI CHECK each running pod this often (0: only after a restart and when its interfaces vanish)", EnvVars: env("NETWORK_CHECK_INTERVAL")},
 		&cli.DurationFlag{Name: "shutdown-grace-period", Usage: "graceful node shutdown, as the kubelet's shutdownGracePeriod: how long a poweroff or reboot is held up (a logind delay lock) while pods stop, critical ones last (0 with the critical period 0: off)", EnvVars: env("SHUTDOWN_GRACE_PERIOD")},
 		&cli.DurationFlag{Name: "shutdown-grace-period-critical-pods", Usage: "of --shutdown-grace-period, the part kept for critical pods (system-node-critical, system-cluster-critical, or spec.priority of 2000000000 and more), stopped after the others, as the kubelet's shutdownGracePeriodCriticalPods", EnvVars: env("SHUTDOWN_GRACE_PERIOD_CRITICAL_PODS")},
@@ -181,6 +183,14 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 	if cfg.shutdown, err = shutdownConfig(c, log); err != nil {
 		return nodeConfig{}, err
 	}
+	crashMax, err := crashLoopMaxBackoff(c)
+	if err != nil {
+		return nodeConfig{}, err
+	}
+	swap := c.String("memory-swap-behavior")
+	if swap != "" && swap != runner.NoSwap && swap != runner.LimitedSwap {
+		return nodeConfig{}, fmt.Errorf("--memory-swap-behavior %q: must be NoSwap or LimitedSwap, as the kubelet's memorySwap.swapBehavior", swap)
+	}
 	if cfg.hostConfig, err = hostConfigFrom(c, log, true); err != nil {
 		return nodeConfig{}, err
 	}
@@ -211,6 +221,9 @@ func nodeConfigFrom(c *cli.Context) (nodeConfig, error) {
 		Node:                 admissionNode(cfg.nodeName, cfg.labels, cfg.layout.PodLogs),
 		MemoryCapacity:       capacity.Memory().Value(),
 		AppArmor:             admission.HostAppArmor(),
+		CrashLoopMaxBackoff:  crashMax,
+		SwapBehavior:         swap,
+		SwapCapacity:         cgroups.SwapCapacity(),
 	}
 	return cfg, nil
 }
@@ -228,6 +241,16 @@ func shutdownConfig(c *cli.Context, log *slog.Logger) (systemd.ShutdownConfig, e
 		return systemd.ShutdownConfig{}, fmt.Errorf("--shutdown-grace-period-critical-pods %s: must be at most --shutdown-grace-period %s", critical, grace)
 	}
 	return systemd.ShutdownConfig{GracePeriod: grace, CriticalPeriod: critical, Logger: log}, nil
+}
+
+// crashLoopMaxBackoff is --crashloop-max-backoff, checked as the kubelet
+// checks crashLoopBackOff.maxContainerRestartPeriod: 1000 ms to 300000 ms.
+func crashLoopMaxBackoff(c *cli.Context) (time.Duration, error) {
+	d := c.Duration("crashloop-max-backoff")
+	if d.Milliseconds() < runner.MinCrashLoopMaxBackoff.Milliseconds() || d.Milliseconds() > runner.MaxCrashLoopMaxBackoff.Milliseconds() {
+		return 0, fmt.Errorf("--crashloop-max-backoff %s: must be between 1s and 300s, as the kubelet's crashLoopBackOff.maxContainerRestartPeriod", d)
+	}
+	return d, nil
 }
 
 // admissionNode is the node as pod admission sees it: its name, labels

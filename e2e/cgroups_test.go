@@ -93,6 +93,21 @@ func onV2(file, v string) string {
 	return v
 }
 
+// privateCgroupRoot names a --cgroup-root of the test's own, so that its
+// QoS parents are its own (other nodes' pods change theirs). They go after
+// the node's cleanup has removed the pods, as reset removes them.
+func privateCgroupRoot(t *testing.T) string {
+	root := "e2e_" + strings.ToLower(rand.Text()[:10])
+	t.Cleanup(func() {
+		for _, h := range cgroupRoots(t) {
+			for _, d := range []string{"burstable", "besteffort", ""} {
+				_ = unix.Rmdir(filepath.Join(h, root, d))
+			}
+		}
+	})
+	return root
+}
+
 // Pods' cgroups as the kubelet makes them, read from the kernel's files
 // on this host (cgroupfs, v1 or v2): a Guaranteed pod's at the top of the
 // root with shares, quota and memory limit summed from its containers; a
@@ -104,16 +119,7 @@ func onV2(file, v string) string {
 // keeps every cgroup, its processes in it; reset removes them all.
 func TestPodCgroupsPerQoS(t *testing.T) {
 	t.Parallel()
-	// Its own QoS parents: other nodes' pods change theirs. They go after
-	// the node's cleanup has removed the pods, as reset removes them.
-	root := "e2e_" + strings.ToLower(rand.Text()[:10])
-	t.Cleanup(func() {
-		for _, h := range cgroupRoots(t) {
-			for _, d := range []string{"burstable", "besteffort", ""} {
-				_ = unix.Rmdir(filepath.Join(h, root, d))
-			}
-		}
-	})
+	root := privateCgroupRoot(t)
 	n := newNode(t, "--cgroup-root", root)
 	n.writeManifest("g.yaml", cgroupPod("guaranteed", "{limits: {cpu: 500m, memory: 64Mi}}"))
 	n.writeManifest("b.yaml", cgroupPod("burstable", "{requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: '1', memory: 128Mi}}"))
@@ -209,6 +215,47 @@ func TestPodCgroupsPerQoS(t *testing.T) {
 	for _, h := range cgroupRoots(t) {
 		if dir := filepath.Join(h, root); exists(dir) {
 			t.Errorf("%s left after reset", dir)
+		}
+	}
+}
+
+// TestPodLevelResourcesCgroups: a pod's spec.resources (PodLevelResources,
+// on in v1.37) decide its QoS class and its cgroup's limits, and a
+// container without limits of its own gets the pod's, as the kubelet does:
+// read from the kernel's files on this host.
+func TestPodLevelResourcesCgroups(t *testing.T) {
+	t.Parallel()
+	root := privateCgroupRoot(t)
+	n := newNode(t, "--cgroup-root", root)
+	withPodResources := func(name, r string) string {
+		return strings.Replace(cgroupPod(name, ""), "spec:\n", "spec:\n  resources: "+r+"\n", 1)
+	}
+	n.writeManifest("b.yaml", withPodResources("plr-burstable", "{requests: {cpu: 500m, memory: 64Mi}, limits: {cpu: '1', memory: 128Mi}}"))
+	n.writeManifest("g.yaml", withPodResources("plr-guaranteed", "{requests: {cpu: 250m, memory: 32Mi}, limits: {cpu: 250m, memory: 32Mi}}"))
+	for _, tc := range []struct {
+		name, tier string
+		qos        v1.PodQOSClass
+		pod, ctr   map[string]string
+	}{
+		{"plr-burstable", "burstable", v1.PodQOSBurstable,
+			map[string]string{"cpu.shares": "512", "cpu.cfs_quota_us": "100000", "memory.limit_in_bytes": "134217728"},
+			map[string]string{"cpu.shares": "1024", "cpu.cfs_quota_us": "100000", "memory.limit_in_bytes": "134217728"}},
+		{"plr-guaranteed", "", v1.PodQOSGuaranteed,
+			map[string]string{"cpu.shares": "256", "cpu.cfs_quota_us": "25000", "memory.limit_in_bytes": "33554432"},
+			map[string]string{"cpu.shares": "256", "cpu.cfs_quota_us": "25000", "memory.limit_in_bytes": "33554432"}},
+	} {
+		p := n.waitPod(tc.name, "Running", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodRunning })
+		if p.Status.QOSClass != tc.qos {
+			t.Errorf("%s: qosClass %s, want %s", tc.name, p.Status.QOSClass, tc.qos)
+		}
+		podDir := filepath.Join("/", root, tc.tier, "pod"+runner.SandboxID(string(p.UID)))
+		ctrDir := filepath.Join(podDir, strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "containerd://"))
+		for dir, want := range map[string]map[string]string{podDir: tc.pod, ctrDir: tc.ctr} {
+			for file, v := range want {
+				if got := cgroupValue(dir, file); got != onV2(file, v) {
+					t.Errorf("%s: %s/%s = %s, want %s", tc.name, dir, file, got, onV2(file, v))
+				}
+			}
 		}
 	}
 }

@@ -15,7 +15,7 @@ import (
 func TestOOMScoreAdjAsTheKubelet(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
-	memTotal := meminfoTotal(t)
+	memTotal := meminfo(t, "MemTotal")
 	floor := hostOOMFloor(t) // noderun is started by this process: the same caps and score
 	pods := []struct {
 		name, spec string
@@ -67,16 +67,17 @@ spec:
 	}
 }
 
-// meminfoTotal is MemTotal in bytes, the capacity noderun and the kubelet
-// divide requests by.
-func meminfoTotal(t *testing.T) int64 {
+// meminfo is a /proc/meminfo figure in bytes: MemTotal is the capacity
+// noderun and the kubelet divide requests by, SwapTotal the swap
+// LimitedSwap shares out.
+func meminfo(t *testing.T, key string) int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile(`(?m)^MemTotal:\s+(\d+) kB`).FindSubmatch(b)
+	m := regexp.MustCompile(`(?m)^` + key + `:\s+(\d+) kB`).FindSubmatch(b)
 	if m == nil {
-		t.Fatal("no MemTotal in /proc/meminfo")
+		t.Fatalf("no %s in /proc/meminfo", key)
 	}
 	kb, _ := strconv.ParseInt(string(m[1]), 10, 64)
 	return kb << 10

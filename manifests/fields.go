@@ -50,6 +50,7 @@ const (
 	whyPodAffin   = "scheduling only: the kubelet does not check it at admission either"
 	whyLocalCfg   = "with --local-config-objects: read from ConfigMap and Secret documents of the pod's namespace in the manifest sources; without it refused, as the kubelet refuses static pods that reference API objects"
 	whyUser       = "per-file owners: " + whyNotHere
+	whyPodLevel   = "pod-level resources are cpu and memory; Kubernetes also takes hugepages there, which noderun does not support"
 )
 
 var fieldRules = []fieldRule{
@@ -202,8 +203,12 @@ var fieldRules = []fieldRule{
 	{path: "container.resources.requests", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
 	{path: "container.resources.claims", status: Refused, reason: whyAPIServer},
 	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
-	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar (Kubernetes 1.29+); app containers may not set it, as in Kubernetes"},
-	{path: "container.restartPolicyRules", status: Refused, reason: "alpha in Kubernetes (ContainerRestartRules feature gate)"},
+	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar; otherwise (Always, OnFailure, Never) it overrides the pod's restartPolicy for that container (ContainerRestartRules, beta and on in Kubernetes v1.37)"},
+	{path: "container.restartPolicyRules", status: Works, reason: "evaluated in order on each exit, before the container's restartPolicy, as the kubelet v1.37 does"},
+	{path: "container.restartPolicyRules[].action", status: Works, reason: "Restart restarts the container; RestartAllContainers (beta and on in Kubernetes v1.37) stops every container, removes them and starts the pod over from its first init container in the same sandbox, keeping its IP"},
+	{path: "container.restartPolicyRules[].exitCodes", status: Works},
+	{path: "container.restartPolicyRules[].exitCodes.operator", status: Works},
+	{path: "container.restartPolicyRules[].exitCodes.values", status: Works},
 	{path: "container.volumeMounts", status: Works},
 	{path: "container.volumeMounts[].name", status: Works},
 	{path: "container.volumeMounts[].readOnly", status: Works},
@@ -424,7 +429,10 @@ var fieldRules = []fieldRule{
 	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
 	{path: "spec.schedulingGroup", status: Ignored, reason: whyScheduling},
 	{path: "spec.resourceClaims", status: Refused, reason: whyAPIServer},
-	{path: "spec.resources", status: Refused, reason: "pod-level resources: " + whyNotHere},
+	{path: "spec.resources", status: Works, reason: "pod-level requests and limits (PodLevelResources, beta and on in Kubernetes v1.37): the pod's cgroup, its QoS class, the limits of containers that have none, OOM scores and admission, as the kubelet; not defaulted from the containers', as for the kubelet's static pods"},
+	{path: "spec.resources.limits", status: Refused, reason: whyPodLevel, accept: cpuOrMemory},
+	{path: "spec.resources.requests", status: Refused, reason: whyPodLevel, accept: cpuOrMemory},
+	{path: "spec.resources.claims", status: Refused, reason: "claims may not be set for resources at pod level (Kubernetes); claims need an API server"},
 	{path: "spec.hostnameOverride", status: Refused, reason: whyNotHere},
 	{path: "spec.evictionResponders", status: Refused, reason: whyNotHere},
 	{path: "spec.ephemeralContainers", status: Refused, reason: "added through the API server"},
@@ -454,6 +462,16 @@ func isTrue(v reflect.Value) bool { return !v.IsNil() && v.Elem().Bool() }
 func cpuMemoryOrExtended(v reflect.Value) bool {
 	for name := range v.Interface().(v1.ResourceList) {
 		if name != v1.ResourceCPU && name != v1.ResourceMemory && !admission.IsExtendedResource(name) {
+			return false
+		}
+	}
+	return true
+}
+
+// cpuOrMemory accepts resource lists of cpu and memory only.
+func cpuOrMemory(v reflect.Value) bool {
+	for name := range v.Interface().(v1.ResourceList) {
+		if name != v1.ResourceCPU && name != v1.ResourceMemory {
 			return false
 		}
 	}

@@ -96,6 +96,7 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	v.oneOf("spec.restartPolicy", string(spec.RestartPolicy), "Always", "OnFailure", "Never")
 	v.oneOf("spec.dnsPolicy", string(spec.DNSPolicy), "ClusterFirst", "ClusterFirstWithHostNet", "Default", "None")
 	v.names(spec)
+	v.podResources(spec)
 	if spec.HostPID && spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
 		v.add("spec.shareProcessNamespace", "ShareProcessNamespace and HostPID cannot both be enabled")
 	}
@@ -118,6 +119,15 @@ func (v *validator) oneOf(field, value string, allowed ...string) {
 		}
 	}
 	v.add(field, "unsupported value %q: supported values: %s", value, strings.Join(allowed, ", "))
+}
+
+// enum is oneOf for a field that has no default: empty is refused too.
+func (v *validator) enum(field, value string, allowed ...string) {
+	if value == "" {
+		v.add(field, "unsupported value \"\": supported values: %s", strings.Join(allowed, ", "))
+		return
+	}
+	v.oneOf(field, value, allowed...)
 }
 
 func (v *validator) volume(vol *v1.Volume, field string) {

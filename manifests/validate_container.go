@@ -10,6 +10,7 @@ import (
 	capability "github.com/containerd/containerd/pkg/cap"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/noderun/noderun/internal/admission"
 )
@@ -229,5 +230,50 @@ func (v *validator) profileType(field, typ string, localhost *string) {
 		v.add(field+".localhostProfile", "required when type is Localhost")
 	case typ != "Localhost" && localhost != nil:
 		v.add(field+".localhostProfile", "may only be set when type is Localhost")
+	}
+}
+
+// podResources is the API server's validatePodResources for what noderun
+// accepts there (cpu and memory): quantities not negative, each request
+// at most its limit, each pod-level request at least the containers'
+// aggregate (init containers as the kubelet counts them), and each app
+// container's limit at most the pod's.
+func (v *validator) podResources(spec *v1.PodSpec) {
+	r := spec.Resources
+	if r == nil {
+		return
+	}
+	const field = "spec.resources"
+	for _, list := range []struct {
+		name string
+		l    v1.ResourceList
+	}{{"limits", r.Limits}, {"requests", r.Requests}} {
+		for _, name := range slices.Sorted(maps.Keys(list.l)) {
+			if q := list.l[name]; q.Sign() < 0 {
+				v.add(fmt.Sprintf("%s.%s[%s]", field, list.name, name), "%s: must be greater than or equal to 0", q.String())
+			}
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Requests)) {
+		req := r.Requests[name]
+		if lim, ok := r.Limits[name]; ok && req.Cmp(lim) > 0 {
+			v.add(field+".requests", "%s: must be less than or equal to %s limit of %s", req.String(), name, lim.String())
+		}
+	}
+	aggr := resourcehelper.AggregateContainerRequests(&v1.Pod{Spec: *spec}, resourcehelper.PodResourcesOptions{})
+	for _, name := range slices.Sorted(maps.Keys(aggr)) {
+		q := aggr[name]
+		if req, ok := r.Requests[name]; ok && q.Cmp(req) > 0 {
+			v.add(fmt.Sprintf("%s.requests[%s]", field, name), "%s: must be greater than or equal to aggregate container requests of %s", req.String(), q.String())
+		}
+	}
+	for i, c := range spec.Containers {
+		for _, name := range slices.Sorted(maps.Keys(c.Resources.Limits)) {
+			q := c.Resources.Limits[name]
+			if lim, ok := r.Limits[name]; ok && q.Cmp(lim) > 0 {
+				// The API server's path, as it words it.
+				v.add(fmt.Sprintf("%s.containers[%d][%s].limits", field, i, name), "%s: must be less than or equal to pod limits of %s", q.String(), lim.String())
+			}
+		}
 	}
 }

@@ -13,17 +13,8 @@ import (
 // Kubernetes' rules: init containers take probes and hooks only as sidecars
 // (restartPolicy Always); liveness and startup need successThreshold 1.
 func (v *validator) lifecycle(c *v1.Container, field string, init bool, grace int64) {
-	sidecar := false
-	if c.RestartPolicy != nil {
-		switch {
-		case !init:
-			v.add(field+".restartPolicy", "may not be set for non-init containers")
-		case *c.RestartPolicy != v1.ContainerRestartPolicyAlways:
-			v.add(field+".restartPolicy", "unsupported value %q: supported values: Always", *c.RestartPolicy)
-		default:
-			sidecar = true
-		}
-	}
+	sidecar := init && c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
+	v.restartRules(c, field)
 	probes := []struct {
 		name string
 		p    *v1.Probe
@@ -51,6 +42,42 @@ func (v *validator) lifecycle(c *v1.Container, field string, init bool, grace in
 		v.add(field+".terminationMessagePath", "must be an absolute path")
 	}
 }
+
+// restartRules is the API server's validateContainerRestartPolicy with
+// v1.37's default gates (ContainerRestartRules and
+// RestartAllContainersOnContainerExits on): any container may set
+// restartPolicy (on an init container Always makes a sidecar), rules need
+// a restartPolicy, at most 20 rules of 255 exit codes each.
+func (v *validator) restartRules(c *v1.Container, field string) {
+	if c.RestartPolicy == nil {
+		if len(c.RestartPolicyRules) > 0 {
+			v.add(field+".restartPolicy", "must specify restartPolicy when restart rules are used")
+		}
+		return
+	}
+	v.enum(field+".restartPolicy", string(*c.RestartPolicy), "Always", "Never", "OnFailure")
+	if n := len(c.RestartPolicyRules); n > maxRestartRules {
+		v.add(field+".restartPolicyRules", "must have at most %d items", maxRestartRules)
+	}
+	for i, r := range c.RestartPolicyRules {
+		f := fmt.Sprintf("%s.restartPolicyRules[%d]", field, i)
+		v.enum(f+".action", string(r.Action), "Restart", "RestartAllContainers")
+		if r.ExitCodes == nil {
+			v.add(f+".exitCodes", "required")
+			continue
+		}
+		v.enum(f+".exitCodes.operator", string(r.ExitCodes.Operator), "In", "NotIn")
+		if n := len(r.ExitCodes.Values); n > maxRuleExitCodes {
+			v.add(f+".exitCodes.values", "must have at most %d items", maxRuleExitCodes)
+		}
+	}
+}
+
+// The API server's limits on restartPolicyRules.
+const (
+	maxRestartRules  = 20
+	maxRuleExitCodes = 255
+)
 
 func (v *validator) probe(p *v1.Probe, field string, mustSucceedOnce bool) {
 	h := p.ProbeHandler

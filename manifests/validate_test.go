@@ -59,9 +59,48 @@ func TestValidate(t *testing.T) {
 			in:   podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: Always, readinessProbe: {tcpSocket: {port: 80}}}\n" + oneContainer),
 		},
 		{
-			name:    "init container restartPolicy other than Always",
-			in:      podWith("  initContainers:\n  - {name: side, image: busybox, restartPolicy: OnFailure}\n" + oneContainer),
-			wantErr: `spec.initContainers[0].restartPolicy: unsupported value "OnFailure": supported values: Always`,
+			name: "init container restartPolicy OnFailure",
+			in:   podWith("  initContainers:\n  - {name: setup, image: busybox, restartPolicy: OnFailure}\n" + oneContainer),
+		},
+		{
+			name:    "init container restartPolicy unknown",
+			in:      podWith("  initContainers:\n  - {name: setup, image: busybox, restartPolicy: Sometimes}\n" + oneContainer),
+			wantErr: `spec.initContainers[0].restartPolicy: unsupported value "Sometimes": supported values: Always, Never, OnFailure`,
+		},
+		{
+			name: "restart rules on an app container",
+			in: podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [" +
+				"{action: Restart, exitCodes: {operator: In, values: [42]}}, {action: RestartAllContainers, exitCodes: {operator: NotIn, values: [0, 1]}}]}\n"),
+		},
+		{
+			name:    "restart rules without restartPolicy",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [42]}}]}\n"),
+			wantErr: "spec.containers[0].restartPolicy: must specify restartPolicy when restart rules are used",
+		},
+		{
+			name:    "restart rule without exitCodes",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [{action: Restart}]}\n"),
+			wantErr: "spec.containers[0].restartPolicyRules[0].exitCodes: required",
+		},
+		{
+			name:    "restart rule with an unknown action",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [{action: Stop, exitCodes: {operator: In, values: [1]}}]}\n"),
+			wantErr: `spec.containers[0].restartPolicyRules[0].action: unsupported value "Stop": supported values: Restart, RestartAllContainers`,
+		},
+		{
+			name:    "restart rule with an empty operator",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {values: [1]}}]}\n"),
+			wantErr: `spec.containers[0].restartPolicyRules[0].exitCodes.operator: unsupported value "": supported values: In, NotIn`,
+		},
+		{
+			name:    "more than 20 restart rules",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [" + strings.Repeat("{action: Restart, exitCodes: {operator: In, values: [1]}},", 21) + "]}\n"),
+			wantErr: "spec.containers[0].restartPolicyRules: must have at most 20 items",
+		},
+		{
+			name:    "more than 255 exit codes",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never, restartPolicyRules: [{action: Restart, exitCodes: {operator: In, values: [" + strings.Repeat("1,", 256) + "]}}]}\n"),
+			wantErr: "spec.containers[0].restartPolicyRules[0].exitCodes.values: must have at most 255 items",
 		},
 		{
 			name:    "probe on a regular init container",
@@ -149,9 +188,38 @@ func TestValidate(t *testing.T) {
 			wantErr: `spec.restartPolicy: unsupported value "Sometimes": supported values: Always, OnFailure, Never`,
 		},
 		{
-			name:    "app container restartPolicy",
-			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Always}\n"),
-			wantErr: "spec.containers[0].restartPolicy: may not be set for non-init containers",
+			name: "pod-level resources",
+			in: podWith("  resources: {requests: {cpu: 500m, memory: 64Mi}, limits: {cpu: '1', memory: 128Mi}}\n" +
+				"  containers:\n  - {name: a, image: nginx, resources: {requests: {cpu: 200m}, limits: {memory: 64Mi}}}\n  - {name: b, image: nginx}\n"),
+		},
+		{
+			name:    "pod-level request below the containers' aggregate",
+			in:      podWith("  resources: {requests: {cpu: 100m}}\n  containers:\n  - {name: a, image: nginx, resources: {requests: {cpu: 200m}}}\n"),
+			wantErr: "spec.resources.requests[cpu]: 100m: must be greater than or equal to aggregate container requests of 200m",
+		},
+		{
+			name:    "container limit above the pod's",
+			in:      podWith("  resources: {limits: {memory: 64Mi}}\n  containers:\n  - {name: a, image: nginx, resources: {limits: {memory: 128Mi}}}\n"),
+			wantErr: "spec.resources.containers[0][memory].limits: 128Mi: must be less than or equal to pod limits of 64Mi",
+		},
+		{
+			name:    "pod-level request above its limit",
+			in:      podWith("  resources: {requests: {cpu: '2'}, limits: {cpu: '1'}}\n" + oneContainer),
+			wantErr: "spec.resources.requests: 2: must be less than or equal to cpu limit of 1",
+		},
+		{
+			name:    "pod-level hugepages",
+			in:      podWith("  resources: {limits: {hugepages-2Mi: 2Mi, memory: 64Mi}}\n" + oneContainer),
+			wantErr: "spec.resources.limits: not supported by noderun: pod-level resources are cpu and memory",
+		},
+		{
+			name: "app container restartPolicy",
+			in:   podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: Never}\n"),
+		},
+		{
+			name:    "app container restartPolicy unknown",
+			in:      podWith("  containers:\n  - {name: app, image: nginx, restartPolicy: \"\"}\n"),
+			wantErr: `spec.containers[0].restartPolicy: unsupported value "": supported values: Always, Never, OnFailure`,
 		},
 		{
 			name:    "mount of undefined volume",

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,6 +49,11 @@ type podActions struct {
 	// unknown: the runtime could not tell some container's state; nothing
 	// was decided for it, and the worker looks again soon.
 	unknown bool
+	// resetAll: a container exited under a RestartAllContainers rule. kill
+	// stops every running container at once; then every container is
+	// removed, and the pod starts over from its first init container in
+	// the same sandbox (its IP kept), as the kubelet v1.37 does.
+	resetAll bool
 }
 
 // killAction stops one running container.
@@ -91,6 +97,13 @@ func computePodActions(v podView) podActions {
 			return a
 		}
 	}
+	if v.restartAllTriggered() {
+		var scratch podActions
+		a.initDone = scratch.initActions(v) // for the Initialized condition only
+		a.resetAll = true
+		a.stopForReset(v)
+		return a
+	}
 	a.initDone = a.initActions(v)
 	if !a.initDone {
 		return a
@@ -107,13 +120,18 @@ func computePodActions(v podView) podActions {
 			continue
 		}
 		if run == nil || run.State != StateRunning {
-			if shouldStart(spec.RestartPolicy, run) {
+			if shouldStart(spec, c, run) {
 				a.start = append(a.start, startAction{c: c, prev: run})
 				starts++
 			}
 			continue
 		}
+		// Running: only restartPolicy decides whether a kill for a failed
+		// probe restarts it; its rules need an exit code.
 		restart := spec.RestartPolicy != v1.RestartPolicyNever
+		if c.RestartPolicy != nil {
+			restart = *c.RestartPolicy != v1.ContainerRestartPolicyNever
+		}
 		var msg string
 		grace := podGrace(v.pod)
 		switch probe := v.probes.failed(c.Name, run.ID); {
@@ -200,8 +218,9 @@ func (a *podActions) initActions(v podView) bool {
 			return false
 		case run.State == StateExited && run.ExitCode == 0:
 			continue
-		case spec.RestartPolicy == v1.RestartPolicyNever && run.State == StateExited:
-			// A failed init container fails a Never pod: stop its sidecars.
+		case run.State == StateExited && !shouldStart(spec, c, run):
+			// A failed init container that is not restarted fails the
+			// pod: stop its sidecars.
 			a.killSidecars(v)
 			return false
 		default:
@@ -246,6 +265,36 @@ func (a *podActions) killAll(v podView, msg string) {
 	a.start = nil
 }
 
+// restartAllTriggered is the kubelet's ShouldAllContainersRestart: some
+// container's run in this sandbox exited with a code a
+// RestartAllContainers rule of it matches.
+func (v podView) restartAllTriggered() bool {
+	for _, c := range allContainers(v.pod) {
+		run := v.runs[c.Name]
+		if run == nil || run.State != StateExited || !v.current(run) {
+			continue
+		}
+		if r, ok := matchingRule(c, int32(run.ExitCode)); ok && r.Action == v1.ContainerRestartRuleActionRestartAllContainers {
+			return true
+		}
+	}
+	return false
+}
+
+// stopForReset kills every running container with no grace period (the
+// kubelet's minimum of 2 s still holds) and no preStop hook, as the
+// kubelet's RestartAllContainers does, app containers first.
+func (a *podActions) stopForReset(v podView) {
+	for _, c := range allContainers(v.pod) {
+		run := v.runs[c.Name]
+		if run == nil || (run.State != StateRunning && run.State != StateUnknown) {
+			continue
+		}
+		a.kill = append(a.kill, killAction{c: c, init: isInit(v.pod, c.Name), run: run,
+			message: fmt.Sprintf("Stopping container %s: the pod restarts all its containers", c.Name)})
+	}
+}
+
 // killSidecars stops the running sidecars, last declared first.
 func (a *podActions) killSidecars(v podView) {
 	inits := v.pod.Spec.InitContainers
@@ -265,15 +314,16 @@ func (v podView) current(run *ContainerStatus) bool {
 }
 
 // ended reports whether every app container has run and ended for good
-// under the pod's restartPolicy (never under Always).
+// under its restart rules and policies.
 func (v podView) ended() bool {
 	spec := &v.pod.Spec
-	if spec.RestartPolicy == v1.RestartPolicyAlways || len(spec.Containers) == 0 {
+	if len(spec.Containers) == 0 {
 		return false
 	}
 	for i := range spec.Containers {
-		run := v.runs[spec.Containers[i].Name]
-		if run == nil || run.State != StateExited || shouldStart(spec.RestartPolicy, run) {
+		c := &spec.Containers[i]
+		run := v.runs[c.Name]
+		if run == nil || run.State != StateExited || shouldStart(spec, c, run) {
 			return false
 		}
 	}
@@ -282,24 +332,65 @@ func (v podView) ended() bool {
 
 // shouldStart is the kubelet's ShouldContainerBeRestarted for a container
 // that is not running: never run or never started always; after an exit
-// per restartPolicy. A run in an unknown state is not restarted: it may
+// per restartOnExit. A run in an unknown state is not restarted: it may
 // still be running.
-func shouldStart(policy v1.RestartPolicy, run *ContainerStatus) bool {
+func shouldStart(spec *v1.PodSpec, c *v1.Container, run *ContainerStatus) bool {
 	if run == nil || run.State == StateCreated {
 		return true
 	}
 	if run.State == StateUnknown {
 		return false
 	}
+	return restartOnExit(spec, c, int32(run.ExitCode))
+}
+
+// restartOnExit is the kubelet v1.37's ContainerShouldRestart (with
+// ContainerRestartRules and RestartAllContainersOnContainerExits on, their
+// defaults): a container's restartPolicyRules in order, the first that
+// matches the exit code deciding; then the container's restartPolicy; then
+// the pod's. Rules count only beside a container restartPolicy, which
+// validation requires.
+func restartOnExit(spec *v1.PodSpec, c *v1.Container, exitCode int32) bool {
+	policy := spec.RestartPolicy
+	if c.RestartPolicy != nil {
+		if _, ok := matchingRule(c, exitCode); ok {
+			return true // Restart and RestartAllContainers both start it again
+		}
+		policy = v1.RestartPolicy(*c.RestartPolicy)
+	}
 	switch policy {
 	case v1.RestartPolicyNever:
 		return false
 	case v1.RestartPolicyOnFailure:
-		return run.ExitCode != 0
+		return exitCode != 0
 	}
 	return true
 }
 
+// matchingRule is the kubelet's FindMatchingContainerRestartRule: the first
+// rule whose exit codes match (In: listed, NotIn: not listed).
+func matchingRule(c *v1.Container, exitCode int32) (v1.ContainerRestartRule, bool) {
+	for _, r := range c.RestartPolicyRules {
+		if r.ExitCodes == nil {
+			continue
+		}
+		listed := slices.Contains(r.ExitCodes.Values, exitCode)
+		switch r.ExitCodes.Operator {
+		case v1.ContainerRestartRuleOnExitCodesOpIn:
+			if listed {
+				return r, true
+			}
+		case v1.ContainerRestartRuleOnExitCodesOpNotIn:
+			if !listed {
+				return r, true
+			}
+		}
+	}
+	return v1.ContainerRestartRule{}, false
+}
+
+// isSidecar tells a sidecar among init containers; an app container's
+// restartPolicy Always only overrides the pod's.
 func isSidecar(c *v1.Container) bool {
 	return c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways
 }

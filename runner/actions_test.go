@@ -2,6 +2,7 @@ package runner
 
 import (
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,19 +78,25 @@ func summary(a podActions) string {
 	if a.unknown {
 		out += " unknown"
 	}
+	if a.resetAll {
+		out += " reset"
+	}
 	return out
+}
+
+// actionsCase is one row of TestComputePodActions.
+type actionsCase struct {
+	name   string
+	pod    *v1.Pod
+	runs   func(*v1.Pod) map[string]*ContainerStatus
+	probes fakeProbes
+	epoch  string
+	want   string
 }
 
 func TestComputePodActions(t *testing.T) {
 	always, onFailure, never := v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever
-	type tc struct {
-		name   string
-		pod    *v1.Pod
-		runs   func(*v1.Pod) map[string]*ContainerStatus
-		probes fakeProbes
-		epoch  string
-		want   string
-	}
+	type tc = actionsCase
 	p := actionsPod
 	cases := []tc{
 		{name: "new pod starts every app container", pod: p(always),
@@ -256,6 +263,7 @@ func TestComputePodActions(t *testing.T) {
 			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(running(p, "side"), exited(p, "init", 3)) },
 			want: "kill:side start: init-pending"},
 	}
+	cases = append(cases, restartRuleCases()...)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			epoch := c.epoch
@@ -309,5 +317,140 @@ func TestKillGrace(t *testing.T) {
 	}
 	if !slices.ContainsFunc(acts.start, func(s startAction) bool { return s.c.Name == "a" && s.prev == rs["a"] }) {
 		t.Errorf("a is not restarted after its previous run: %+v", acts.start)
+	}
+}
+
+// withRules gives container name of pod the restartPolicy and rules, in
+// the manifest's short form: "Restart In 42,43", "Restart NotIn 0".
+func withRules(pod *v1.Pod, name string, policy v1.ContainerRestartPolicy, rules ...string) *v1.Pod {
+	c := specOf(pod, name)
+	c.RestartPolicy = &policy
+	for _, r := range rules {
+		f := strings.Fields(r)
+		var codes []int32
+		for _, n := range strings.Split(f[2], ",") {
+			code, _ := strconv.Atoi(n)
+			codes = append(codes, int32(code))
+		}
+		c.RestartPolicyRules = append(c.RestartPolicyRules, v1.ContainerRestartRule{Action: v1.ContainerRestartRuleAction(f[0]),
+			ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOperator(f[1]), Values: codes}})
+	}
+	return pod
+}
+
+// restartRuleCases are the kubelet v1.37's container restart rules
+// (KEP-5307): a container's restartPolicy over the pod's, its rules over both.
+func restartRuleCases() []actionsCase {
+	always, onFailure, never := v1.RestartPolicyAlways, v1.RestartPolicyOnFailure, v1.RestartPolicyNever
+	cAlways, cOnFailure, cNever := v1.ContainerRestartPolicyAlways, v1.ContainerRestartPolicyOnFailure, v1.ContainerRestartPolicyNever
+	p := actionsPod
+	return []actionsCase{
+		{name: "rules: container Never in an Always pod is not restarted", pod: withRules(p(always), "a", cNever),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 1), running(p, "b")) },
+			want: "kill: start:"},
+		{name: "rules: container Always in a Never pod is restarted", pod: withRules(p(never), "a", cAlways),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), exited(p, "b", 0)) },
+			want: "kill: start:a"},
+		{name: "rules: container OnFailure in an Always pod: success is final", pod: withRules(p(always), "a", cOnFailure),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), exited(p, "b", 0)) },
+			want: "kill: start:b"},
+		{name: "rules: container OnFailure in a Never pod: failure restarts", pod: withRules(p(never), "a", cOnFailure),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 2), exited(p, "b", 2)) },
+			want: "kill: start:a"},
+		{name: "rules: In matches: Restart overrides Never", pod: withRules(p(never), "a", cNever, "Restart In 42,43"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 43), running(p, "b")) },
+			want: "kill: start:a"},
+		{name: "rules: In does not match: Never decides", pod: withRules(p(always), "a", cNever, "Restart In 42"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 1), running(p, "b")) },
+			want: "kill: start:"},
+		{name: "rules: NotIn matches an unlisted code", pod: withRules(p(never), "a", cNever, "Restart NotIn 0"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 7), running(p, "b")) },
+			want: "kill: start:a"},
+		{name: "rules: NotIn does not match a listed code", pod: withRules(p(never), "a", cNever, "Restart NotIn 0"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), running(p, "b")) },
+			want: "kill: start:"},
+		{name: "rules: the first matching rule decides, in order", pod: withRules(p(never), "a", cNever, "Restart In 5", "Restart NotIn 5"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 9), running(p, "b")) },
+			want: "kill: start:a"},
+		{name: "rules: a pod whose Never containers ended is complete, sidecars stop", pod: withRules(withRules(p(always, "side"), "a", cNever), "b", cNever),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(running(p, "side"), exited(p, "a", 0), exited(p, "b", 3))
+			},
+			want: "kill:side start:"},
+		{name: "rules: liveness failure of a container Never kills without restart", pod: withRules(p(always), "a", cNever, "Restart In 137"),
+			runs:   func(p *v1.Pod) map[string]*ContainerStatus { return runs(running(p, "a"), running(p, "b")) },
+			probes: fakeProbes{failedBy: map[string]string{"a": probeLiveness}},
+			want:   "kill:a start:"},
+		{name: "rules: liveness failure of a container Always in a Never pod restarts it", pod: withRules(p(never), "a", cAlways),
+			runs:   func(p *v1.Pod) map[string]*ContainerStatus { return runs(running(p, "a"), running(p, "b")) },
+			probes: fakeProbes{failedBy: map[string]string{"a": probeLiveness}},
+			want:   "kill:a start:a"},
+		{name: "rules: init container OnFailure in a Never pod is restarted after a failure", pod: withRules(p(never, "init"), "init", cOnFailure),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 1)) },
+			want: "kill: start:init init-pending"},
+		{name: "rules: init container Never in an Always pod fails the pod", pod: withRules(p(always, "side", "init"), "init", cNever),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(running(p, "side"), exited(p, "init", 1)) },
+			want: "kill:side start: init-pending"},
+		{name: "rules: init container rule In restarts it in a Never pod", pod: withRules(p(never, "init"), "init", cNever, "Restart In 75"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 75)) },
+			want: "kill: start:init init-pending"},
+		{name: "rules: onFailure pod, container Never, failure is final", pod: withRules(p(onFailure), "a", cNever),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 1), exited(p, "b", 1)) },
+			want: "kill: start:b"},
+		// RestartAllContainers (KEP-5532): every container stopped, the
+		// pod starts over in its sandbox.
+		{name: "rules: RestartAllContainers stops every running container", pod: withRules(p(always, "side", "init"), "a", cNever, "RestartAllContainers In 9"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(running(p, "side"), exited(p, "init", 0), exited(p, "a", 9), running(p, "b"))
+			},
+			want: "kill:side,b start: reset"},
+		{name: "rules: RestartAllContainers with nothing running still resets", pod: withRules(p(never, "init"), "a", cNever, "RestartAllContainers NotIn 0"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(exited(p, "init", 0), exited(p, "a", 1), exited(p, "b", 0))
+			},
+			want: "kill: start: reset"},
+		{name: "rules: RestartAllContainers on an init container's exit", pod: withRules(p(never, "init"), "init", cNever, "RestartAllContainers In 3"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 3)) },
+			want: "kill: start: init-pending reset"},
+		{name: "rules: RestartAllContainers rule not matching: the policy decides", pod: withRules(p(always), "a", cNever, "RestartAllContainers In 9"),
+			runs: func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 8), running(p, "b")) },
+			want: "kill: start:"},
+		{name: "rules: RestartAllContainers: a run from a gone sandbox does not fire", pod: withRules(p(always), "a", cNever, "RestartAllContainers In 9"),
+			runs:  func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 9), exited(p, "b", 137)) },
+			epoch: "e2", want: "kill: start:a,b"},
+	}
+}
+
+func TestRestartOnExit(t *testing.T) {
+	cNever, cOnFailure := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyOnFailure
+	for _, tc := range []struct {
+		name   string
+		pod    v1.RestartPolicy
+		policy *v1.ContainerRestartPolicy
+		rules  []string
+		exit   int32
+		want   bool
+	}{
+		{"pod Always", v1.RestartPolicyAlways, nil, nil, 0, true},
+		{"pod OnFailure, success", v1.RestartPolicyOnFailure, nil, nil, 0, false},
+		{"pod OnFailure, failure", v1.RestartPolicyOnFailure, nil, nil, 1, true},
+		{"pod Never", v1.RestartPolicyNever, nil, nil, 1, false},
+		{"container Never over Always", v1.RestartPolicyAlways, &cNever, nil, 1, false},
+		{"container OnFailure over Never, failure", v1.RestartPolicyNever, &cOnFailure, nil, 1, true},
+		{"container OnFailure over Always, success", v1.RestartPolicyAlways, &cOnFailure, nil, 0, false},
+		{"Restart In matches", v1.RestartPolicyNever, &cNever, []string{"Restart In 1,2"}, 2, true},
+		{"Restart In misses", v1.RestartPolicyNever, &cNever, []string{"Restart In 1,2"}, 3, false},
+		{"Restart NotIn matches", v1.RestartPolicyNever, &cNever, []string{"Restart NotIn 0"}, 3, true},
+		{"Restart NotIn misses", v1.RestartPolicyNever, &cNever, []string{"Restart NotIn 0"}, 0, false},
+		{"RestartAllContainers restarts it too", v1.RestartPolicyNever, &cNever, []string{"RestartAllContainers In 9"}, 9, true},
+		{"no rule matches: OnFailure decides", v1.RestartPolicyNever, &cOnFailure, []string{"Restart In 9"}, 0, false},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{RestartPolicy: tc.pod, Containers: []v1.Container{{Name: "a"}}}}
+		if tc.policy != nil {
+			withRules(pod, "a", *tc.policy, tc.rules...)
+		}
+		if got := restartOnExit(&pod.Spec, &pod.Spec.Containers[0], tc.exit); got != tc.want {
+			t.Errorf("%s: restart %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

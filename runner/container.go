@@ -59,7 +59,7 @@ func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img
 		Mounts:       mounts,
 		Sandbox:      w.sandbox(pod),
 		CgroupParent: w.cgroupParent(pod),
-		Resources:    w.containerResources(c),
+		Resources:    w.containerResources(pod, c),
 		OOMScoreAdj:  oomScoreAdj(pod, c, w.env.cfg.MemoryCapacity),
 		LogPath:      filepath.Join(w.podLogDir(pod), c.Name, strconv.Itoa(restart)+".log"),
 		RestartCount: restart,
@@ -218,7 +218,7 @@ func subscript(path, prefix string) (string, bool) {
 }
 
 // resourceFieldValue answers resourceFieldRef; an unset limit reports the
-// node's capacity, as the kubelet does.
+// pod-level limit, else the node's capacity, as the kubelet does.
 func resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelector) (string, error) {
 	if c == nil || ref.ContainerName != "" {
 		for _, o := range allContainers(pod) {
@@ -241,6 +241,9 @@ func resourceFieldValue(pod *v1.Pod, c *v1.Container, ref *v1.ResourceFieldSelec
 	q, ok := list[v1.ResourceName(name)]
 	if !ok {
 		q = nodeCapacity(v1.ResourceName(name))
+		if r := pod.Spec.Resources; kind == "limits" && r != nil && !r.Limits.Name(v1.ResourceName(name), resource.DecimalSI).IsZero() {
+			q = r.Limits[v1.ResourceName(name)] // as the kubelet: the pod-level limit before the node's
+		}
 	}
 	divisor := ref.Divisor
 	if divisor.IsZero() {

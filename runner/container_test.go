@@ -168,23 +168,40 @@ func TestPodPhase(t *testing.T) {
 	waiting := v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "ContainerCreating"}}}
 	backoff := v1.ContainerStatus{State: v1.ContainerState{Waiting: &v1.ContainerStateWaiting{Reason: "CrashLoopBackOff"}},
 		LastTerminationState: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 1}}}
+	never, always := v1.ContainerRestartPolicyNever, v1.ContainerRestartPolicyAlways
+	restartOn42 := v1.Container{RestartPolicy: &never, RestartPolicyRules: []v1.ContainerRestartRule{
+		{Action: v1.ContainerRestartRuleActionRestart, ExitCodes: &v1.ContainerRestartRuleOnExitCodes{Operator: v1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}}
+	exit := func(code int32) v1.ContainerStatus {
+		return v1.ContainerStatus{State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: code}}}
+	}
 	for _, tc := range []struct {
-		name     string
-		policy   v1.RestartPolicy
-		statuses []v1.ContainerStatus
-		initDone bool
-		want     v1.PodPhase
+		name       string
+		policy     v1.RestartPolicy
+		statuses   []v1.ContainerStatus
+		initDone   bool
+		want       v1.PodPhase
+		containers []v1.Container // default: plain ones, one per status
 	}{
-		{"init pending", v1.RestartPolicyAlways, []v1.ContainerStatus{waiting}, false, v1.PodPending},
-		{"creating", v1.RestartPolicyAlways, []v1.ContainerStatus{waiting}, true, v1.PodPending},
-		{"running", v1.RestartPolicyAlways, []v1.ContainerStatus{running, ok}, true, v1.PodRunning},
-		{"crash loop counts as running", v1.RestartPolicyAlways, []v1.ContainerStatus{backoff}, true, v1.PodRunning},
-		{"never: all ok", v1.RestartPolicyNever, []v1.ContainerStatus{ok, ok}, true, v1.PodSucceeded},
-		{"never: one failed", v1.RestartPolicyNever, []v1.ContainerStatus{ok, failed}, true, v1.PodFailed},
-		{"onfailure: all ok", v1.RestartPolicyOnFailure, []v1.ContainerStatus{ok}, true, v1.PodSucceeded},
-		{"onfailure: failed restarts", v1.RestartPolicyOnFailure, []v1.ContainerStatus{backoff}, true, v1.PodRunning},
+		{"always pod, Never container failed, other ok", v1.RestartPolicyAlways, []v1.ContainerStatus{failed, ok}, true, v1.PodFailed,
+			[]v1.Container{{RestartPolicy: &never}, {RestartPolicy: &never}}},
+		{"never pod, Always container stopped restarts", v1.RestartPolicyNever, []v1.ContainerStatus{ok}, true, v1.PodRunning,
+			[]v1.Container{{RestartPolicy: &always}}},
+		{"rule In matches: restarts", v1.RestartPolicyNever, []v1.ContainerStatus{exit(42)}, true, v1.PodRunning, []v1.Container{restartOn42}},
+		{"rule In does not match: final", v1.RestartPolicyNever, []v1.ContainerStatus{exit(3)}, true, v1.PodFailed, []v1.Container{restartOn42}},
+		{"init pending", v1.RestartPolicyAlways, []v1.ContainerStatus{waiting}, false, v1.PodPending, nil},
+		{"creating", v1.RestartPolicyAlways, []v1.ContainerStatus{waiting}, true, v1.PodPending, nil},
+		{"running", v1.RestartPolicyAlways, []v1.ContainerStatus{running, ok}, true, v1.PodRunning, nil},
+		{"crash loop counts as running", v1.RestartPolicyAlways, []v1.ContainerStatus{backoff}, true, v1.PodRunning, nil},
+		{"never: all ok", v1.RestartPolicyNever, []v1.ContainerStatus{ok, ok}, true, v1.PodSucceeded, nil},
+		{"never: one failed", v1.RestartPolicyNever, []v1.ContainerStatus{ok, failed}, true, v1.PodFailed, nil},
+		{"onfailure: all ok", v1.RestartPolicyOnFailure, []v1.ContainerStatus{ok}, true, v1.PodSucceeded, nil},
+		{"onfailure: failed restarts", v1.RestartPolicyOnFailure, []v1.ContainerStatus{backoff}, true, v1.PodRunning, nil},
 	} {
-		pod := &v1.Pod{Spec: v1.PodSpec{RestartPolicy: tc.policy}}
+		cs := tc.containers
+		if cs == nil {
+			cs = make([]v1.Container, len(tc.statuses))
+		}
+		pod := &v1.Pod{Spec: v1.PodSpec{RestartPolicy: tc.policy, Containers: cs}}
 		s := &v1.PodStatus{ContainerStatuses: tc.statuses}
 		if got := podPhase(pod, s, tc.initDone); got != tc.want {
 			t.Errorf("%s: phase %s, want %s", tc.name, got, tc.want)

@@ -61,6 +61,16 @@ type Config struct {
 	// which Burstable containers' oom_score_adj is computed, as the
 	// kubelet does; 0: unknown (their score is 999).
 	MemoryCapacity int64
+	// SwapBehavior is the kubelet's memorySwap.swapBehavior: NoSwap ("" too)
+	// or LimitedSwap; SwapCapacity is the machine's swap in bytes, which
+	// LimitedSwap shares out.
+	SwapBehavior string
+	SwapCapacity int64
+	// CrashLoopMaxBackoff caps the crash-loop backoff between a
+	// container's restarts (the kubelet's
+	// crashLoopBackOff.maxContainerRestartPeriod, 1 s to 300 s); 0: the
+	// kubelet's default, 5 min.
+	CrashLoopMaxBackoff time.Duration
 	// Resync pokes every worker this often, a safety net for missed events.
 	Resync time.Duration
 	// GCInterval is how often network resources of unknown pods are released.
@@ -200,6 +210,9 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	})
 	e.env = &podEnv{cfg: &e.cfg, rt: rt, net: net, probes: e.probes, execer: exec, events: &e.events, clock: e.clock, log: e.log,
 		noSwap: cfg.PodCgroups && cfg.Cgroups.SwapControl(), objects: &configObjects{}}
+	// As the kubelet: LimitedSwap only on v2 with the swap controller,
+	// NoSwap elsewhere.
+	e.env.limitedSwap = cfg.SwapBehavior == LimitedSwap && e.env.noSwap && cfg.Cgroups.Unified
 	return e
 }
 

@@ -116,6 +116,7 @@ type fakeRuntime struct {
 	clock       clock.WithTicker
 	containers  map[string]*ContainerStatus
 	started     []*ContainerConfig
+	removed     []string // ids RemoveContainer removed, in order
 	created     []string // IDs CreateContainer made
 	records     []string // IDs CreateContainer recorded, before their task waited for ready
 	stopped     []string
@@ -304,6 +305,9 @@ func (r *fakeRuntime) StopContainer(_ context.Context, id string, grace time.Dur
 func (r *fakeRuntime) RemoveContainer(_ context.Context, id string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if _, ok := r.containers[id]; ok {
+		r.removed = append(r.removed, id)
+	}
 	delete(r.containers, id)
 	return nil
 }

@@ -8,10 +8,16 @@ import (
 	"path/filepath"
 
 	v1 "k8s.io/api/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
 )
 
-// QOSClass computes a pod's QoS class from its requests and limits.
+// QOSClass computes a pod's QoS class from its requests and limits, as the
+// kubelet v1.37's ComputePodQOS: from the pod-level ones alone when it has
+// any (spec.resources, PodLevelResources), else from its containers'.
 func QOSClass(pod *v1.Pod) v1.PodQOSClass {
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		return podLevelQOS(pod.Spec.Resources)
+	}
 	guaranteed, any := true, false
 	for _, c := range allContainers(pod) {
 		for _, r := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
@@ -34,6 +40,29 @@ func QOSClass(pod *v1.Pod) v1.PodQOSClass {
 		return v1.PodQOSGuaranteed
 	}
 	return v1.PodQOSBurstable
+}
+
+// podLevelQOS is the kubelet's requirementsQOS for pod-level resources:
+// BestEffort without cpu and memory, Guaranteed when both have a request
+// equal to a non-zero limit (static pods get no pod-level defaulting, so a
+// limit alone is Burstable), else Burstable.
+func podLevelQOS(r *v1.ResourceRequirements) v1.PodQOSClass {
+	var classes []v1.PodQOSClass
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		req, lim := r.Requests[name], r.Limits[name]
+		switch {
+		case !req.Equal(lim):
+			return v1.PodQOSBurstable
+		case req.IsZero():
+			classes = append(classes, v1.PodQOSBestEffort)
+		default:
+			classes = append(classes, v1.PodQOSGuaranteed)
+		}
+	}
+	if classes[0] != classes[1] {
+		return v1.PodQOSBurstable
+	}
+	return classes[0]
 }
 
 func allContainers(pod *v1.Pod) []*v1.Container {

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"maps"
 	"slices"
 
 	v1 "k8s.io/api/core/v1"
@@ -21,7 +22,17 @@ type Resources struct {
 	// limit swap: on v1 memory+swap equal to the memory limit (when there
 	// is one), on v2 memory.swap.max 0.
 	NoSwap bool
+	// LimitedSwap (v2 only): memory.swap.max is SwapMax, the kubelet's
+	// share of the machine's swap for a Burstable container.
+	LimitedSwap bool
+	SwapMax     int64
 }
+
+// Swap behaviours, as the kubelet's memorySwap.swapBehavior.
+const (
+	NoSwap      = "NoSwap"
+	LimitedSwap = "LimitedSwap"
+)
 
 // The kubelet's CFS constants (cm/helpers_linux.go).
 const (
@@ -69,16 +80,76 @@ func containerResources(r v1.ResourceRequirements) Resources {
 }
 
 // containerResources are c's settings on this node: with NoSwap where the
-// host can limit swap, as the kubelet's default swap behaviour.
-func (w *podWorker) containerResources(c *v1.Container) Resources {
-	r := containerResources(c.Resources)
+// host can limit swap, as the kubelet's default swap behaviour, or the
+// kubelet's LimitedSwap where it applies.
+func (w *podWorker) containerResources(pod *v1.Pod, c *v1.Container) Resources {
+	r := containerResources(cgroupRequirements(pod, c))
 	r.NoSwap = w.env.noSwap
+	if w.env.limitedSwap && limitedSwapApplies(pod, c) {
+		if max, ok := swapForBurstable(c.Resources.Requests.Memory().Value(), w.env.cfg.MemoryCapacity, w.env.cfg.SwapCapacity); ok {
+			r.NoSwap, r.LimitedSwap, r.SwapMax = false, true, max
+		}
+	}
 	return r
 }
 
+// cgroupRequirements are c's requests and limits as the kubelet applies
+// them to its cgroup: in a pod with pod-level resources, a cpu or memory
+// limit the container lacks is the pod's (getCPULimit, getMemoryLimit),
+// and so is its cpu request when it has none.
+func cgroupRequirements(pod *v1.Pod, c *v1.Container) v1.ResourceRequirements {
+	r := c.Resources
+	if !resourcehelper.IsPodLevelResourcesSet(pod) {
+		return r
+	}
+	r.Limits = maps.Clone(r.Limits)
+	if r.Limits == nil {
+		r.Limits = v1.ResourceList{}
+	}
+	for _, name := range []v1.ResourceName{v1.ResourceCPU, v1.ResourceMemory} {
+		if q := r.Limits[name]; q.IsZero() {
+			if pq := pod.Spec.Resources.Limits[name]; !pq.IsZero() {
+				r.Limits[name] = pq
+			}
+		}
+	}
+	return r
+}
+
+// limitedSwapApplies is the kubelet's GetContainerSwapBehavior for a host
+// where LimitedSwap can apply (cgroup v2 with the swap controller): a
+// container of a Burstable pod with a memory request below its limit
+// (or without one), unless the pod is critical. Unlike the kubelet, for
+// which every static pod is critical, a noderun pod counts as critical
+// only by its priority (system-node-critical, system-cluster-critical, or
+// spec.priority at least 2000000000): otherwise no pod could use swap.
+func limitedSwapApplies(pod *v1.Pod, c *v1.Container) bool {
+	switch pc := pod.Spec.PriorityClassName; {
+	case pc == SystemNodeCritical || pc == "system-cluster-critical":
+		return false
+	case pod.Spec.Priority != nil && *pod.Spec.Priority >= systemCriticalPriority:
+		return false
+	}
+	req, lim := c.Resources.Requests.Memory(), c.Resources.Limits.Memory()
+	noMemory := req.IsZero() && lim.IsZero()
+	return QOSClass(pod) == v1.PodQOSBurstable && !noMemory && req.Cmp(*lim) != 0
+}
+
+// swapForBurstable is the kubelet's calcSwapForBurstablePods: the
+// container's memory request's share of the machine's memory, of its swap.
+// ok is false where the kubelet falls back to NoSwap: memory unknown, or
+// a request above it.
+func swapForBurstable(request, memCapacity, swapCapacity int64) (int64, bool) {
+	if memCapacity <= 0 || request > memCapacity {
+		return 0, false
+	}
+	return int64(float64(request) / float64(memCapacity) * float64(swapCapacity)), true
+}
+
 // podTotals are a pod's requests and limits summed as the kubelet's
-// resource helpers sum them, and whether every container has each limit.
-// Pod-level spec.resources, once supported, replace the sums here.
+// resource helpers sum them (pod-level spec.resources replacing the sums
+// of what they set), and whether every container, or the pod, has each
+// limit.
 type podTotals struct {
 	cpuRequest, cpuLimit   int64 // milliCPU
 	memoryLimit            int64 // bytes
@@ -96,8 +167,18 @@ func totalsOf(pod *v1.Pod) podTotals {
 // limitsDeclared is ResourceConfigForPod's test that every container has
 // the cpu, the memory limit: each app container, each sidecar (with the
 // sidecars before it, as the limits are summed) and each init container
-// (with the sidecars started before it).
+// (with the sidecars started before it); a pod-level limit declares it
+// for all.
 func limitsDeclared(pod *v1.Pod) (cpu, mem bool) {
+	cpu, mem = containerLimitsDeclared(pod)
+	if resourcehelper.IsPodLevelResourcesSet(pod) {
+		cpu = cpu || !pod.Spec.Resources.Limits.Cpu().IsZero()
+		mem = mem || !pod.Spec.Resources.Limits.Memory().IsZero()
+	}
+	return cpu, mem
+}
+
+func containerLimitsDeclared(pod *v1.Pod) (cpu, mem bool) {
 	cpu, mem = true, true
 	check := func(l v1.ResourceList) {
 		cpu = cpu && !l.Cpu().IsZero()
@@ -164,8 +245,7 @@ const (
 // (every noderun pod is one, so critical; only system-node-critical ones
 // get the Guaranteed score whatever their QoS), with v1.37's default
 // feature gates: KubeletOOMScoreAdjTieBreak and DRANodeAllocatableResources
-// are off, and pod-level resources, which PodLevelResources would add, are
-// refused by manifests. memCapacity is the machine's memory (MemTotal), as
+// are off, PodLevelResources is on. memCapacity is the machine's memory (MemTotal), as
 // the kubelet's machineInfo; 0 (unknown) counts every request as nothing.
 func oomScoreAdj(pod *v1.Pod, c *v1.Container, memCapacity int64) int {
 	if pod.Spec.PriorityClassName == SystemNodeCritical {
@@ -177,12 +257,15 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, memCapacity int64) int {
 	case v1.PodQOSBestEffort:
 		return besteffortOOMScoreAdj
 	}
-	// Burstable: a container using more than it requested is the first to go.
-	adj := burstableOOMScoreAdj(c.Resources.Requests.Memory().Value(), memCapacity)
+	// Burstable: a container using more than it requested is the first to
+	// go. A pod-level memory request beyond its containers' is shared
+	// among them equally.
+	extra := podMemoryBeyondContainers(pod)
+	adj := burstableOOMScoreAdj(c.Resources.Requests.Memory().Value()+extra, memCapacity)
 	if isInitSidecar(pod, c) {
 		// A sidecar goes no earlier than the pod's regular containers: at
 		// most the score of the smallest request among them.
-		adj = min(adj, burstableOOMScoreAdj(minRegularMemoryRequest(pod), memCapacity))
+		adj = min(adj, burstableOOMScoreAdj(minRegularMemoryRequest(pod)+extra, memCapacity))
 	}
 	// Above any Guaranteed container's final score, below BestEffort's.
 	if adj < 1000+guaranteedOOMScoreAdj {
@@ -192,6 +275,18 @@ func oomScoreAdj(pod *v1.Pod, c *v1.Container, memCapacity int64) int {
 		return int(adj) - 1
 	}
 	return int(adj)
+}
+
+// podMemoryBeyondContainers is the kubelet's remainingPodMemReqPerContainer:
+// the pod-level memory request less the containers' aggregate, divided
+// among all containers (0 without a pod-level memory request).
+func podMemoryBeyondContainers(pod *v1.Pod) int64 {
+	if !resourcehelper.IsPodLevelRequestsSet(pod) || pod.Spec.Resources.Requests.Memory().IsZero() {
+		return 0
+	}
+	aggr := resourcehelper.AggregateContainerRequests(pod, resourcehelper.PodResourcesOptions{})
+	left := max(pod.Spec.Resources.Requests.Memory().Value()-aggr.Memory().Value(), 0)
+	return left / int64(len(pod.Spec.Containers)+len(pod.Spec.InitContainers))
 }
 
 // burstableOOMScoreAdj is 1000 less the request's share of the machine's

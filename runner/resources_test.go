@@ -182,3 +182,111 @@ func TestPodCgroupResources(t *testing.T) {
 		}
 	}
 }
+
+// TestSwapForBurstable is the kubelet's calcSwapForBurstablePods: the
+// request's share of memory, of the swap; NoSwap when it cannot be had.
+func TestSwapForBurstable(t *testing.T) {
+	gi := int64(1 << 30)
+	for _, tc := range []struct {
+		name               string
+		request, mem, swap int64
+		want               int64
+		ok                 bool
+	}{
+		{"a quarter of memory gets a quarter of swap", gi, 4 * gi, 2 * gi, gi / 2, true},
+		{"rounded down", 1, 3, 100, 33, true},
+		{"no swap on the machine", gi, 4 * gi, 0, 0, true},
+		{"request above memory", 5 * gi, 4 * gi, gi, 0, false},
+		{"memory unknown", gi, 0, gi, 0, false},
+	} {
+		got, ok := swapForBurstable(tc.request, tc.mem, tc.swap)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("%s: %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+// TestLimitedSwapApplies is the kubelet's GetContainerSwapBehavior on a
+// host where LimitedSwap can apply.
+func TestLimitedSwapApplies(t *testing.T) {
+	res := func(req, lim string) v1.ResourceRequirements {
+		r := v1.ResourceRequirements{Requests: v1.ResourceList{}, Limits: v1.ResourceList{}}
+		if req != "" {
+			r.Requests[v1.ResourceMemory] = resource.MustParse(req)
+		}
+		if lim != "" {
+			r.Limits[v1.ResourceMemory] = resource.MustParse(lim)
+		}
+		return r
+	}
+	critical := int32(2000000000)
+	for _, tc := range []struct {
+		name string
+		r    v1.ResourceRequirements
+		set  func(*v1.Pod)
+		want bool
+	}{
+		{"burstable, request below limit", res("64Mi", "128Mi"), nil, true},
+		{"burstable, request only", res("64Mi", ""), nil, true},
+		{"request equal to limit (Guaranteed)", res("64Mi", "64Mi"), nil, false},
+		{"no memory at all (BestEffort)", res("", ""), nil, false},
+		{"system-node-critical", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.PriorityClassName = SystemNodeCritical }, false},
+		{"system-cluster-critical", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.PriorityClassName = "system-cluster-critical" }, false},
+		{"critical priority", res("64Mi", "128Mi"), func(p *v1.Pod) { p.Spec.Priority = &critical }, false},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{Containers: []v1.Container{{Name: "a", Resources: tc.r}}}}
+		if tc.set != nil {
+			tc.set(pod)
+		}
+		if got := limitedSwapApplies(pod, &pod.Spec.Containers[0]); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestPodLevelResources: with spec.resources (PodLevelResources, on in
+// v1.37) the pod's QoS comes from the pod-level values alone, its cgroup
+// from them (ResourceConfigForPod), containers without a limit take the
+// pod's, and a pod-level memory request beyond the containers' is shared
+// out in their OOM scores.
+func TestPodLevelResources(t *testing.T) {
+	const mi = 1 << 20
+	for _, tc := range []struct {
+		name      string
+		pod, ctr  v1.ResourceRequirements
+		want      cgroups.PodResources
+		qos       v1.PodQOSClass
+		container Resources
+	}{
+		{"requests equal limits: Guaranteed, the containers' unlimited ones take the pod's", res("1", "1", "128Mi", "128Mi"), res("", "", "", ""),
+			cgroups.PodResources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, Memory: 128 * mi}, v1.PodQOSGuaranteed,
+			Resources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 128 * mi}},
+		{"limits alone (no defaulting for a static pod): Burstable, limited", res("", "1", "", "128Mi"), res("100m", "", "", ""),
+			cgroups.PodResources{CPUShares: 102, CPUQuota: 100000, CPUPeriod: 100000, Memory: 128 * mi}, v1.PodQOSBurstable,
+			Resources{CPUShares: 102, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 128 * mi}},
+		{"requests alone: Burstable, shares from the pod's request", res("500m", "", "64Mi", ""), res("", "", "", ""),
+			cgroups.PodResources{CPUShares: 512}, v1.PodQOSBurstable,
+			Resources{CPUShares: 2}},
+		{"pod-level memory only, containers' cpu ignored for QoS", res("", "", "64Mi", "64Mi"), res("1", "1", "", ""),
+			cgroups.PodResources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, Memory: 64 * mi}, v1.PodQOSBurstable,
+			Resources{CPUShares: 1024, CPUQuota: 100000, CPUPeriod: 100000, MemoryLimit: 64 * mi}},
+	} {
+		pod := &v1.Pod{Spec: v1.PodSpec{Resources: &tc.pod, Containers: []v1.Container{{Name: "c", Resources: tc.ctr}}}}
+		if got := QOSClass(pod); got != tc.qos {
+			t.Errorf("%s: QoS %s, want %s", tc.name, got, tc.qos)
+		}
+		if got := podCgroupResources(pod); got != tc.want {
+			t.Errorf("%s: pod cgroup %+v, want %+v", tc.name, got, tc.want)
+		}
+		if got := containerResources(cgroupRequirements(pod, &pod.Spec.Containers[0])); got != tc.container {
+			t.Errorf("%s: container %+v, want %+v", tc.name, got, tc.container)
+		}
+	}
+	// 1 GiB of pod memory request, 256 MiB of it the containers': the rest
+	// split over two, on a 4 GiB machine.
+	pod := &v1.Pod{Spec: v1.PodSpec{Resources: &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceMemory: resource.MustParse("1Gi")}},
+		Containers: []v1.Container{{Name: "a", Resources: res("", "", "256Mi", "")}, {Name: "b"}}}}
+	if got, want := oomScoreAdj(pod, &pod.Spec.Containers[1], 4<<30), 1000-1000*(384*mi)/(4<<30); got != int(want) {
+		t.Errorf("b's oom_score_adj %d, want %d (its 384 MiB share of the pod's request)", got, want)
+	}
+}

@@ -65,6 +65,10 @@ func (w *podWorker) publish(pod *v1.Pod, latest map[string]*ContainerStatus, act
 			Reason: v1.PodReasonTerminationByKubelet, Message: shutdownMessage,
 			LastTransitionTime: w.transition(v1.DisruptionTarget, v1.ConditionTrue, metav1.NewTime(w.env.clock.Now()))})
 	}
+	if c, ok := restartAllCondition(pod, s.Phase, acts.resetAll); ok {
+		c.LastTransitionTime = w.transition(c.Type, c.Status, metav1.NewTime(w.env.clock.Now()))
+		s.Conditions = append(s.Conditions, c)
+	}
 	w.board.setStatus(out)
 	return s
 }
@@ -93,6 +97,9 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 			reason = waitReason{"ContainerCreating", w.st.netErr.Error()}
 		}
 		cs.State.Waiting = &v1.ContainerStateWaiting{Reason: reason.reason, Message: reason.message}
+		if n, ok := w.st.reset[c.Name]; ok {
+			cs.RestartCount, cs.LastTerminationState.Terminated = int32(n), resetLastState()
+		}
 		return cs
 	}
 	cs.ContainerID = "containerd://" + st.ID
@@ -134,7 +141,7 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 	case StateExited:
 		term := w.terminated(pod, c, st)
 		cs.Ready = init && !isSidecar(c) && st.State == StateExited && st.ExitCode == 0
-		if r, ok := w.st.waiting[c.Name]; ok && (isSidecar(c) || shouldStart(pod.Spec.RestartPolicy, st)) {
+		if r, ok := w.st.waiting[c.Name]; ok && ((init && isSidecar(c)) || shouldStart(&pod.Spec, c, st)) {
 			// Waiting to be restarted: what just ended becomes lastState.
 			cs.State.Waiting = &v1.ContainerStateWaiting{Reason: r.reason, Message: r.message}
 			cs.LastTerminationState.Terminated = term
@@ -145,30 +152,39 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 	return cs
 }
 
-// podPhase follows the kubelet's rules for a pod's phase.
+// podPhase follows the kubelet's getPhase with ContainerRestartRules on: a
+// failed init container that will not run again fails the pod; once all
+// app containers have stopped, the pod runs on while any of them is to be
+// restarted (restartOnExit), and else succeeded or failed.
 func podPhase(pod *v1.Pod, s *v1.PodStatus, initDone bool) v1.PodPhase {
 	if !initDone {
-		for _, cs := range s.InitContainerStatuses {
-			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && pod.Spec.RestartPolicy == v1.RestartPolicyNever {
+		for i, cs := range s.InitContainerStatuses {
+			if t := cs.State.Terminated; t != nil && t.ExitCode != 0 && !restartOnExit(&pod.Spec, &pod.Spec.InitContainers[i], t.ExitCode) {
 				return v1.PodFailed
 			}
 		}
 		return v1.PodPending
 	}
-	var running, waiting, stopped, succeeded int
-	for _, cs := range s.ContainerStatuses {
+	var running, waiting, stopped, final, succeeded int
+	for i, cs := range s.ContainerStatuses {
+		t := cs.State.Terminated
 		switch {
 		case cs.State.Running != nil:
 			running++
-		case cs.State.Terminated != nil:
-			stopped++
-			if cs.State.Terminated.ExitCode == 0 {
+			continue
+		case t != nil:
+			if t.ExitCode == 0 {
 				succeeded++
 			}
 		case cs.LastTerminationState.Terminated != nil:
-			stopped++
+			t = cs.LastTerminationState.Terminated
 		default:
 			waiting++
+			continue
+		}
+		stopped++
+		if !restartOnExit(&pod.Spec, &pod.Spec.Containers[i], t.ExitCode) {
+			final++
 		}
 	}
 	switch {
@@ -176,22 +192,14 @@ func podPhase(pod *v1.Pod, s *v1.PodStatus, initDone bool) v1.PodPhase {
 		return v1.PodPending
 	case running > 0:
 		return v1.PodRunning
-	case stopped > 0:
-		switch pod.Spec.RestartPolicy {
-		case v1.RestartPolicyAlways:
-			return v1.PodRunning
-		case v1.RestartPolicyOnFailure:
-			if stopped == succeeded {
-				return v1.PodSucceeded
-			}
-			return v1.PodRunning
-		}
-		if stopped == succeeded {
-			return v1.PodSucceeded
-		}
-		return v1.PodFailed
+	case stopped == 0:
+		return v1.PodPending
+	case stopped != final:
+		return v1.PodRunning // some are to be restarted
+	case stopped == succeeded:
+		return v1.PodSucceeded
 	}
-	return v1.PodPending
+	return v1.PodFailed
 }
 
 func (w *podWorker) conditions(pod *v1.Pod, s *v1.PodStatus, initDone bool) []v1.PodCondition {
@@ -223,9 +231,12 @@ func (w *podWorker) conditions(pod *v1.Pod, s *v1.PodStatus, initDone bool) []v1
 			sandbox.Reason = "NetworkNotReady"
 		}
 	}
+	// Once initialized, a pod stays so while init containers run again
+	// (RestartAllContainers, a new sandbox), as the kubelet v1.37 keeps it.
+	initialized := initDone || w.st.conds[v1.PodInitialized].status == v1.ConditionTrue
 	return []v1.PodCondition{
 		sandbox,
-		cond(v1.PodInitialized, initDone),
+		cond(v1.PodInitialized, initialized),
 		cond(v1.PodReady, ready),
 		cond(v1.ContainersReady, ready),
 		cond(v1.PodScheduled, true),

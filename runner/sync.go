@@ -81,6 +81,13 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	}
 	delete(w.st.backoff, "list")
 	acts := computePodActions(w.view(pod, latest))
+	if acts.resetAll {
+		w.publish(pod, latest, acts) // AllContainersRestarting while they go
+		retry = minPositive(retry, w.resetAll(ctx, pod, acts, latest))
+		acts.resetAll, acts.initDone = false, false
+		w.publish(pod, latest, acts)
+		return retry
+	}
 	if len(acts.start) == 0 && !anyLive(latest) {
 		// The pod has ended (or is failing for good): what was
 		// precreated for later will not start.
@@ -238,6 +245,10 @@ func (w *podWorker) observeAfterKill(ctx context.Context, pod *v1.Pod) (map[stri
 func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction, latest map[string]*ContainerStatus) time.Duration {
 	prev := s.prev
 	if prev == nil {
+		if n, ok := w.st.reset[s.c.Name]; ok {
+			// Removed by RestartAllContainers: no backoff, the count goes on.
+			return w.start(ctx, pod, s, n, resetLastState(), latest)
+		}
 		return w.start(ctx, pod, s, 0, nil, latest)
 	}
 	if prev.State == StateCreated {
@@ -250,7 +261,7 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 	if prev.State == StateExited || prev.State == StateCreated {
 		b := w.st.backoff[s.c.Name]
 		if b == nil {
-			b = &backoff{}
+			b = crashBackoff(w.env.cfg.CrashLoopMaxBackoff)
 			w.st.backoff[s.c.Name] = b
 		}
 		finished := prev.FinishedAt
@@ -305,7 +316,7 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 	}
 	// Probes begin once the container counts as running: after postStart.
 	e.probes.SetContainer(pod.UID, c.Name, run.ID, run.CreatedAt)
-	if isSidecar(c) {
+	if s.init && isSidecar(c) {
 		w.poke() // the next init container may start once this one runs
 	}
 	return 0
@@ -381,6 +392,7 @@ func (w *podWorker) started(ctx context.Context, pod *v1.Pod, s startAction, run
 	delete(w.st.backoff, "start:"+c.Name)
 	delete(w.st.backoff, "pull:"+c.Name)
 	delete(w.st.pullUntil, c.Name)
+	delete(w.st.reset, c.Name)
 	old := latest[c.Name]
 	latest[c.Name] = run
 	if old != nil && old.ID != run.ID {
@@ -714,7 +726,7 @@ func (w *podWorker) stopAll(ctx context.Context, pod *v1.Pod) []ContainerStatus 
 			c = &v1.Container{Name: run.Name} // an orphan known by labels only
 		}
 		k := killAction{c: c, init: run.Init, run: run, message: "Stopping container " + run.Name, grace: grace}
-		if isSidecar(c) {
+		if run.Init && isSidecar(c) {
 			sidecars[c.Name] = k
 			continue
 		}

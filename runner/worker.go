@@ -65,6 +65,9 @@ type podState struct {
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
+	// reset: containers RestartAllContainers removed, by name, with the
+	// restart count their next run gets (restartall.go).
+	reset map[string]int
 	// listedEmpty: this sync found the pod without containers before it
 	// precreated some, so its listing needs no runtime call.
 	listedEmpty bool
@@ -96,6 +99,9 @@ type podEnv struct {
 	noSwap bool
 	// objects are the sources' ConfigMaps and Secrets.
 	objects *configObjects
+	// limitedSwap: the node runs the kubelet's LimitedSwap and the host
+	// can apply it (cgroup v2 with the swap controller).
+	limitedSwap bool
 }
 
 // board is the engine's shared state as a worker may touch it; the engine
@@ -296,12 +302,15 @@ func podRef(p *v1.Pod) string {
 }
 
 // backoff is the kubelet's crash-loop backoff: the first restart is
-// immediate, then 10 s doubling up to 5 min; a container that ran cleanly
-// for twice the cap starts over.
+// immediate, then 10 s doubling up to 5 min (or up to the node's
+// --crashloop-max-backoff); a container that ran cleanly for 10 min starts
+// over.
 type backoff struct {
 	delay time.Duration // what the next crash will wait
-	forID string        // the exited container the current wait is for
-	wait  time.Duration
+	// initial and cap bound the delay (zero: 10 s and 5 min).
+	initial, cap time.Duration
+	forID        string // the exited container the current wait is for
+	wait         time.Duration
 	// until is when the current wait ends and seen when the crash it is
 	// for was seen, both on the monotonic clock, so a step of the wall
 	// clock changes nothing.
@@ -311,12 +320,30 @@ type backoff struct {
 const (
 	backoffInitial = 10 * time.Second
 	backoffMax     = 5 * time.Minute
+	// backoffExpiry is the kubelet's crashLoopBackOff.HasExpiredFunc: a
+	// crash seen this long after the last one starts the delay over,
+	// whatever the cap.
+	backoffExpiry = 600 * time.Second
+	// Bounds of --crashloop-max-backoff, the kubelet's
+	// crashLoopBackOff.maxContainerRestartPeriod (KEP-5593).
+	MinCrashLoopMaxBackoff = time.Second
+	MaxCrashLoopMaxBackoff = 300 * time.Second
 )
+
+// crashBackoff is a container's crash-loop backoff capped at max (0: the
+// kubelet's 5 min), its first delay 10 s or max if lower, as the kubelet's
+// newCrashLoopBackOff.
+func crashBackoff(max time.Duration) *backoff {
+	if max <= 0 {
+		max = backoffMax
+	}
+	return &backoff{initial: min(backoffInitial, max), cap: max}
+}
 
 // waitFor returns how long after its exit the container id may be replaced.
 // It is stable for one id, so repeated syncs of one crash agree. As in the
 // kubelet's backoff, the delay starts over when the previous crash was seen
-// more than twice the maximum ago. The runtime's wall-clock finish time
+// more than backoffExpiry ago. The runtime's wall-clock finish time
 // counts only as an age between 0 and the wait, taken when the exit is
 // first seen (now): a finish time in the future (the clock stepped back)
 // or far past cannot stretch or skip the wait.
@@ -324,16 +351,20 @@ func (b *backoff) waitFor(id string, finishedAt, now time.Time) time.Duration {
 	if b.forID == id {
 		return b.wait
 	}
-	if !b.seen.IsZero() && now.Sub(b.seen) > 2*backoffMax {
+	if !b.seen.IsZero() && now.Sub(b.seen) > backoffExpiry {
 		b.delay = 0
 	}
 	b.forID, b.wait, b.seen = id, b.delay, now
 	age := min(max(now.Sub(finishedAt), 0), b.wait)
 	b.until = now.Add(b.wait - age)
+	initial, limit := b.initial, b.cap
+	if limit == 0 {
+		initial, limit = backoffInitial, backoffMax
+	}
 	if b.delay == 0 {
-		b.delay = backoffInitial
+		b.delay = initial
 	} else {
-		b.delay = min(b.delay*2, backoffMax)
+		b.delay = min(b.delay*2, limit)
 	}
 	return b.wait
 }

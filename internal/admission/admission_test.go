@@ -130,6 +130,13 @@ func TestPod(t *testing.T) {
 		{name: "overhead counts", pod: pod(app(reqs("cpu", "1")), func(p *v1.Pod) {
 			p.Spec.Overhead = v1.ResourceList{v1.ResourceCPU: resource.MustParse("1500m")}
 		}), reason: "OutOfcpu", msg: "Node didn't have enough resource: cpu, requested: 2500, used: 0, capacity: 2000", nilAllocOK: true},
+		{name: "a pod-level request counts in place of its containers'", pod: pod(app(reqs("cpu", "200m")), func(p *v1.Pod) {
+			p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1500m")}}
+		}), others: onePodOf(reqs("cpu", "1")), reason: "OutOfcpu", msg: "Node didn't have enough resource: cpu, requested: 1500, used: 1000, capacity: 2000", nilAllocOK: true},
+		{name: "another pod's pod-level request counts", pod: pod(app(reqs("cpu", "1"))),
+			others: []*v1.Pod{pod(app(reqs("cpu", "100m")), func(p *v1.Pod) {
+				p.Spec.Resources = &v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("1200m")}}
+			})}, reason: "OutOfcpu", msg: "Node didn't have enough resource: cpu, requested: 1000, used: 1200, capacity: 2000", nilAllocOK: true},
 		{name: "extended resource with no device plugin is admitted", pod: pod(app(reqs("example.com/foo", "2")))},
 		{name: "host port taken", pod: pod(app(reqs(), port("", 8080, ""))), others: onePodOf(reqs(), port("", 8080, v1.ProtocolTCP)),
 			reason: "NodePorts", msg: "Predicate NodePorts failed: node(s) didn't have free ports for the requested pod ports"},

@@ -322,3 +322,13 @@ func writeFile(path, value string) error {
 	}
 	return nil
 }
+
+// SwapCapacity is the machine's swap in bytes (SwapTotal in /proc/meminfo),
+// as the kubelet's machine info; 0 when it cannot be read.
+func SwapCapacity() int64 {
+	mi, err := readMeminfo("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	return int64(mi["SwapTotal"])
+}

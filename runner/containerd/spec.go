@@ -311,7 +311,8 @@ func ownOOMScoreAdj() int {
 // cpu.weight (1 + (shares-2)*9999/262142), quota and period into cpu.max,
 // the limit into memory.max. NoSwap is the kubelet's: memory+swap equal to
 // the memory limit on v1 (containerd's CRI plugin sets the spec's swap
-// so), memory.swap.max 0 on v2, through the spec's unified map.
+// so), memory.swap.max 0 on v2, through the spec's unified map; LimitedSwap
+// (v2 only) sets memory.swap.max to the container's share.
 func withResources(r runner.Resources, unified bool) oci.SpecOpts {
 	return func(_ context.Context, _ oci.Client, _ *containers.Container, s *oci.Spec) error {
 		if s.Linux == nil {
@@ -328,11 +329,11 @@ func withResources(r runner.Resources, unified bool) oci.SpecOpts {
 				res.Memory.Swap = &limit
 			}
 		}
-		if r.NoSwap && unified {
+		if (r.NoSwap || r.LimitedSwap) && unified {
 			if res.Unified == nil {
 				res.Unified = map[string]string{}
 			}
-			res.Unified["memory.swap.max"] = "0"
+			res.Unified["memory.swap.max"] = strconv.FormatInt(r.SwapMax, 10) // 0 with NoSwap
 		}
 		shares := r.CPUShares
 		res.CPU = &specs.LinuxCPU{Shares: &shares}

@@ -142,6 +142,15 @@ func TestWithResourcesNoSwap(t *testing.T) {
 	}
 }
 
+// LimitedSwap (v2 only) writes the container's share into memory.swap.max.
+func TestWithResourcesLimitedSwap(t *testing.T) {
+	r := runner.Resources{CPUShares: 2, MemoryLimit: 256 << 20, LimitedSwap: true, SwapMax: 12345}
+	res := genSpec(t, withResources(r, true)).Linux.Resources
+	if res.Unified["memory.swap.max"] != "12345" || res.Memory.Swap != nil {
+		t.Errorf("unified %v swap %v; want memory.swap.max 12345 and no v1 swap", res.Unified, res.Memory.Swap)
+	}
+}
+
 func TestRepoDigest(t *testing.T) {
 	for in, want := range map[string]string{
 		"docker.io/library/busybox:1.36":       "docker.io/library/busybox@sha256:ab",
