@@ -83,7 +83,7 @@ func main() {
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	peersRun := flag.Bool("peers", false, "instead, measure noderun, the floor, the kubelet (standalone, static pods) and podman kube play side by side (issue 40)")
-	pc := PeersConfig{Runs: 5, BurstRuns: 3, PSSPods: 30, KubeSubnet: "10.214.0.0/16", PodmanSubnet: "10.215.0.0/16"}
+	pc := PeersConfig{Runs: 5, BurstRuns: 3, PSSPods: 30, KubeSubnet: "10.216.0.0/16", PodmanSubnet: "10.217.0.0/16"}
 	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
 	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
 	peerSystems := flag.String("peers-systems", strings.Join(allSystems, ","), "-peers: the systems to measure beside noderun, comma-separated")
