@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderun/noderun/internal/admission"
 )
@@ -21,8 +22,9 @@ const (
 	Ignored FieldStatus = "ignored" // accepted, does nothing here on purpose: a warning
 )
 
-// fieldRule classifies one field. Paths start at "spec."; fields of
-// init and app containers are listed once under "container.". A Works
+// fieldRule classifies one field. Paths start at the Pod ("spec.",
+// "metadata."); fields of init and app containers are listed once under
+// "container.". A Works
 // field's own fields are classified too; a Refused or Ignored field covers
 // everything below it. accept, when set, narrows a Refused field: values it
 // accepts work, others are refused.
@@ -44,9 +46,30 @@ const (
 	whyResources  = "cpu and memory are enforced and admitted against the node; extended resources (example.com/foo) are admitted without a device, as by the kubelet with no device plugin registered; others (ephemeral-storage, hugepages) are not supported"
 	whyAdmission  = "admitted against the node's labels (the kubelet's well-known ones and --node-labels): a pod they do not match is rejected, phase Failed, reason NodeAffinity, as by the kubelet"
 	whyPodAffin   = "scheduling only: the kubelet does not check it at admission either"
+	whyServerSets = "set by the API server, which ignores a value in what it is given; noderun's API reports its own"
 )
 
 var fieldRules = []fieldRule{
+	{path: "kind", status: Works, reason: "Pod, or PodList with the pods in items"},
+	{path: "apiVersion", status: Works, reason: "v1"},
+	{path: "metadata", status: Works},
+	{path: "metadata.name", status: Works},
+	{path: "metadata.generateName", status: Refused, reason: "static pods need a fixed metadata.name"},
+	{path: "metadata.namespace", status: Works, reason: "default when unset"},
+	{path: "metadata.selfLink", status: Ignored, reason: "no longer set by Kubernetes (since 1.20)"},
+	{path: "metadata.uid", status: Works, reason: "when unset, a hash of the source and the manifest, as the kubelet makes for static pods"},
+	{path: "metadata.resourceVersion", status: Ignored, reason: whyServerSets},
+	{path: "metadata.generation", status: Ignored, reason: whyServerSets},
+	{path: "metadata.creationTimestamp", status: Ignored, reason: whyServerSets},
+	{path: "metadata.deletionTimestamp", status: Ignored, reason: whyServerSets},
+	{path: "metadata.deletionGracePeriodSeconds", status: Ignored, reason: whyServerSets},
+	{path: "metadata.labels", status: Works},
+	{path: "metadata.annotations", status: Works, reason: "noderun's own are under noderun.dev/ (docs/pods.md)"},
+	{path: "metadata.ownerReferences", status: Ignored, reason: "no garbage collector on a standalone node; a pod lives as long as its manifest"},
+	{path: "metadata.finalizers", status: Ignored, reason: "no API server deletes objects here; a pod goes when its manifest does"},
+	{path: "metadata.managedFields", status: Ignored, reason: "server-side apply's bookkeeping: " + whyServerSets},
+	{path: "status", status: Ignored, reason: "a pod's status is what noderun reports; a manifest's is not read, as by the kubelet"},
+	{path: "spec", status: Works},
 	{path: "spec.volumes", status: Works},
 	{path: "spec.volumes[].name", status: Works},
 	{path: "spec.volumes[].hostPath", status: Works},
@@ -398,11 +421,19 @@ type fieldFinding struct {
 
 // checkFields walks what the manifest set (before defaulting, so that only
 // fields the user wrote count) and reports refused and ignored fields.
-func checkFields(spec *v1.PodSpec) []fieldFinding {
+func checkFields(pod *v1.Pod) []fieldFinding {
 	var out []fieldFinding
-	walkValue(reflect.ValueOf(spec).Elem(), "spec", "spec", &out)
+	walkValue(reflect.ValueOf(pod).Elem(), "", "", &out)
 	return out
 }
+
+// walkable says whether the walks go into a struct type: the core/v1 types
+// and the Pod's metadata, not apimachinery's leaves (quantities, times).
+func walkable(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && (t.PkgPath() == corePkg || t == objectMetaType)
+}
+
+var objectMetaType = reflect.TypeOf(metav1.ObjectMeta{})
 
 // walkValue visits the fields of the struct v; concrete is the path with
 // indexes, key the rule path.
@@ -412,20 +443,20 @@ func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
 		f, fv := t.Field(i), v.Field(i)
 		name := jsonName(f)
 		if name == "" {
-			walkValue(fv, concrete, key, out) // inline (VolumeSource)
+			walkValue(fv, concrete, key, out) // inline (TypeMeta, VolumeSource)
 			continue
 		}
 		if fv.IsZero() {
 			continue
 		}
-		fkey := key + "." + name
+		fkey := join(key, name)
 		if fkey == "spec.containers" || fkey == "spec.initContainers" {
 			for j := range fv.Len() {
 				walkValue(fv.Index(j), fmt.Sprintf("%s.%s[%d]", concrete, name, j), "container", out)
 			}
 			continue
 		}
-		fconcrete := concrete + "." + name
+		fconcrete := join(concrete, name)
 		r := ruleIndex[fkey]
 		switch {
 		case r == nil:
@@ -450,7 +481,7 @@ func descend(v reflect.Value, concrete, key string, out *[]fieldFinding) {
 			descend(v.Index(j), fmt.Sprintf("%s[%d]", concrete, j), key+"[]", out)
 		}
 	case reflect.Struct:
-		if v.Type().PkgPath() == corePkg {
+		if walkable(v.Type()) {
 			walkValue(v, concrete, key, out)
 		}
 	}

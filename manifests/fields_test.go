@@ -18,8 +18,8 @@ import (
 
 var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md")
 
-// typePaths lists every field path reachable from PodSpec by walking the
-// core/v1 types, descending below Works fields only (a refused or ignored
+// typePaths lists every field path reachable from Pod by walking the
+// core/v1 types and its metadata, descending below Works fields only (a refused or ignored
 // field covers its subtree), as checkFields does on values.
 func typePaths(t *testing.T) []string {
 	t.Helper()
@@ -33,7 +33,7 @@ func typePaths(t *testing.T) []string {
 				walk(f.Type, key)
 				continue
 			}
-			fkey := key + "." + name
+			fkey := join(key, name)
 			if fkey == "spec.containers" || fkey == "spec.initContainers" {
 				out = append(out, fkey)
 				walk(reflect.TypeOf(v1.Container{}), "container")
@@ -50,12 +50,12 @@ func typePaths(t *testing.T) []string {
 				}
 				ft = ft.Elem()
 			}
-			if ft.Kind() == reflect.Struct && ft.PkgPath() == corePkg {
+			if walkable(ft) {
 				walk(ft, k)
 			}
 		}
 	}
-	walk(reflect.TypeOf(v1.PodSpec{}), "spec")
+	walk(reflect.TypeOf(v1.Pod{}), "")
 	return out
 }
 
@@ -137,7 +137,7 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := mustDecode(t, podWith(tt.spec))
 			var errs, warnings []string
-			for _, f := range checkFields(&pod.Spec) {
+			for _, f := range checkFields(pod) {
 				if f.status == Refused {
 					errs = append(errs, f.path)
 				} else {
@@ -152,6 +152,21 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 				t.Errorf("refused %v ignored %v, want refused %v ignored %v", errs, warnings, tt.errs, tt.warnings)
 			}
 		})
+	}
+}
+
+// A Pod read back from a cluster (kubectl get -o yaml) carries what the API
+// server set: each such field is a warning, generateName an error.
+func TestCheckFieldsOnMetadataAndStatus(t *testing.T) {
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  generateName: web-\n  labels: {a: b}\n  resourceVersion: '7'\n" +
+		"  creationTimestamp: null\n  ownerReferences: [{apiVersion: v1, kind: Node, name: n1, uid: u}]\nspec:\n" + oneContainer + "status: {phase: Running}\n"
+	var got []string
+	for _, f := range checkFields(mustDecode(t, in)) {
+		got = append(got, string(f.status)+" "+f.path)
+	}
+	want := []string{"refused metadata.generateName", "ignored metadata.resourceVersion", "ignored metadata.ownerReferences", "ignored status"}
+	if !slices.Equal(got, want) {
+		t.Errorf("findings %q, want %q", got, want)
 	}
 }
 
@@ -210,12 +225,14 @@ func fieldsReference() string {
 
 <!-- Generated from manifests/fields.go by ` + "`make docs`" + `; do not edit. -->
 
-Every field of the Pod API is in exactly one of three lists (` + "`manifests/fields.go`" + `): it **works** as
-in Kubernetes, it is **refused** (the pod is an error naming the field, in ` + "`noderun check`" + `, the log
-and ` + "`GET /manifests`" + `), or it is **ignored** on purpose (a warning in ` + "`noderun check`" + `, which still
-exits 0, and one log line). A test walks the core/v1 types by reflection and fails when a field is
-in no list, so an upgrade of the Kubernetes API cannot add a field that is silently ignored. A
-refused or ignored field covers the fields below it. Container fields hold for init and app
+Every field path of the Kubernetes v1.37 Pod (` + "`k8s.io/api`" + ` v0.37: metadata, spec with its containers,
+volumes, probes and security contexts, status) is in exactly one of three lists
+(` + "`manifests/fields.go`" + `): it **works** as in Kubernetes, it is **refused** (the pod is an error naming
+the field, in ` + "`noderun check`" + `, the log and ` + "`GET /manifests`" + `), or it is **ignored**: accepted with no
+effect, on purpose (a warning in ` + "`noderun check`" + `, which still exits 0, and one log line). A test
+walks the types by reflection and fails naming every field path in no list and every listed path
+that no longer exists, so an upgrade of the Kubernetes API cannot add a field that is silently
+ignored. A refused or ignored field covers the fields below it. Container fields hold for init and app
 containers alike (` + "`spec.[init]containers[]`" + `).
 
 ` + fieldTable()

@@ -59,7 +59,7 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 // checkPod applies the field lists to what the manifest says, before
 // defaults fill fields in, then defaults and validates the pod.
 func checkPod(pod *v1.Pod) (errs, warnings []error) {
-	errs, warnings = fieldErrors(checkFields(&pod.Spec))
+	errs, warnings = fieldErrors(checkFields(pod))
 	ApplyDefaults(pod)
 	return append(errs, Validate(pod)...), warnings
 }

@@ -76,9 +76,6 @@ func (v *validator) metadata(pod *v1.Pod) {
 			v.add("metadata.uid", "%v", err)
 		}
 	}
-	if pod.GenerateName != "" {
-		v.add("metadata.generateName", "static pods need a fixed metadata.name")
-	}
 	// Checked here too, not only when the pod's network is attached.
 	for _, key := range []string{bandwidth.IngressAnnotation, bandwidth.EgressAnnotation} {
 		if val, ok := pod.Annotations[key]; ok {
