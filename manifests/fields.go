@@ -33,12 +33,38 @@ type fieldRule struct {
 	status FieldStatus
 	reason string
 	accept func(reflect.Value) bool
+	// explain, when set, words the refusal of a value more precisely
+	// than reason, which the reference shows.
+	explain func(reflect.Value) string
+}
+
+// Reasons of fields Kubernetes v1.37 gates off by default
+// (pkg/features/kube_features.go at v1.37.2): its API server drops them and
+// its kubelet does not act on them, so a pod that relies on one is refused
+// rather than run without it.
+var (
+	whyH2CProbe  = alpha("H2CContainerProbe") + "; probes and hooks speak plain HTTP/1.1"
+	whyTLSProbe  = alpha("GRPCContainerProbeTLS") + "; gRPC probes are plaintext"
+	whyUserField = alpha("AtomicWriteVolumeUserFields")
+)
+
+// alpha is the reason of a field behind an alpha feature gate.
+func alpha(gate string) string {
+	return "alpha in Kubernetes v1.37 (the " + gate + " feature gate, off by default)"
+}
+
+// StaticPodReference is the kubelet v1.37's refusal of a static pod that
+// references API objects (pkg/kubelet/config/common.go; the API server's
+// NodeRestriction refuses such a mirror pod too): resource is named as the
+// kubelet names it, e.g. "secrets (via secret volumes)". Every such refusal
+// goes through here.
+func StaticPodReference(resource string) string {
+	return "static pods may not reference " + resource + ", as in Kubernetes v1.37 (there is no API server to read them from)"
 }
 
 // Reasons shared by several fields.
 const (
 	whyAPIServer  = "needs an API server (its content or its effect lives in API objects)"
-	whyAlphaProbe = "alpha in Kubernetes (behind a feature gate); plain HTTP/1.1 and gRPC without TLS are what the kubelet does by default"
 	whyScheduling = "scheduling only: there is one node and no scheduler"
 	whySELinux    = "this node has no SELinux; the kubelet with containerd ignores it there too"
 	whyWindows    = "Linux node: the kubelet ignores Windows options on Linux"
@@ -78,7 +104,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].emptyDir", status: Works},
 	{path: "spec.volumes[].emptyDir.medium", status: Works},
 	{path: "spec.volumes[].emptyDir.sizeLimit", status: Works, reason: "the size of a Memory emptyDir's tmpfs; a disk emptyDir is not measured"},
-	{path: "spec.volumes[].emptyDir.mode", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].emptyDir.mode", status: Refused, reason: alpha("EmptyDirVolumeMode")},
 	{path: "spec.volumes[].downwardAPI", status: Works, reason: "mounted read-only, written atomically (..data swap)"},
 	{path: "spec.volumes[].downwardAPI.items", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].path", status: Works},
@@ -90,20 +116,20 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.resource", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.divisor", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].mode", status: Works},
-	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].downwardAPI.defaultMode", status: Works},
-	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyNotHere},
-	{path: "spec.volumes[].secret", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].configMap", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].projected", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].ephemeral", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].csi", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].secret", status: Refused, reason: StaticPodReference("secrets (via secret volumes)")},
+	{path: "spec.volumes[].configMap", status: Refused, reason: StaticPodReference("configmaps (via configmap volumes)")},
+	{path: "spec.volumes[].projected", status: Refused, reason: whyProjected, explain: projectedReason},
+	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: StaticPodReference("persistentvolumeclaims")},
+	{path: "spec.volumes[].ephemeral", status: Refused, reason: StaticPodReference("persistentvolumeclaims (via ephemeral volumes)")},
+	{path: "spec.volumes[].csi", status: Refused, reason: StaticPodReference("csidrivers (via CSI volumes)")},
 	{path: "spec.volumes[].image", status: Refused, reason: whyNotHere},
-	{path: "spec.volumes[].gitRepo", status: Refused, reason: "deprecated in Kubernetes; use an init container"},
+	{path: "spec.volumes[].gitRepo", status: Refused, reason: "disabled in Kubernetes v1.37 (the deprecated GitRepoVolumeDriver feature gate, off by default); use an init container"},
 	{path: "spec.volumes[].nfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].iscsi", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
-	{path: "spec.volumes[].glusterfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].glusterfs", status: Refused, reason: StaticPodReference("endpoints (via glusterFS volumes)")},
 	{path: "spec.volumes[].rbd", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].cephfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].fc", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
@@ -112,7 +138,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].cinder", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].gcePersistentDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].awsElasticBlockStore", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
-	{path: "spec.volumes[].azureFile", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].azureFile", status: Refused, reason: StaticPodReference("secrets (via azureFile volumes)")},
 	{path: "spec.volumes[].azureDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].vsphereVolume", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].quobyte", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
@@ -134,7 +160,7 @@ var fieldRules = []fieldRule{
 	{path: "container.ports[].containerPort", status: Works},
 	{path: "container.ports[].protocol", status: Works},
 	{path: "container.ports[].hostIP", status: Works},
-	{path: "container.envFrom", status: Refused, reason: "its sources are config maps and secrets: " + whyAPIServer},
+	{path: "container.envFrom", status: Refused, reason: StaticPodReference("configmaps or secrets"), explain: envFromReason},
 	{path: "container.env", status: Works},
 	{path: "container.env[].name", status: Works},
 	{path: "container.env[].value", status: Works, reason: "with $(VAR) expansion"},
@@ -146,16 +172,16 @@ var fieldRules = []fieldRule{
 	{path: "container.env[].valueFrom.resourceFieldRef.containerName", status: Works},
 	{path: "container.env[].valueFrom.resourceFieldRef.resource", status: Works},
 	{path: "container.env[].valueFrom.resourceFieldRef.divisor", status: Works},
-	{path: "container.env[].valueFrom.configMapKeyRef", status: Refused, reason: whyAPIServer},
-	{path: "container.env[].valueFrom.secretKeyRef", status: Refused, reason: whyAPIServer},
+	{path: "container.env[].valueFrom.configMapKeyRef", status: Refused, reason: StaticPodReference("configmaps")},
+	{path: "container.env[].valueFrom.secretKeyRef", status: Refused, reason: StaticPodReference("secrets")},
 	{path: "container.env[].valueFrom.fileKeyRef", status: Refused, reason: whyNotHere},
 	{path: "container.resources", status: Works},
 	{path: "container.resources.limits", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
 	{path: "container.resources.requests", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
-	{path: "container.resources.claims", status: Refused, reason: whyAPIServer},
+	{path: "container.resources.claims", status: Refused, reason: StaticPodReference("resourceclaims")},
 	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
 	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar (Kubernetes 1.29+); app containers may not set it, as in Kubernetes"},
-	{path: "container.restartPolicyRules", status: Refused, reason: "alpha in Kubernetes (ContainerRestartRules feature gate)"},
+	{path: "container.restartPolicyRules", status: Refused, reason: whyNotHere + " yet (beta and on in Kubernetes v1.37)"},
 	{path: "container.volumeMounts", status: Works},
 	{path: "container.volumeMounts[].name", status: Works},
 	{path: "container.volumeMounts[].readOnly", status: Works},
@@ -164,7 +190,7 @@ var fieldRules = []fieldRule{
 	{path: "container.volumeMounts[].subPath", status: Works, reason: "resolved inside the volume; links out of it are refused"},
 	{path: "container.volumeMounts[].mountPropagation", status: Works, reason: "None, HostToContainer (rslave), Bidirectional (rshared, privileged only), as CRI maps them"},
 	{path: "container.volumeMounts[].subPathExpr", status: Works, reason: "$(VAR) from the container's env, then resolved as a subPath"},
-	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: whyNotHere},
+	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: alpha("VolumeBindMountOptions")},
 	{path: "container.volumeDevices", status: Refused, reason: "block devices need persistentVolumeClaim volumes: " + whyAPIServer},
 	{path: "container.livenessProbe", status: Works, reason: "restarts the container after failureThreshold failures; made by noderun itself (exec through containerd)"},
 	{path: "container.livenessProbe.exec", status: Works},
@@ -175,7 +201,7 @@ var fieldRules = []fieldRule{
 	{path: "container.livenessProbe.httpGet.host", status: Works},
 	{path: "container.livenessProbe.httpGet.scheme", status: Works},
 	{path: "container.livenessProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.livenessProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.livenessProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.livenessProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.livenessProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.livenessProbe.tcpSocket", status: Works},
@@ -184,7 +210,7 @@ var fieldRules = []fieldRule{
 	{path: "container.livenessProbe.grpc", status: Works},
 	{path: "container.livenessProbe.grpc.port", status: Works},
 	{path: "container.livenessProbe.grpc.service", status: Works},
-	{path: "container.livenessProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.livenessProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.livenessProbe.initialDelaySeconds", status: Works},
 	{path: "container.livenessProbe.timeoutSeconds", status: Works},
 	{path: "container.livenessProbe.periodSeconds", status: Works},
@@ -200,7 +226,7 @@ var fieldRules = []fieldRule{
 	{path: "container.readinessProbe.httpGet.host", status: Works},
 	{path: "container.readinessProbe.httpGet.scheme", status: Works},
 	{path: "container.readinessProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.readinessProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.readinessProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.readinessProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.readinessProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.readinessProbe.tcpSocket", status: Works},
@@ -209,7 +235,7 @@ var fieldRules = []fieldRule{
 	{path: "container.readinessProbe.grpc", status: Works},
 	{path: "container.readinessProbe.grpc.port", status: Works},
 	{path: "container.readinessProbe.grpc.service", status: Works},
-	{path: "container.readinessProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.readinessProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.readinessProbe.initialDelaySeconds", status: Works},
 	{path: "container.readinessProbe.timeoutSeconds", status: Works},
 	{path: "container.readinessProbe.periodSeconds", status: Works},
@@ -225,7 +251,7 @@ var fieldRules = []fieldRule{
 	{path: "container.startupProbe.httpGet.host", status: Works},
 	{path: "container.startupProbe.httpGet.scheme", status: Works},
 	{path: "container.startupProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.startupProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.startupProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.startupProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.startupProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.startupProbe.tcpSocket", status: Works},
@@ -234,7 +260,7 @@ var fieldRules = []fieldRule{
 	{path: "container.startupProbe.grpc", status: Works},
 	{path: "container.startupProbe.grpc.port", status: Works},
 	{path: "container.startupProbe.grpc.service", status: Works},
-	{path: "container.startupProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.startupProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.startupProbe.initialDelaySeconds", status: Works},
 	{path: "container.startupProbe.timeoutSeconds", status: Works},
 	{path: "container.startupProbe.periodSeconds", status: Works},
@@ -251,7 +277,7 @@ var fieldRules = []fieldRule{
 	{path: "container.lifecycle.postStart.httpGet.host", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.scheme", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders", status: Works},
-	{path: "container.lifecycle.postStart.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.lifecycle.postStart.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.lifecycle.postStart.sleep", status: Works},
@@ -266,13 +292,13 @@ var fieldRules = []fieldRule{
 	{path: "container.lifecycle.preStop.httpGet.host", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.scheme", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders", status: Works},
-	{path: "container.lifecycle.preStop.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.lifecycle.preStop.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.lifecycle.preStop.sleep", status: Works},
 	{path: "container.lifecycle.preStop.sleep.seconds", status: Works},
 	{path: "container.lifecycle.preStop.tcpSocket", status: Refused, reason: "deprecated: the kubelet does not run it as a hook"},
-	{path: "container.lifecycle.stopSignal", status: Refused, reason: "alpha in Kubernetes (ContainerStopSignals feature gate); the image's STOPSIGNAL is used"},
+	{path: "container.lifecycle.stopSignal", status: Refused, reason: alpha("ContainerStopSignals")},
 	{path: "container.terminationMessagePath", status: Works, reason: "a file per run bound there; read into state.terminated.message (4 KiB)"},
 	{path: "container.terminationMessagePolicy", status: Works, reason: "FallbackToLogsOnError takes the log's last 80 lines (2 KiB) when the file is empty and the exit failed"},
 	{path: "container.imagePullPolicy", status: Works},
@@ -304,8 +330,8 @@ var fieldRules = []fieldRule{
 	{path: "spec.activeDeadlineSeconds", status: Works, reason: "counted from the pod's start; the pod ends Failed, reason DeadlineExceeded"},
 	{path: "spec.dnsPolicy", status: Works, reason: "ClusterFirst falls back to Default: there is no cluster DNS"},
 	{path: "spec.nodeSelector", status: Works, reason: whyAdmission},
-	{path: "spec.serviceAccountName", status: Ignored, reason: "no ServiceAccount admission and no token on a standalone node, as for the kubelet's static pods"},
-	{path: "spec.serviceAccount", status: Ignored, reason: "deprecated alias of serviceAccountName"},
+	{path: "spec.serviceAccountName", status: Refused, reason: StaticPodReference("serviceaccounts")},
+	{path: "spec.serviceAccount", status: Refused, reason: "deprecated alias of serviceAccountName: " + StaticPodReference("serviceaccounts")},
 	{path: "spec.automountServiceAccountToken", status: Ignored, reason: "no token to mount without an API server"},
 	{path: "spec.nodeName", status: Works, reason: "set to this node's name, as the kubelet does for static pods"},
 	{path: "spec.hostNetwork", status: Works},
@@ -332,7 +358,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.securityContext.appArmorProfile.type", status: Works},
 	{path: "spec.securityContext.appArmorProfile.localhostProfile", status: Works},
 	{path: "spec.securityContext.seLinuxChangePolicy", status: Ignored, reason: whySELinux},
-	{path: "spec.imagePullSecrets", status: Refused, reason: whyAPIServer},
+	{path: "spec.imagePullSecrets", status: Refused, reason: StaticPodReference("secrets")},
 	{path: "spec.hostname", status: Works},
 	{path: "spec.subdomain", status: Works},
 	{path: "spec.affinity", status: Works},
@@ -374,12 +400,12 @@ var fieldRules = []fieldRule{
 	{path: "spec.os.name", status: Refused, reason: "linux or windows, as the API server accepts; a windows pod is rejected at admission (reason PodOSNotSupported, phase Failed), as by the kubelet on a Linux node", accept: oneOf("linux", "windows")},
 	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
 	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
-	{path: "spec.schedulingGroup", status: Ignored, reason: whyScheduling},
-	{path: "spec.resourceClaims", status: Refused, reason: whyAPIServer},
+	{path: "spec.schedulingGroup", status: Refused, reason: "beta and off by default in Kubernetes v1.37 (the GenericWorkload feature gate)"},
+	{path: "spec.resourceClaims", status: Refused, reason: StaticPodReference("resourceclaims")},
 	{path: "spec.resources", status: Refused, reason: "pod-level resources: " + whyNotHere},
 	{path: "spec.hostnameOverride", status: Refused, reason: whyNotHere},
-	{path: "spec.evictionResponders", status: Refused, reason: whyNotHere},
-	{path: "spec.ephemeralContainers", status: Refused, reason: "added through the API server"},
+	{path: "spec.evictionResponders", status: Refused, reason: alpha("EvictionRequestAPI")},
+	{path: "spec.ephemeralContainers", status: Refused, reason: "static pods do not support ephemeral containers, as in Kubernetes v1.37 (they are added through the API server)"},
 }
 
 // ruleIndex finds a rule by path.
@@ -412,11 +438,50 @@ func cpuMemoryOrExtended(v reflect.Value) bool {
 	return true
 }
 
+const whyProjected = "its configMap, secret, serviceAccountToken, clusterTrustBundle and podCertificate sources: static pods may not reference them, as in Kubernetes v1.37; downwardAPI sources alone: not implemented by noderun (a downwardAPI volume does the same)"
+
+// projectedReason names the first source of a projected volume that
+// references an API object as the kubelet does (HasAPIObjectReference).
+func projectedReason(v reflect.Value) string {
+	for _, s := range v.Interface().(*v1.ProjectedVolumeSource).Sources {
+		switch {
+		case s.ConfigMap != nil:
+			return StaticPodReference("configmaps (via projected volumes)")
+		case s.Secret != nil:
+			return StaticPodReference("secrets (via projected volumes)")
+		case s.ServiceAccountToken != nil:
+			return StaticPodReference("serviceaccounts (via projected volumes)")
+		case s.ClusterTrustBundle != nil:
+			return StaticPodReference("clustertrustbundles")
+		case s.PodCertificate != nil:
+			return StaticPodReference("podcertificates")
+		}
+	}
+	return "projected volumes with only downwardAPI sources: " + whyNotHere + " (a downwardAPI volume does the same)"
+}
+
+// envFromReason names what an envFrom list references, secrets first as
+// the kubelet looks for them first.
+func envFromReason(v reflect.Value) string {
+	sources := v.Interface().([]v1.EnvFromSource)
+	for _, s := range sources {
+		if s.SecretRef != nil {
+			return StaticPodReference("secrets")
+		}
+	}
+	for _, s := range sources {
+		if s.ConfigMapRef != nil {
+			return StaticPodReference("configmaps")
+		}
+	}
+	return "a source is required: configMapRef or secretRef, and " + StaticPodReference("configmaps or secrets")
+}
+
 // fieldFinding is a set field that is refused or ignored.
 type fieldFinding struct {
 	path   string // concrete, e.g. spec.containers[1].livenessProbe
-	rule   *fieldRule
 	status FieldStatus
+	reason string
 }
 
 // checkFields walks what the manifest set (before defaulting, so that only
@@ -460,11 +525,15 @@ func walkValue(v reflect.Value, concrete, key string, out *[]fieldFinding) {
 		r := ruleIndex[fkey]
 		switch {
 		case r == nil:
-			*out = append(*out, fieldFinding{fconcrete, &fieldRule{path: fkey, reason: "not classified"}, Refused})
+			*out = append(*out, fieldFinding{fconcrete, Refused, "not classified"})
 		case r.status == Ignored:
-			*out = append(*out, fieldFinding{fconcrete, r, Ignored})
+			*out = append(*out, fieldFinding{fconcrete, Ignored, r.reason})
 		case r.status == Refused && (r.accept == nil || !r.accept(fv)):
-			*out = append(*out, fieldFinding{fconcrete, r, Refused})
+			reason := r.reason
+			if r.explain != nil {
+				reason = r.explain(fv)
+			}
+			*out = append(*out, fieldFinding{fconcrete, Refused, reason})
 		default:
 			descend(fv, fconcrete, fkey, out)
 		}
@@ -499,10 +568,10 @@ func fieldErrors(findings []fieldFinding) (errs, warnings []error) {
 	for _, f := range findings {
 		me := &ManifestError{Field: f.path}
 		if f.status == Refused {
-			me.Message = "not supported by noderun: " + f.rule.reason
+			me.Message = "not supported by noderun: " + f.reason
 			errs = append(errs, me)
 		} else {
-			me.Message = "ignored: " + f.rule.reason
+			me.Message = "ignored: " + f.reason
 			warnings = append(warnings, me)
 		}
 	}

@@ -189,7 +189,7 @@ func TestFieldErrorsPointAtTheirKey(t *testing.T) {
 		got = append(got, e.Error())
 	}
 	want := []string{
-		"web.yaml:12:5: spec.containers[1].envFrom: not supported by noderun: its sources are config maps and secrets: " + whyAPIServer,
+		"web.yaml:12:5: spec.containers[1].envFrom: not supported by noderun: a source is required: configMapRef or secretRef, and " + StaticPodReference("configmaps or secrets"),
 		"web.yaml:14:7: spec.containers[1].ports[0].containerPort: must be between 1 and 65535, inclusive",
 		"web.yaml:6:3: spec.schedulerName: ignored: " + whyScheduling,
 	}
@@ -251,4 +251,32 @@ func fieldTable() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", path, r.status, strings.ReplaceAll(r.reason, "|", "\\|"))
 	}
 	return b.String()
+}
+
+// The feature gates Kubernetes v1.37.2 has off by default that gate Pod
+// fields (pkg/features/kube_features.go, pkg/api/pod/util.go's
+// dropDisabled* at v1.37.2). Only these may make a field "alpha": a gate
+// that is beta-and-on or GA there is no reason to refuse a field.
+var gatesOffInV137 = []string{
+	"AtomicWriteVolumeUserFields", "ContainerStopSignals", "EmptyDirVolumeMode", "EvictionRequestAPI",
+	"GRPCContainerProbeTLS", "H2CContainerProbe", "VolumeBindMountOptions",
+}
+
+func TestAlphaRefusalsNameAGateOffInV137(t *testing.T) {
+	for _, r := range fieldRules {
+		if !strings.Contains(r.reason, "alpha") {
+			continue
+		}
+		gate, ok := strings.CutPrefix(r.reason, "alpha in Kubernetes v1.37 (the ")
+		gate, _, _ = strings.Cut(gate, " ")
+		if !ok || !slices.Contains(gatesOffInV137, gate) {
+			t.Errorf("%s: %q does not name a feature gate off by default in v1.37", r.path, r.reason)
+		}
+	}
+	pod := mustDecode(t, podWith("  containers:\n  - name: a\n    image: nginx\n    lifecycle: {stopSignal: SIGUSR1}\n"))
+	errs, _ := fieldErrors(checkFields(pod))
+	want := "spec.containers[0].lifecycle.stopSignal: not supported by noderun: alpha in Kubernetes v1.37 (the ContainerStopSignals feature gate, off by default)"
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Errorf("stopSignal: %v, want %s", errs, want)
+	}
 }

@@ -33,11 +33,10 @@ func (v *validator) check(field string, msgs []string) {
 	}
 }
 
-// Validate applies the Kubernetes rules that matter for what noderun runs and
-// rejects what needs an API server (secrets, config maps, claims, pull
-// secrets). Service account fields pass and are ignored: there is no token
-// to mount. Empty enum fields pass, since ApplyDefaults fills them. Errors
-// are *ManifestError with Field set.
+// Validate applies the Kubernetes rules that matter for what noderun runs
+// (checkFields, not this, refuses what references API objects). Empty enum
+// fields pass, since ApplyDefaults fills them. Errors are *ManifestError with
+// Field set.
 func Validate(pod *v1.Pod) []error {
 	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)

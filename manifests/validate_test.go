@@ -186,12 +186,12 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret env",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n"),
-			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: not supported by noderun: needs an API server",
+			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: not supported by noderun: static pods may not reference secrets, as in Kubernetes v1.37",
 		},
 		{
 			name:    "configMap envFrom",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    envFrom: [{configMapRef: {name: c}}]\n"),
-			wantErr: "spec.containers[0].envFrom: not supported by noderun: its sources are config maps and secrets",
+			wantErr: "spec.containers[0].envFrom: not supported by noderun: static pods may not reference configmaps, as in Kubernetes v1.37",
 		},
 		{
 			name:    "unsupported downward API field",
@@ -201,27 +201,42 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret volume",
 			in:      podWith(oneContainer + "  volumes: [{name: s, secret: {secretName: s}}]\n"),
-			wantErr: "spec.volumes[0].secret: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].secret: not supported by noderun: static pods may not reference secrets (via secret volumes), as in Kubernetes v1.37",
 		},
 		{
 			name:    "configMap volume",
 			in:      podWith(oneContainer + "  volumes: [{name: c, configMap: {name: c}}]\n"),
-			wantErr: "spec.volumes[0].configMap: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].configMap: not supported by noderun: static pods may not reference configmaps (via configmap volumes), as in Kubernetes v1.37",
 		},
 		{
 			name:    "PVC volume",
 			in:      podWith(oneContainer + "  volumes: [{name: p, persistentVolumeClaim: {claimName: p}}]\n"),
-			wantErr: "spec.volumes[0].persistentVolumeClaim: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].persistentVolumeClaim: not supported by noderun: static pods may not reference persistentvolumeclaims, as in Kubernetes v1.37",
 		},
 		{
 			name:    "projected volume",
-			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: []}}]\n"),
-			wantErr: "spec.volumes[0].projected: not supported by noderun: needs an API server",
+			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: [{downwardAPI: {}}]}}]\n"),
+			wantErr: "spec.volumes[0].projected: not supported by noderun: projected volumes with only downwardAPI sources: not implemented",
+		},
+		{
+			name:    "projected service account token",
+			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: [{downwardAPI: {}}, {serviceAccountToken: {path: t}}]}}]\n"),
+			wantErr: "spec.volumes[0].projected: not supported by noderun: static pods may not reference serviceaccounts (via projected volumes), as in Kubernetes v1.37",
+		},
+		{
+			name:    "service account",
+			in:      podWith(oneContainer + "  serviceAccountName: default\n"),
+			wantErr: "spec.serviceAccountName: not supported by noderun: static pods may not reference serviceaccounts, as in Kubernetes v1.37",
+		},
+		{
+			name:    "resource claims",
+			in:      podWith(oneContainer + "  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n"),
+			wantErr: "spec.resourceClaims: not supported by noderun: static pods may not reference resourceclaims, as in Kubernetes v1.37",
 		},
 		{
 			name:    "CSI volume",
 			in:      podWith(oneContainer + "  volumes: [{name: p, csi: {driver: d}}]\n"),
-			wantErr: "spec.volumes[0].csi: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].csi: not supported by noderun: static pods may not reference csidrivers (via CSI volumes), as in Kubernetes v1.37",
 		},
 		{
 			name:    "NFS volume",
@@ -261,12 +276,12 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "imagePullSecrets",
 			in:      podWith(oneContainer + "  imagePullSecrets: [{name: regcred}]\n"),
-			wantErr: "spec.imagePullSecrets: not supported by noderun: needs an API server",
+			wantErr: "spec.imagePullSecrets: not supported by noderun: static pods may not reference secrets, as in Kubernetes v1.37",
 		},
 		{
 			name:    "ephemeral containers",
 			in:      podWith(oneContainer + "  ephemeralContainers: [{name: debug, image: busybox}]\n"),
-			wantErr: "spec.ephemeralContainers: not supported by noderun: added through the API server",
+			wantErr: "spec.ephemeralContainers: not supported by noderun: static pods do not support ephemeral containers",
 		},
 		{
 			name:    "probe without a handler",
