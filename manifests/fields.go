@@ -403,7 +403,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.schedulingGroup", status: Refused, reason: "beta and off by default in Kubernetes v1.37 (the GenericWorkload feature gate)"},
 	{path: "spec.resourceClaims", status: Refused, reason: StaticPodReference("resourceclaims")},
 	{path: "spec.resources", status: Refused, reason: "pod-level resources: " + whyNotHere},
-	{path: "spec.hostnameOverride", status: Refused, reason: whyNotHere},
+	{path: "spec.hostnameOverride", status: Works, reason: "the pod's hostname (UTS name, /etc/hostname, /etc/hosts) in place of hostname and subdomain; not with hostNetwork or setHostnameAsFQDN, as the API server"},
 	{path: "spec.evictionResponders", status: Refused, reason: alpha("EvictionRequestAPI")},
 	{path: "spec.ephemeralContainers", status: Refused, reason: "static pods do not support ephemeral containers, as in Kubernetes v1.37 (they are added through the API server)"},
 }

@@ -196,6 +196,26 @@ func hasDotDot(p string) bool {
 	return false
 }
 
+// hostnameOverride applies the API server's rules (validatePodHostName at
+// v1.37).
+func (v *validator) hostnameOverride(spec *v1.PodSpec) {
+	o := spec.HostnameOverride
+	if o == nil {
+		return
+	}
+	const f = "spec.hostnameOverride"
+	if spec.SetHostnameAsFQDN != nil && *spec.SetHostnameAsFQDN {
+		v.add(f, "may not be specified when setHostnameAsFQDN is true")
+	}
+	if spec.HostNetwork {
+		v.add(f, "may not be specified when hostNetwork is true")
+	}
+	if len(*o) > 64 {
+		v.add(f, "may not be more than 64 bytes")
+	}
+	v.check(f, validation.IsDNS1123Subdomain(*o))
+}
+
 // names checks what noderun writes into the pod's /etc/hosts, /etc/hostname
 // and resolv.conf as Kubernetes validates it, so no value can add lines.
 func (v *validator) names(spec *v1.PodSpec) {
@@ -205,6 +225,7 @@ func (v *validator) names(spec *v1.PodSpec) {
 	if spec.Subdomain != "" {
 		v.check("spec.subdomain", validation.IsDNS1123Label(spec.Subdomain))
 	}
+	v.hostnameOverride(spec)
 	for i, a := range spec.HostAliases {
 		f := fmt.Sprintf("spec.hostAliases[%d]", i)
 		v.ip(f+".ip", a.IP)

@@ -274,6 +274,22 @@ func TestValidate(t *testing.T) {
 			wantErr: "spec.volumes[0].downwardAPI.items[0].path: must be a relative path without '..'",
 		},
 		{
+			name:    "hostnameOverride with hostNetwork",
+			in:      podWith(oneContainer + "  hostNetwork: true\n  hostnameOverride: node-a\n"),
+			wantErr: "spec.hostnameOverride: may not be specified when hostNetwork is true",
+		},
+		{
+			name:    "hostnameOverride with setHostnameAsFQDN",
+			in:      podWith(oneContainer + "  setHostnameAsFQDN: true\n  hostnameOverride: node-a\n"),
+			wantErr: "spec.hostnameOverride: may not be specified when setHostnameAsFQDN is true",
+		},
+		{
+			name:    "hostnameOverride not a DNS subdomain",
+			in:      podWith(oneContainer + "  hostnameOverride: Node_A\n"),
+			wantErr: "spec.hostnameOverride: a lowercase RFC 1123 subdomain",
+		},
+		{name: "hostnameOverride", in: podWith(oneContainer + "  hostnameOverride: node-a.example\n")},
+		{
 			name:    "imagePullSecrets",
 			in:      podWith(oneContainer + "  imagePullSecrets: [{name: regcred}]\n"),
 			wantErr: "spec.imagePullSecrets: not supported by noderun: static pods may not reference secrets, as in Kubernetes v1.37",

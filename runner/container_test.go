@@ -115,6 +115,21 @@ func TestHostsFile(t *testing.T) {
 	}
 }
 
+// A hostnameOverride is the pod's only name in /etc/hosts: no domain, as
+// the kubelet (GeneratePodHostNameAndDomain returns none with it).
+func TestHostsFileHostnameOverride(t *testing.T) {
+	name := "node-a.example"
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-n1", Namespace: "default"},
+		Spec: v1.PodSpec{HostnameOverride: &name, Hostname: "h", Subdomain: "s"}}
+	b, err := hostsFile(pod, []string{"10.1.0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "\n10.1.0.5\tnode-a.example\n") {
+		t.Errorf("hosts file:\n%s", b)
+	}
+}
+
 func TestPodPhase(t *testing.T) {
 	running := v1.ContainerStatus{State: v1.ContainerState{Running: &v1.ContainerStateRunning{}}}
 	ok := v1.ContainerStatus{State: v1.ContainerState{Terminated: &v1.ContainerStateTerminated{ExitCode: 0}}}
