@@ -85,7 +85,7 @@ var fieldRules = []fieldRule{
 	{path: "metadata.selfLink", status: Ignored, reason: "no longer set by Kubernetes (since 1.20)"},
 	{path: "metadata.uid", status: Works, reason: "when unset, a hash of the source and the manifest, as the kubelet makes for static pods"},
 	{path: "metadata.resourceVersion", status: Ignored, reason: whyServerSets},
-	{path: "metadata.generation", status: Ignored, reason: whyServerSets},
+	{path: "metadata.generation", status: Ignored, reason: "set by noderun as by the API server, which ignores a value in what it is given: 1 when the pod appears, one more at each change of its spec (an edit that keeps metadata.uid); status.observedGeneration and each condition's follow it, as the kubelet v1.37 reports them"},
 	{path: "metadata.creationTimestamp", status: Ignored, reason: whyServerSets},
 	{path: "metadata.deletionTimestamp", status: Ignored, reason: whyServerSets},
 	{path: "metadata.deletionGracePeriodSeconds", status: Ignored, reason: whyServerSets},

@@ -120,9 +120,10 @@ type Engine struct {
 	rolloutMu      sync.Mutex
 	rolloutChanged chan struct{} // one slot: a rollback to apply
 	statuses       map[types.UID]*v1.Pod
-	statusRev      uint64        // the last stamp putStatusLocked gave a status
-	counts         PodCounts     // of statuses
-	countsChanged  chan struct{} // one slot: the counts changed since the last read
+	generations    map[types.UID]generation // of desired pods, see stampGenerationsLocked
+	statusRev      uint64                   // the last stamp putStatusLocked gave a status
+	counts         PodCounts                // of statuses
+	countsChanged  chan struct{}            // one slot: the counts changed since the last read
 	wg             sync.WaitGroup
 	qosMu          sync.Mutex // one QoS parents' update at a time (updateQoS)
 
@@ -179,6 +180,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		diskPods:       map[types.UID]*v1.Pod{},
 		depsChanged:    make(chan struct{}, 1),
 		statuses:       map[types.UID]*v1.Pod{},
+		generations:    map[types.UID]generation{},
 		countsChanged:  make(chan struct{}, 1),
 		readyCh:        make(chan struct{}),
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
@@ -555,6 +557,7 @@ func (e *Engine) apply(ctx context.Context) {
 	e.readPodsOnDisk(want, ran)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.stampGenerationsLocked(want)
 	run := e.admitLocked(want, ran)
 	held := e.holdLocked(want, run)
 	keep := e.gateLocked(ctx, run, held)
