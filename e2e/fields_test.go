@@ -51,3 +51,50 @@ spec:
 		t.Errorf("after a spec change: %q, want %q", got, gen2)
 	}
 }
+
+// fileKeyRef (KEP-3721, beta and on in v1.37): an init container writes an
+// env file into an emptyDir and the app container starts with its values;
+// a key the file lacks keeps the container waiting with the kubelet's
+// CreateContainerConfigError, an optional one is left unset.
+func TestFileKeyRefEnv(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	pod := func(name, key string) string {
+		return `apiVersion: v1
+kind: Pod
+metadata: {name: ` + name + `}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: cfg, emptyDir: {}}]
+  initContainers:
+  - name: write
+    image: busybox:1.36
+    volumeMounts: [{name: cfg, mountPath: /cfg}]
+    command: ["sh", "-c", "printf \"# made by init\\nGREETING='hello world' # a comment\\nLINES='one\\ntwo'\\n\" > /cfg/app.env"]
+  containers:
+  - name: main
+    image: busybox:1.36
+    env:
+    - {name: GREETING, valueFrom: {fileKeyRef: {volumeName: cfg, path: app.env, key: ` + key + `}}}
+    - {name: LINES, valueFrom: {fileKeyRef: {volumeName: cfg, path: app.env, key: LINES}}}
+    - {name: MAYBE, valueFrom: {fileKeyRef: {volumeName: cfg, path: app.env, key: NOPE, optional: true}}}
+    command: ["sh", "-c", 'echo "greeting $GREETING"; echo "lines $(echo "$LINES" | tr "\n" ,)"; echo "maybe ${MAYBE-unset}"; ` + untilTerm + `']
+`
+	}
+	n.writeManifest("envfile.yaml", pod("envfile", "GREETING"))
+	n.writeManifest("nokey.yaml", pod("nokey", "MISSING"))
+	p := n.waitPod("envfile", "Running", running)
+	log := n.logPath(p, "main", 0)
+	n.waitLogLine(log, "greeting hello world")
+	n.waitLogLine(log, "lines one,two,")
+	n.waitLogLine(log, "maybe unset")
+
+	q := n.waitPod("nokey", "CreateContainerConfigError", func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CreateContainerConfigError"
+	})
+	msg := q.Status.ContainerStatuses[0].State.Waiting.Message
+	if !strings.HasPrefix(msg, `environment variable key "MISSING" not found in file "`) || !strings.HasSuffix(msg, `/cfg/app.env"`) {
+		t.Errorf("waiting message %q, want the kubelet's", msg)
+	}
+}

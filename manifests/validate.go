@@ -18,6 +18,7 @@ import (
 type validator struct {
 	errs        []error
 	volumes     map[string]bool // names in spec.volumes
+	emptyDirs   map[string]bool // names of emptyDir volumes
 	containers  map[string]bool // names across init and app containers
 	hostNetwork bool
 }
@@ -38,7 +39,7 @@ func (v *validator) check(field string, msgs []string) {
 // fields pass, since ApplyDefaults fills them. Errors are *ManifestError with
 // Field set.
 func Validate(pod *v1.Pod) []error {
-	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
+	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, emptyDirs: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)
 	v.waitFor(pod)
 	v.rollbackAfter(pod)
@@ -122,6 +123,7 @@ func (v *validator) volume(vol *v1.Volume, field string) {
 		v.add(field+".name", "duplicate volume name %q", vol.Name)
 	}
 	v.volumes[vol.Name] = true
+	v.emptyDirs[vol.Name] = vol.EmptyDir != nil
 	v.volumeSource(field, &vol.VolumeSource)
 }
 

@@ -98,6 +98,32 @@ func (v *validator) env(c *v1.Container, field string) {
 		if src := e.ValueFrom; src.FieldRef != nil && !fieldPathOK(src.FieldRef.FieldPath, true) {
 			v.add(f+".valueFrom.fieldRef.fieldPath", "unsupported field path %q", src.FieldRef.FieldPath)
 		}
+		if ref := e.ValueFrom.FileKeyRef; ref != nil {
+			v.fileKeyRef(ref, f+".valueFrom.fileKeyRef")
+		}
+	}
+}
+
+// fileKeyRef applies the API server's rules (validateFileKeySelector and
+// validateFileKeyRefVolumes at v1.37): the file is in an emptyDir.
+func (v *validator) fileKeyRef(ref *v1.FileKeySelector, f string) {
+	if ref.Key == "" {
+		v.add(f+".key", "required")
+	} else {
+		v.check(f+".key", validation.IsRelaxedEnvVarName(ref.Key))
+	}
+	switch {
+	case ref.VolumeName == "":
+		v.add(f+".volumeName", "required")
+	case !v.volumes[ref.VolumeName]:
+		v.add(f+".volumeName", "volume %q is not defined in spec.volumes", ref.VolumeName)
+	case !v.emptyDirs[ref.VolumeName]:
+		v.add(f+".volumeName", "referenced volume must be of type emptyDir")
+	}
+	if ref.Path == "" {
+		v.add(f+".path", "required")
+	} else if hasDotDot(ref.Path) {
+		v.add(f+".path", "must not contain '..'")
 	}
 }
 

@@ -288,6 +288,22 @@ func TestValidate(t *testing.T) {
 			in:      podWith(oneContainer + "  hostnameOverride: Node_A\n"),
 			wantErr: "spec.hostnameOverride: a lowercase RFC 1123 subdomain",
 		},
+		{
+			name:    "fileKeyRef into a hostPath",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: h, path: a.env, key: A}}}]\n  volumes: [{name: h, hostPath: {path: /tmp}}]\n"),
+			wantErr: "spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: referenced volume must be of type emptyDir",
+		},
+		{
+			name:    "fileKeyRef climbing out",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: ../a.env, key: A}}}]\n  volumes: [{name: e, emptyDir: {}}]\n"),
+			wantErr: "spec.containers[0].env[0].valueFrom.fileKeyRef.path: must not contain '..'",
+		},
+		{
+			name:    "fileKeyRef without a volume",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: a.env, key: A}}}]\n"),
+			wantErr: `spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: volume "e" is not defined in spec.volumes`,
+		},
+		{name: "fileKeyRef", in: podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: a.env, key: A, optional: true}}}]\n  volumes: [{name: e, emptyDir: {}}]\n")},
 		{name: "hostnameOverride", in: podWith(oneContainer + "  hostnameOverride: node-a.example\n")},
 		{
 			name:    "imagePullSecrets",

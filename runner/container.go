@@ -17,7 +17,7 @@ import (
 // containerConfig resolves a container's Kubernetes semantics (env, args,
 // volumes, pod files) into what the runtime needs.
 func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img ImageConfig, restart int, last *v1.ContainerStateTerminated) (*ContainerConfig, error) {
-	env, err := containerEnv(pod, c, w.st.ips, w.env.cfg.HostIP)
+	env, err := containerEnv(pod, c, w.podStateDir(), w.st.ips, w.env.cfg.HostIP)
 	if err != nil {
 		return nil, err
 	}
@@ -73,7 +73,7 @@ type envVar struct{ name, value string }
 
 // containerEnv resolves the container's env list in order; $(VAR) refers to
 // variables declared earlier in the same list, as in Kubernetes.
-func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) ([]envVar, error) {
+func containerEnv(pod *v1.Pod, c *v1.Container, podDir string, podIPs []string, hostIP string) ([]envVar, error) {
 	var out []envVar
 	defined := map[string]string{}
 	for _, ev := range c.Env {
@@ -93,8 +93,17 @@ func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string) 
 				return nil, fmt.Errorf("env %s: %w", ev.Name, err)
 			}
 			val = v
+		case ev.ValueFrom.FileKeyRef != nil:
+			v, skip, err := fileKeyValue(podDir, ev.ValueFrom.FileKeyRef)
+			if err != nil {
+				return nil, err
+			}
+			if skip {
+				continue
+			}
+			val = v
 		default:
-			return nil, fmt.Errorf("env %s: only fieldRef and resourceFieldRef sources exist without an API server", ev.Name)
+			return nil, fmt.Errorf("env %s: only fieldRef, resourceFieldRef and fileKeyRef sources exist without an API server", ev.Name)
 		}
 		defined[ev.Name] = val
 		out = append(out, envVar{ev.Name, val})

@@ -51,7 +51,7 @@ func TestContainerEnv(t *testing.T) {
 				Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
 		},
 	}
-	env, err := containerEnv(pod, c, []string{"10.1.0.5"}, "192.0.2.1")
+	env, err := containerEnv(pod, c, t.TempDir(), []string{"10.1.0.5"}, "192.0.2.1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestContainerEnv(t *testing.T) {
 	}
 	bad := &v1.Container{Env: []v1.EnvVar{{Name: "S", ValueFrom: &v1.EnvVarSource{
 		SecretKeyRef: &v1.SecretKeySelector{Key: "k"}}}}}
-	if _, err := containerEnv(pod, bad, nil, ""); err == nil || !strings.Contains(err.Error(), "env S") {
+	if _, err := containerEnv(pod, bad, t.TempDir(), nil, ""); err == nil || !strings.Contains(err.Error(), "env S") {
 		t.Fatalf("secret env: err = %v, want an error naming S", err)
 	}
 }
