@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 )
 
@@ -96,5 +99,53 @@ spec:
 	msg := q.Status.ContainerStatuses[0].State.Waiting.Message
 	if !strings.HasPrefix(msg, `environment variable key "MISSING" not found in file "`) || !strings.HasSuffix(msg, `/cfg/app.env"`) {
 		t.Errorf("waiting message %q, want the kubelet's", msg)
+	}
+}
+
+// recursiveReadOnly: Enabled (runc's rro; this host's runc lists it and its
+// kernel has mount_setattr) makes a mount below the volume read-only too,
+// where a plain readOnly mount leaves it writable; the container status
+// says which mount is which, as the kubelet v1.37 reports it.
+func TestRecursiveReadOnlyMount(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	dir := filepath.Join(n.root, "rro-volume")
+	sub := filepath.Join(dir, "sub")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", sub, "tmpfs", 0, "size=1m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(sub, unix.MNT_DETACH) })
+	n.writeManifest("rro.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: rro}
+spec:
+  terminationGracePeriodSeconds: 2
+  volumes: [{name: v, hostPath: {path: `+dir+`}}]
+  containers:
+  - name: main
+    image: busybox:1.36
+    volumeMounts:
+    - {name: v, mountPath: /rro, readOnly: true, recursiveReadOnly: Enabled}
+    - {name: v, mountPath: /ro, readOnly: true}
+    command: ["sh", "-c", 'for d in rro ro; do touch /$d/top 2>/dev/null && echo "$d top writable" || echo "$d top read-only"; touch /$d/sub/x 2>/dev/null && echo "$d sub writable" || echo "$d sub read-only"; done; `+untilTerm+`']
+`)
+	p := n.waitPod("rro", "Running", running)
+	log := n.logPath(p, "main", 0)
+	for _, want := range []string{"rro top read-only", "rro sub read-only", "ro top read-only", "ro sub writable"} {
+		n.waitLogLine(log, want)
+	}
+	var got []string
+	for _, m := range p.Status.ContainerStatuses[0].VolumeMounts {
+		mode := "<nil>"
+		if m.RecursiveReadOnly != nil {
+			mode = string(*m.RecursiveReadOnly)
+		}
+		got = append(got, m.MountPath+" "+mode)
+	}
+	if strings.Join(got, ", ") != "/rro Enabled, /ro Disabled" {
+		t.Errorf("status volumeMounts: %v, want /rro Enabled, /ro Disabled", got)
 	}
 }

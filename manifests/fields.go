@@ -189,7 +189,7 @@ var fieldRules = []fieldRule{
 	{path: "container.volumeMounts", status: Works},
 	{path: "container.volumeMounts[].name", status: Works},
 	{path: "container.volumeMounts[].readOnly", status: Works},
-	{path: "container.volumeMounts[].recursiveReadOnly", status: Refused, reason: "recursive read-only mounts need runc 1.2; only Disabled is accepted", accept: equals("Disabled")},
+	{path: "container.volumeMounts[].recursiveReadOnly", status: Works, reason: "Enabled and IfPossible with runc's rro where runc lists it (1.1+) and the kernel has mount_setattr (5.12+); Enabled elsewhere is the kubelet's CreateContainerConfigError, IfPossible a plain read-only mount; containerStatuses[].volumeMounts say which"},
 	{path: "container.volumeMounts[].mountPath", status: Works},
 	{path: "container.volumeMounts[].subPath", status: Works, reason: "resolved inside the volume; links out of it are refused"},
 	{path: "container.volumeMounts[].mountPropagation", status: Works, reason: "None, HostToContainer (rslave), Bidirectional (rshared, privileged only), as CRI maps them"},

@@ -146,10 +146,33 @@ func fieldPathOK(p string, env bool) bool {
 	return false
 }
 
+// recursiveReadOnly applies the API server's rules (validateMountRecursiveReadOnly
+// at v1.37).
+func (v *validator) recursiveReadOnly(m v1.VolumeMount, f string) {
+	if m.RecursiveReadOnly == nil {
+		return
+	}
+	switch *m.RecursiveReadOnly {
+	case v1.RecursiveReadOnlyDisabled:
+		return
+	case v1.RecursiveReadOnlyEnabled, v1.RecursiveReadOnlyIfPossible:
+	default:
+		v.add(f, "unsupported value %q: supported values: Disabled, Enabled, IfPossible", *m.RecursiveReadOnly)
+		return
+	}
+	if !m.ReadOnly {
+		v.add(f, "may only be specified when readOnly is true")
+	}
+	if m.MountPropagation != nil && *m.MountPropagation != v1.MountPropagationNone {
+		v.add(f, "may only be specified when mountPropagation is None or not specified")
+	}
+}
+
 func (v *validator) mounts(c *v1.Container, field string) {
 	paths := map[string]bool{}
 	for i, m := range c.VolumeMounts {
 		f := fmt.Sprintf("%s.volumeMounts[%d]", field, i)
+		v.recursiveReadOnly(m, f+".recursiveReadOnly")
 		if !v.volumes[m.Name] {
 			v.add(f+".name", "volume %q is not defined in spec.volumes", m.Name)
 		}

@@ -304,6 +304,12 @@ func TestValidate(t *testing.T) {
 			wantErr: `spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: volume "e" is not defined in spec.volumes`,
 		},
 		{name: "fileKeyRef", in: podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: a.env, key: A, optional: true}}}]\n  volumes: [{name: e, emptyDir: {}}]\n")},
+		{
+			name:    "recursiveReadOnly without readOnly",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    volumeMounts: [{name: e, mountPath: /e, recursiveReadOnly: Enabled}]\n  volumes: [{name: e, emptyDir: {}}]\n"),
+			wantErr: "spec.containers[0].volumeMounts[0].recursiveReadOnly: may only be specified when readOnly is true",
+		},
+		{name: "recursiveReadOnly", in: podWith(oneContainer[:len(oneContainer)-1] + "\n    volumeMounts: [{name: e, mountPath: /e, readOnly: true, recursiveReadOnly: IfPossible}]\n  volumes: [{name: e, emptyDir: {}}]\n")},
 		{name: "hostnameOverride", in: podWith(oneContainer + "  hostnameOverride: node-a.example\n")},
 		{
 			name:    "imagePullSecrets",

@@ -34,6 +34,10 @@ type Config struct {
 	RunDir     string // pods' sandboxes: SandboxDir(RunDir, uid)
 	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
 	PodLogDir  string
+	// RecursiveReadOnlyMounts: the runtime can make recursive read-only
+	// mounts (volumeMounts' recursiveReadOnly), as CRI's runtime handler
+	// features tell the kubelet.
+	RecursiveReadOnlyMounts bool
 	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
 	// PodTmpfs puts each pod's /etc/hosts, /etc/hostname, /etc/resolv.conf
 	// and termination-message files on a small tmpfs of its own
