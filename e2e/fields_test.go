@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,5 +148,50 @@ spec:
 	}
 	if strings.Join(got, ", ") != "/rro Enabled, /ro Disabled" {
 		t.Errorf("status volumeMounts: %v, want /rro Enabled, /ro Disabled", got)
+	}
+}
+
+// A static pod's deprecated AppArmor annotation still applies to its
+// container in v1.37 (the kubelet's GetProfile falls back to it; nothing
+// copies it to the field): on this host, which has no AppArmor, a localhost
+// profile stops the container as the kubelet does, unconfined runs; noderun
+// check warns of both, as the API server does.
+func TestAppArmorAnnotationOnStaticPod(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	if _, err := os.Stat("/sys/kernel/security/apparmor"); err == nil {
+		t.Skip("this host has AppArmor; the test shows the annotation by the refusal of a host without it")
+	}
+	pod := func(name, profile string) string {
+		return `apiVersion: v1
+kind: Pod
+metadata:
+  name: ` + name + `
+  annotations: {container.apparmor.security.beta.kubernetes.io/main: "` + profile + `"}
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", '` + untilTerm + `']
+`
+	}
+	n.writeManifest("aa-local.yaml", pod("aa-local", "localhost/noderun-test"))
+	n.writeManifest("aa-unconfined.yaml", pod("aa-unconfined", "unconfined"))
+	n.waitPod("aa-unconfined", "Running", running)
+	q := n.waitPod("aa-local", "CreateContainerConfigError", func(p *v1.Pod) bool {
+		cs := p.Status.ContainerStatuses
+		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CreateContainerConfigError"
+	})
+	if msg := q.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "Cannot enforce AppArmor: AppArmor is not enabled on the host") {
+		t.Errorf("waiting message %q, want the kubelet's", msg)
+	}
+	out, err := exec.Command(noderunBin, "check", n.podsDir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("noderun check: %v\n%s", err, out)
+	}
+	const warn = `metadata.annotations[container.apparmor.security.beta.kubernetes.io/main]: deprecated since v1.30; use the "appArmorProfile" field instead`
+	if strings.Count(string(out), warn) != 2 {
+		t.Errorf("noderun check does not warn of both annotations:\n%s", out)
 	}
 }

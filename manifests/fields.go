@@ -90,7 +90,7 @@ var fieldRules = []fieldRule{
 	{path: "metadata.deletionTimestamp", status: Ignored, reason: whyServerSets},
 	{path: "metadata.deletionGracePeriodSeconds", status: Ignored, reason: whyServerSets},
 	{path: "metadata.labels", status: Works},
-	{path: "metadata.annotations", status: Works, reason: "noderun's own are under noderun.dev/ (docs/pods.md)"},
+	{path: "metadata.annotations", status: Works, reason: "noderun's own are under noderun.dev/ (docs/pods.md); the deprecated container.apparmor.security.beta.kubernetes.io/<container> applies to its container ahead of the pod's field, validated and warned of, as for the kubelet v1.37's static pods"},
 	{path: "metadata.ownerReferences", status: Ignored, reason: "no garbage collector on a standalone node; a pod lives as long as its manifest"},
 	{path: "metadata.finalizers", status: Ignored, reason: "no API server deletes objects here; a pod goes when its manifest does"},
 	{path: "metadata.managedFields", status: Ignored, reason: "server-side apply's bookkeeping: " + whyServerSets},

@@ -60,6 +60,7 @@ func parseManifest(data []byte, file, nodeName, source string, now time.Time) *f
 // defaults fill fields in, then defaults and validates the pod.
 func checkPod(pod *v1.Pod) (errs, warnings []error) {
 	errs, warnings = fieldErrors(checkFields(pod))
+	warnings = append(warnings, appArmorWarnings(pod)...)
 	ApplyDefaults(pod)
 	return append(errs, Validate(pod)...), warnings
 }

@@ -41,6 +41,7 @@ func (v *validator) check(field string, msgs []string) {
 func Validate(pod *v1.Pod) []error {
 	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, emptyDirs: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)
+	v.appArmorAnnotations(pod)
 	v.waitFor(pod)
 	v.rollbackAfter(pod)
 	v.spec(&pod.Spec)
