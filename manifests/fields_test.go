@@ -14,9 +14,9 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-//go:generate go test -count=1 -run ^TestFieldsReference$ . -update-docs
+//go:generate go test -count=1 -run ^(TestFieldsReference|TestReadmeFieldSummary)$ . -update-docs
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md and README.md's field summary")
 
 // typePaths lists every field path reachable from Pod by walking the
 // core/v1 types and its metadata, descending below Works fields only (a refused or ignored
@@ -279,4 +279,78 @@ func TestAlphaRefusalsNameAGateOffInV137(t *testing.T) {
 	if len(errs) != 1 || errs[0].Error() != want {
 		t.Errorf("stopSignal: %v, want %s", errs, want)
 	}
+}
+
+// README.md's field summary is generated from the lists too, between its
+// markers: `make docs` rewrites it.
+func TestReadmeFieldSummary(t *testing.T) {
+	const path, begin, end = "../README.md", "<!-- fields:begin -->\n", "<!-- fields:end -->\n"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, rest, ok1 := strings.Cut(string(b), begin)
+	_, tail, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s lacks the markers %q and %q", path, begin, end)
+	}
+	want := head + begin + fieldSummary() + end + tail
+	if string(b) == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's field summary is out of date: run make docs", path)
+}
+
+// fieldSummary counts the lists and names the refused fields by why.
+func fieldSummary() string {
+	count := map[FieldStatus]int{}
+	groups := map[string][]string{}
+	for _, r := range fieldRules {
+		count[r.status]++
+		if r.status == Refused {
+			why := refusalKind(r.reason)
+			path, _ := strings.CutPrefix(r.path, "container.")
+			if path != r.path {
+				path = "[init]containers[]." + path
+			}
+			groups[why] = append(groups[why], "`"+path+"`")
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Of the %d field paths of the Kubernetes v1.37 Pod in [the field table](docs/reference/fields.md)\n"+
+		"(a refused or ignored one covers its subtree), %d work as in Kubernetes, %d are accepted with no\n"+
+		"effect and a warning, and %d are refused:\n\n",
+		len(fieldRules), count[Works], count[Ignored], count[Refused])
+	b.WriteString("| refused because | fields |\n| --- | --- |\n")
+	for _, why := range refusalKinds {
+		if len(groups[why]) > 0 {
+			fmt.Fprintf(&b, "| %s | %s |\n", why, strings.Join(groups[why], ", "))
+		}
+	}
+	return b.String()
+}
+
+var refusalKinds = []string{
+	"static pods may not reference API objects, as on the kubelet v1.37",
+	"off by default in Kubernetes v1.37 (feature gates)",
+	"not implemented by noderun (yet)",
+	"other reasons (see the table)",
+}
+
+func refusalKind(reason string) string {
+	switch {
+	case strings.Contains(reason, "static pods may not reference") || strings.Contains(reason, "static pods do not support"):
+		return refusalKinds[0]
+	case strings.Contains(reason, "off by default"):
+		return refusalKinds[1]
+	case strings.HasPrefix(reason, whyNotHere) || strings.HasPrefix(reason, "pod-level resources: "+whyNotHere):
+		return refusalKinds[2]
+	}
+	return refusalKinds[3]
 }
