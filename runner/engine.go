@@ -28,17 +28,17 @@ import (
 
 // Config holds the engine's settings.
 type Config struct {
-	NodeName   string
-	HostIP     string
-	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
-	RunDir     string // pods' sandboxes: SandboxDir(RunDir, uid)
-	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
-	PodLogDir  string
+	NodeName  string
+	HostIP    string
+	StateDir  string // pods' durable files: <StateDir>/pods/<uid>
+	RunDir    string // pods' sandboxes: SandboxDir(RunDir, uid)
+	NSHolder  string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
+	PodLogDir string
 	// RecursiveReadOnlyMounts: the runtime can make recursive read-only
 	// mounts (volumeMounts' recursiveReadOnly), as CRI's runtime handler
 	// features tell the kubelet.
 	RecursiveReadOnlyMounts bool
-	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
+	ResolvConf              string // the host resolv.conf that pods with dnsPolicy Default get
 	// PodTmpfs puts each pod's /etc/hosts, /etc/hostname, /etc/resolv.conf
 	// and termination-message files on a small tmpfs of its own
 	// (PodFilesDir); off, they are plain files there (unit tests, which
