@@ -154,8 +154,8 @@ spec:
 // A static pod's deprecated AppArmor annotation still applies to its
 // container in v1.37 (the kubelet's GetProfile falls back to it; nothing
 // copies it to the field): on this host, which has no AppArmor, a localhost
-// profile stops the container as the kubelet does, unconfined runs; noderun
-// check warns of both, as the API server does.
+// profile has the pod rejected as the kubelet's AppArmor admission does,
+// unconfined runs; noderun check warns of both, as the API server does.
 func TestAppArmorAnnotationOnStaticPod(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -179,12 +179,9 @@ spec:
 	n.writeManifest("aa-local.yaml", pod("aa-local", "localhost/noderun-test"))
 	n.writeManifest("aa-unconfined.yaml", pod("aa-unconfined", "unconfined"))
 	n.waitPod("aa-unconfined", "Running", running)
-	q := n.waitPod("aa-local", "CreateContainerConfigError", func(p *v1.Pod) bool {
-		cs := p.Status.ContainerStatuses
-		return len(cs) == 1 && cs[0].State.Waiting != nil && cs[0].State.Waiting.Reason == "CreateContainerConfigError"
-	})
-	if msg := q.Status.ContainerStatuses[0].State.Waiting.Message; !strings.Contains(msg, "Cannot enforce AppArmor: AppArmor is not enabled on the host") {
-		t.Errorf("waiting message %q, want the kubelet's", msg)
+	q := n.waitPod("aa-local", "Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if q.Status.Reason != "AppArmor" || q.Status.Message != "Pod was rejected: Cannot enforce AppArmor: AppArmor is not enabled on the host" {
+		t.Errorf("rejected with %q: %q, want the kubelet's AppArmor admission", q.Status.Reason, q.Status.Message)
 	}
 	out, err := exec.Command(noderunBin, "check", n.podsDir).CombinedOutput()
 	if err != nil {
