@@ -86,7 +86,8 @@ func (res *fileResult) addObject(d document, file string, opts parseOptions) {
 // checkPod applies the field lists to what the manifest says, before
 // defaults fill fields in, then defaults and validates the pod.
 func checkPod(pod *v1.Pod, opts parseOptions) (errs, warnings []error) {
-	errs, warnings = fieldErrors(checkFields(&pod.Spec, opts))
+	errs, warnings = fieldErrors(checkFields(pod, opts))
+	warnings = append(warnings, appArmorWarnings(pod)...)
 	ApplyDefaults(pod)
 	return append(errs, Validate(pod)...), warnings
 }
