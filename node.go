@@ -82,6 +82,7 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 		metrics.ProbeResult(probeType, result, container, pod, ns, uid)
 	}
 	ecfg.Metrics = metrics
+	ecfg.RecursiveReadOnlyMounts = n.rt.RecursiveReadOnlyMounts()
 	n.engine = runner.New(ecfg, n.rt, n.net)
 	go n.net.Watch(ctx, n.engine.NetworkChanged)
 	return n, nil

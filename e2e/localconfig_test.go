@@ -302,7 +302,7 @@ func checkCommandValidates(t *testing.T, n *node) {
 		t.Errorf("check --local-config-objects: %v\n%s", err, out)
 	}
 	out, err := exec.Command(noderunBin, "check", n.podsDir).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "spec.volumes[1].secret: static pods may not reference secrets (noderun runs such pods with --local-config-objects") {
+	if err == nil || !strings.Contains(string(out), "spec.volumes[1].secret: static pods may not reference secrets (via secret volumes), as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects") {
 		t.Errorf("check without the flag: %v\n%s", err, out)
 	}
 	bad := filepath.Join(n.root, "bad.yaml")

@@ -268,6 +268,42 @@ spec:
 	n.waitLogLine(log, "hosts 1")
 }
 
+// hostnameOverride (GA in v1.37) is the kernel's hostname, /etc/hostname
+// and $HOSTNAME in place of hostname and subdomain, and /etc/hosts names the
+// pod's IP with it alone (no domain), as the kubelet writes it.
+func TestHostnameOverride(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	n.writeManifest("override.yaml", `apiVersion: v1
+kind: Pod
+metadata: {name: override}
+spec:
+  terminationGracePeriodSeconds: 2
+  hostname: h
+  subdomain: s
+  hostnameOverride: node-a.example
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", 'echo "uts $(hostname)"; echo "file $(cat /etc/hostname)"; env | grep ^HOSTNAME= | sed "s/^/env /"; grep -v "^#" /etc/hosts | grep -v localhost | grep -v ip6- | sed "s/^/hosts /"; `+untilTerm+`']
+`)
+	p := n.waitPod("override", "Running", running)
+	log := n.logPath(p, "main", 0)
+	n.waitLogLine(log, "uts node-a.example")
+	n.waitLogLine(log, "file node-a.example")
+	n.waitLogLine(log, "env HOSTNAME=node-a.example")
+	n.waitLogLine(log, "hosts "+p.Status.PodIP+"\tnode-a.example")
+	var hosts []string
+	for _, l := range n.readLog(log) {
+		if strings.HasPrefix(l.content, "hosts ") {
+			hosts = append(hosts, l.content)
+		}
+	}
+	if len(hosts) != 1 {
+		t.Errorf("/etc/hosts names the pod %d times, want once with the override: %q", len(hosts), hosts)
+	}
+}
+
 // nsLine waits for the container's line "ns <ipc> <uts> <hostname>".
 func (n *node) nsLine(p *v1.Pod, container string, run int) string {
 	n.t.Helper()

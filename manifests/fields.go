@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/noderun/noderun/internal/admission"
 )
@@ -25,8 +26,9 @@ const (
 	OptIn FieldStatus = "opt-in"
 )
 
-// fieldRule classifies one field. Paths start at "spec."; fields of
-// init and app containers are listed once under "container.". A Works
+// fieldRule classifies one field. Paths start at the Pod ("spec.",
+// "metadata."); fields of init and app containers are listed once under
+// "container.". A Works
 // field's own fields are classified too; a Refused or Ignored field covers
 // everything below it. accept, when set, narrows a Refused field: values it
 // accepts work, others are refused.
@@ -35,12 +37,38 @@ type fieldRule struct {
 	status FieldStatus
 	reason string
 	accept func(reflect.Value) bool
+	// refers, on an OptIn field, names the API resource a value
+	// references as the kubelet words it (referredResource when unset).
+	refers func(reflect.Value) string
+}
+
+// Reasons of fields Kubernetes v1.37 gates off by default
+// (pkg/features/kube_features.go at v1.37.2): its API server drops them and
+// its kubelet does not act on them, so a pod that relies on one is refused
+// rather than run without it.
+var (
+	whyH2CProbe  = alpha("H2CContainerProbe") + "; probes and hooks speak plain HTTP/1.1"
+	whyTLSProbe  = alpha("GRPCContainerProbeTLS") + "; gRPC probes are plaintext"
+	whyUserField = alpha("AtomicWriteVolumeUserFields")
+)
+
+// alpha is the reason of a field behind an alpha feature gate.
+func alpha(gate string) string {
+	return "alpha in Kubernetes v1.37 (the " + gate + " feature gate, off by default)"
+}
+
+// StaticPodReference is the kubelet v1.37's refusal of a static pod that
+// references API objects (pkg/kubelet/config/common.go; the API server's
+// NodeRestriction refuses such a mirror pod too): resource is named as the
+// kubelet names it, e.g. "secrets (via secret volumes)". Every such refusal
+// goes through here.
+func StaticPodReference(resource string) string {
+	return "static pods may not reference " + resource + ", as in Kubernetes v1.37 (there is no API server to read them from)"
 }
 
 // Reasons shared by several fields.
 const (
 	whyAPIServer  = "needs an API server (its content or its effect lives in API objects)"
-	whyAlphaProbe = "alpha in Kubernetes (behind a feature gate); plain HTTP/1.1 and gRPC without TLS are what the kubelet does by default"
 	whyScheduling = "scheduling only: there is one node and no scheduler"
 	whySELinux    = "this node has no SELinux; the kubelet with containerd ignores it there too"
 	whyWindows    = "Linux node: the kubelet ignores Windows options on Linux"
@@ -49,11 +77,31 @@ const (
 	whyAdmission  = "admitted against the node's labels (the kubelet's well-known ones and --node-labels): a pod they do not match is rejected, phase Failed, reason NodeAffinity, as by the kubelet"
 	whyPodAffin   = "scheduling only: the kubelet does not check it at admission either"
 	whyLocalCfg   = "with --local-config-objects: read from ConfigMap and Secret documents of the pod's namespace in the manifest sources; without it refused, as the kubelet refuses static pods that reference API objects"
-	whyUser       = "per-file owners: " + whyNotHere
 	whyPodLevel   = "pod-level resources are cpu and memory; Kubernetes also takes hugepages there, which noderun does not support"
+	whyServerSets = "set by the API server, which ignores a value in what it is given; noderun's API reports its own"
 )
 
 var fieldRules = []fieldRule{
+	{path: "kind", status: Works, reason: "Pod, or PodList with the pods in items"},
+	{path: "apiVersion", status: Works, reason: "v1"},
+	{path: "metadata", status: Works},
+	{path: "metadata.name", status: Works},
+	{path: "metadata.generateName", status: Refused, reason: "static pods need a fixed metadata.name"},
+	{path: "metadata.namespace", status: Works, reason: "default when unset"},
+	{path: "metadata.selfLink", status: Ignored, reason: "no longer set by Kubernetes (since 1.20)"},
+	{path: "metadata.uid", status: Works, reason: "when unset, a hash of the source and the manifest, as the kubelet makes for static pods"},
+	{path: "metadata.resourceVersion", status: Ignored, reason: whyServerSets},
+	{path: "metadata.generation", status: Ignored, reason: "set by noderun as by the API server, which ignores a value in what it is given: 1 when the pod appears, one more at each change of its spec (an edit that keeps metadata.uid); status.observedGeneration and each condition's follow it, as the kubelet v1.37 reports them"},
+	{path: "metadata.creationTimestamp", status: Ignored, reason: whyServerSets},
+	{path: "metadata.deletionTimestamp", status: Ignored, reason: whyServerSets},
+	{path: "metadata.deletionGracePeriodSeconds", status: Ignored, reason: whyServerSets},
+	{path: "metadata.labels", status: Works},
+	{path: "metadata.annotations", status: Works, reason: "noderun's own are under noderun.dev/ (docs/pods.md); the deprecated container.apparmor.security.beta.kubernetes.io/<container> applies to its container ahead of the pod's field, validated and warned of, as for the kubelet v1.37's static pods"},
+	{path: "metadata.ownerReferences", status: Ignored, reason: "no garbage collector on a standalone node; a pod lives as long as its manifest"},
+	{path: "metadata.finalizers", status: Ignored, reason: "no API server deletes objects here; a pod goes when its manifest does"},
+	{path: "metadata.managedFields", status: Ignored, reason: "server-side apply's bookkeeping: " + whyServerSets},
+	{path: "status", status: Ignored, reason: "a pod's status is what noderun reports; a manifest's is not read, as by the kubelet"},
+	{path: "spec", status: Works},
 	{path: "spec.volumes", status: Works},
 	{path: "spec.volumes[].name", status: Works},
 	{path: "spec.volumes[].hostPath", status: Works},
@@ -62,7 +110,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].emptyDir", status: Works},
 	{path: "spec.volumes[].emptyDir.medium", status: Works},
 	{path: "spec.volumes[].emptyDir.sizeLimit", status: Works, reason: "the size of a Memory emptyDir's tmpfs; a disk emptyDir is not measured"},
-	{path: "spec.volumes[].emptyDir.mode", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].emptyDir.mode", status: Refused, reason: alpha("EmptyDirVolumeMode")},
 	{path: "spec.volumes[].downwardAPI", status: Works, reason: "mounted read-only, written atomically (..data swap)"},
 	{path: "spec.volumes[].downwardAPI.items", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].path", status: Works},
@@ -74,30 +122,30 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.resource", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].resourceFieldRef.divisor", status: Works},
 	{path: "spec.volumes[].downwardAPI.items[].mode", status: Works},
-	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyNotHere},
+	{path: "spec.volumes[].downwardAPI.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].downwardAPI.defaultMode", status: Works},
-	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyNotHere},
-	{path: "spec.volumes[].secret", status: OptIn, reason: whyLocalCfg + "; on a tmpfs of its own, mounted read-only, updated atomically (..data swap) when the document changes"},
+	{path: "spec.volumes[].downwardAPI.defaultUser", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].secret", status: OptIn, refers: via("secrets (via secret volumes)"), reason: whyLocalCfg + "; on a tmpfs of its own, mounted read-only, updated atomically (..data swap) when the document changes"},
 	{path: "spec.volumes[].secret.secretName", status: Works},
 	{path: "spec.volumes[].secret.items", status: Works},
 	{path: "spec.volumes[].secret.items[].key", status: Works},
 	{path: "spec.volumes[].secret.items[].path", status: Works},
 	{path: "spec.volumes[].secret.items[].mode", status: Works},
-	{path: "spec.volumes[].secret.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].secret.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].secret.defaultMode", status: Works},
 	{path: "spec.volumes[].secret.optional", status: Works},
-	{path: "spec.volumes[].secret.defaultUser", status: Refused, reason: whyUser},
-	{path: "spec.volumes[].configMap", status: OptIn, reason: whyLocalCfg + "; mounted read-only, updated atomically (..data swap) when the document changes"},
+	{path: "spec.volumes[].secret.defaultUser", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].configMap", status: OptIn, refers: via("configmaps (via configmap volumes)"), reason: whyLocalCfg + "; mounted read-only, updated atomically (..data swap) when the document changes"},
 	{path: "spec.volumes[].configMap.name", status: Works},
 	{path: "spec.volumes[].configMap.items", status: Works},
 	{path: "spec.volumes[].configMap.items[].key", status: Works},
 	{path: "spec.volumes[].configMap.items[].path", status: Works},
 	{path: "spec.volumes[].configMap.items[].mode", status: Works},
-	{path: "spec.volumes[].configMap.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].configMap.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].configMap.defaultMode", status: Works},
 	{path: "spec.volumes[].configMap.optional", status: Works},
-	{path: "spec.volumes[].configMap.defaultUser", status: Refused, reason: whyUser},
-	{path: "spec.volumes[].projected", status: OptIn, reason: whyLocalCfg + "; configMap, secret and downwardAPI sources, on a tmpfs of its own, mounted read-only, updated atomically"},
+	{path: "spec.volumes[].configMap.defaultUser", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].projected", status: OptIn, refers: projectedReference, reason: whyLocalCfg + "; configMap, secret and downwardAPI sources, on a tmpfs of its own, mounted read-only, updated atomically"},
 	{path: "spec.volumes[].projected.sources", status: Works},
 	{path: "spec.volumes[].projected.sources[].secret", status: Works},
 	{path: "spec.volumes[].projected.sources[].secret.name", status: Works},
@@ -105,7 +153,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].projected.sources[].secret.items[].key", status: Works},
 	{path: "spec.volumes[].projected.sources[].secret.items[].path", status: Works},
 	{path: "spec.volumes[].projected.sources[].secret.items[].mode", status: Works},
-	{path: "spec.volumes[].projected.sources[].secret.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected.sources[].secret.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].projected.sources[].secret.optional", status: Works},
 	{path: "spec.volumes[].projected.sources[].configMap", status: Works},
 	{path: "spec.volumes[].projected.sources[].configMap.name", status: Works},
@@ -113,7 +161,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].projected.sources[].configMap.items[].key", status: Works},
 	{path: "spec.volumes[].projected.sources[].configMap.items[].path", status: Works},
 	{path: "spec.volumes[].projected.sources[].configMap.items[].mode", status: Works},
-	{path: "spec.volumes[].projected.sources[].configMap.items[].user", status: Refused, reason: whyUser},
+	{path: "spec.volumes[].projected.sources[].configMap.items[].user", status: Refused, reason: whyUserField},
 	{path: "spec.volumes[].projected.sources[].configMap.optional", status: Works},
 	{path: "spec.volumes[].projected.sources[].downwardAPI", status: Works},
 	{path: "spec.volumes[].projected.sources[].downwardAPI.items", status: Works},
@@ -126,20 +174,20 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef.resource", status: Works},
 	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].resourceFieldRef.divisor", status: Works},
 	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].mode", status: Works},
-	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].user", status: Refused, reason: whyUser},
-	{path: "spec.volumes[].projected.sources[].serviceAccountToken", status: Refused, reason: "no service account token without an API server"},
-	{path: "spec.volumes[].projected.sources[].clusterTrustBundle", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].projected.sources[].podCertificate", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].projected.sources[].downwardAPI.items[].user", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].projected.sources[].serviceAccountToken", status: Refused, reason: StaticPodReference("serviceaccounts (via projected volumes)")},
+	{path: "spec.volumes[].projected.sources[].clusterTrustBundle", status: Refused, reason: StaticPodReference("clustertrustbundles")},
+	{path: "spec.volumes[].projected.sources[].podCertificate", status: Refused, reason: StaticPodReference("podcertificates")},
 	{path: "spec.volumes[].projected.defaultMode", status: Works},
-	{path: "spec.volumes[].projected.defaultUser", status: Refused, reason: whyUser},
-	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].ephemeral", status: Refused, reason: whyAPIServer},
-	{path: "spec.volumes[].csi", status: Refused, reason: whyAPIServer},
+	{path: "spec.volumes[].projected.defaultUser", status: Refused, reason: whyUserField},
+	{path: "spec.volumes[].persistentVolumeClaim", status: Refused, reason: StaticPodReference("persistentvolumeclaims")},
+	{path: "spec.volumes[].ephemeral", status: Refused, reason: StaticPodReference("persistentvolumeclaims (via ephemeral volumes)")},
+	{path: "spec.volumes[].csi", status: Refused, reason: StaticPodReference("csidrivers (via CSI volumes)")},
 	{path: "spec.volumes[].image", status: Refused, reason: whyNotHere},
-	{path: "spec.volumes[].gitRepo", status: Refused, reason: "deprecated in Kubernetes; use an init container"},
+	{path: "spec.volumes[].gitRepo", status: Refused, reason: "disabled in Kubernetes v1.37 (the deprecated GitRepoVolumeDriver feature gate, off by default); use an init container"},
 	{path: "spec.volumes[].nfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].iscsi", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
-	{path: "spec.volumes[].glusterfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].glusterfs", status: Refused, reason: StaticPodReference("endpoints (via glusterFS volumes)")},
 	{path: "spec.volumes[].rbd", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].cephfs", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].fc", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
@@ -148,7 +196,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.volumes[].cinder", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].gcePersistentDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].awsElasticBlockStore", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
-	{path: "spec.volumes[].azureFile", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
+	{path: "spec.volumes[].azureFile", status: Refused, reason: StaticPodReference("secrets (via azureFile volumes)")},
 	{path: "spec.volumes[].azureDisk", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].vsphereVolume", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
 	{path: "spec.volumes[].quobyte", status: Refused, reason: "network and cloud volume plugins are not part of noderun"},
@@ -197,11 +245,15 @@ var fieldRules = []fieldRule{
 	{path: "container.env[].valueFrom.secretKeyRef.name", status: Works},
 	{path: "container.env[].valueFrom.secretKeyRef.key", status: Works},
 	{path: "container.env[].valueFrom.secretKeyRef.optional", status: Works},
-	{path: "container.env[].valueFrom.fileKeyRef", status: Refused, reason: whyNotHere},
+	{path: "container.env[].valueFrom.fileKeyRef", status: Works, reason: "KEY='value' read from a file in an emptyDir when the container starts (after init containers), as the kubelet v1.37 parses it"},
+	{path: "container.env[].valueFrom.fileKeyRef.volumeName", status: Works},
+	{path: "container.env[].valueFrom.fileKeyRef.path", status: Works},
+	{path: "container.env[].valueFrom.fileKeyRef.key", status: Works},
+	{path: "container.env[].valueFrom.fileKeyRef.optional", status: Works},
 	{path: "container.resources", status: Works},
 	{path: "container.resources.limits", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
 	{path: "container.resources.requests", status: Refused, reason: whyResources, accept: cpuMemoryOrExtended},
-	{path: "container.resources.claims", status: Refused, reason: whyAPIServer},
+	{path: "container.resources.claims", status: Refused, reason: StaticPodReference("resourceclaims")},
 	{path: "container.resizePolicy", status: Ignored, reason: "resizing a running pod needs an API server; a new manifest replaces the pod"},
 	{path: "container.restartPolicy", status: Works, reason: "Always on an init container makes it a sidecar; otherwise (Always, OnFailure, Never) it overrides the pod's restartPolicy for that container (ContainerRestartRules, beta and on in Kubernetes v1.37)"},
 	{path: "container.restartPolicyRules", status: Works, reason: "evaluated in order on each exit, before the container's restartPolicy, as the kubelet v1.37 does"},
@@ -212,12 +264,12 @@ var fieldRules = []fieldRule{
 	{path: "container.volumeMounts", status: Works},
 	{path: "container.volumeMounts[].name", status: Works},
 	{path: "container.volumeMounts[].readOnly", status: Works},
-	{path: "container.volumeMounts[].recursiveReadOnly", status: Refused, reason: "recursive read-only mounts need runc 1.2; only Disabled is accepted", accept: equals("Disabled")},
+	{path: "container.volumeMounts[].recursiveReadOnly", status: Works, reason: "Enabled and IfPossible with runc's rro where runc lists it (1.1+) and the kernel has mount_setattr (5.12+); Enabled elsewhere is the kubelet's CreateContainerConfigError, IfPossible a plain read-only mount; containerStatuses[].volumeMounts say which"},
 	{path: "container.volumeMounts[].mountPath", status: Works},
 	{path: "container.volumeMounts[].subPath", status: Works, reason: "resolved inside the volume; links out of it are refused"},
 	{path: "container.volumeMounts[].mountPropagation", status: Works, reason: "None, HostToContainer (rslave), Bidirectional (rshared, privileged only), as CRI maps them"},
 	{path: "container.volumeMounts[].subPathExpr", status: Works, reason: "$(VAR) from the container's env, then resolved as a subPath"},
-	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: whyNotHere},
+	{path: "container.volumeMounts[].bindMountOptions", status: Refused, reason: alpha("VolumeBindMountOptions")},
 	{path: "container.volumeDevices", status: Refused, reason: "block devices need persistentVolumeClaim volumes: " + whyAPIServer},
 	{path: "container.livenessProbe", status: Works, reason: "restarts the container after failureThreshold failures; made by noderun itself (exec through containerd)"},
 	{path: "container.livenessProbe.exec", status: Works},
@@ -228,7 +280,7 @@ var fieldRules = []fieldRule{
 	{path: "container.livenessProbe.httpGet.host", status: Works},
 	{path: "container.livenessProbe.httpGet.scheme", status: Works},
 	{path: "container.livenessProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.livenessProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.livenessProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.livenessProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.livenessProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.livenessProbe.tcpSocket", status: Works},
@@ -237,7 +289,7 @@ var fieldRules = []fieldRule{
 	{path: "container.livenessProbe.grpc", status: Works},
 	{path: "container.livenessProbe.grpc.port", status: Works},
 	{path: "container.livenessProbe.grpc.service", status: Works},
-	{path: "container.livenessProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.livenessProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.livenessProbe.initialDelaySeconds", status: Works},
 	{path: "container.livenessProbe.timeoutSeconds", status: Works},
 	{path: "container.livenessProbe.periodSeconds", status: Works},
@@ -253,7 +305,7 @@ var fieldRules = []fieldRule{
 	{path: "container.readinessProbe.httpGet.host", status: Works},
 	{path: "container.readinessProbe.httpGet.scheme", status: Works},
 	{path: "container.readinessProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.readinessProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.readinessProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.readinessProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.readinessProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.readinessProbe.tcpSocket", status: Works},
@@ -262,7 +314,7 @@ var fieldRules = []fieldRule{
 	{path: "container.readinessProbe.grpc", status: Works},
 	{path: "container.readinessProbe.grpc.port", status: Works},
 	{path: "container.readinessProbe.grpc.service", status: Works},
-	{path: "container.readinessProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.readinessProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.readinessProbe.initialDelaySeconds", status: Works},
 	{path: "container.readinessProbe.timeoutSeconds", status: Works},
 	{path: "container.readinessProbe.periodSeconds", status: Works},
@@ -278,7 +330,7 @@ var fieldRules = []fieldRule{
 	{path: "container.startupProbe.httpGet.host", status: Works},
 	{path: "container.startupProbe.httpGet.scheme", status: Works},
 	{path: "container.startupProbe.httpGet.httpHeaders", status: Works},
-	{path: "container.startupProbe.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.startupProbe.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.startupProbe.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.startupProbe.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.startupProbe.tcpSocket", status: Works},
@@ -287,7 +339,7 @@ var fieldRules = []fieldRule{
 	{path: "container.startupProbe.grpc", status: Works},
 	{path: "container.startupProbe.grpc.port", status: Works},
 	{path: "container.startupProbe.grpc.service", status: Works},
-	{path: "container.startupProbe.grpc.mode", status: Refused, reason: whyAlphaProbe, accept: equals("Plaintext")},
+	{path: "container.startupProbe.grpc.mode", status: Refused, reason: whyTLSProbe, accept: equals("Plaintext")},
 	{path: "container.startupProbe.initialDelaySeconds", status: Works},
 	{path: "container.startupProbe.timeoutSeconds", status: Works},
 	{path: "container.startupProbe.periodSeconds", status: Works},
@@ -304,7 +356,7 @@ var fieldRules = []fieldRule{
 	{path: "container.lifecycle.postStart.httpGet.host", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.scheme", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders", status: Works},
-	{path: "container.lifecycle.postStart.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.lifecycle.postStart.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.lifecycle.postStart.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.lifecycle.postStart.sleep", status: Works},
@@ -319,13 +371,13 @@ var fieldRules = []fieldRule{
 	{path: "container.lifecycle.preStop.httpGet.host", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.scheme", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders", status: Works},
-	{path: "container.lifecycle.preStop.httpGet.protocol", status: Refused, reason: whyAlphaProbe},
+	{path: "container.lifecycle.preStop.httpGet.protocol", status: Refused, reason: whyH2CProbe},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders[].name", status: Works},
 	{path: "container.lifecycle.preStop.httpGet.httpHeaders[].value", status: Works},
 	{path: "container.lifecycle.preStop.sleep", status: Works},
 	{path: "container.lifecycle.preStop.sleep.seconds", status: Works},
 	{path: "container.lifecycle.preStop.tcpSocket", status: Refused, reason: "deprecated: the kubelet does not run it as a hook"},
-	{path: "container.lifecycle.stopSignal", status: Refused, reason: "alpha in Kubernetes (ContainerStopSignals feature gate); the image's STOPSIGNAL is used"},
+	{path: "container.lifecycle.stopSignal", status: Refused, reason: alpha("ContainerStopSignals")},
 	{path: "container.terminationMessagePath", status: Works, reason: "a file per run bound there; read into state.terminated.message (4 KiB)"},
 	{path: "container.terminationMessagePolicy", status: Works, reason: "FallbackToLogsOnError takes the log's last 80 lines (2 KiB) when the file is empty and the exit failed"},
 	{path: "container.imagePullPolicy", status: Works},
@@ -357,8 +409,8 @@ var fieldRules = []fieldRule{
 	{path: "spec.activeDeadlineSeconds", status: Works, reason: "counted from the pod's start; the pod ends Failed, reason DeadlineExceeded"},
 	{path: "spec.dnsPolicy", status: Works, reason: "ClusterFirst falls back to Default: there is no cluster DNS"},
 	{path: "spec.nodeSelector", status: Works, reason: whyAdmission},
-	{path: "spec.serviceAccountName", status: Ignored, reason: "no ServiceAccount admission and no token on a standalone node, as for the kubelet's static pods"},
-	{path: "spec.serviceAccount", status: Ignored, reason: "deprecated alias of serviceAccountName"},
+	{path: "spec.serviceAccountName", status: Refused, reason: StaticPodReference("serviceaccounts")},
+	{path: "spec.serviceAccount", status: Refused, reason: "deprecated alias of serviceAccountName: " + StaticPodReference("serviceaccounts")},
 	{path: "spec.automountServiceAccountToken", status: Ignored, reason: "no token to mount without an API server"},
 	{path: "spec.nodeName", status: Works, reason: "set to this node's name, as the kubelet does for static pods"},
 	{path: "spec.hostNetwork", status: Works},
@@ -385,7 +437,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.securityContext.appArmorProfile.type", status: Works},
 	{path: "spec.securityContext.appArmorProfile.localhostProfile", status: Works},
 	{path: "spec.securityContext.seLinuxChangePolicy", status: Ignored, reason: whySELinux},
-	{path: "spec.imagePullSecrets", status: Refused, reason: whyAPIServer},
+	{path: "spec.imagePullSecrets", status: Refused, reason: StaticPodReference("secrets")},
 	{path: "spec.hostname", status: Works},
 	{path: "spec.subdomain", status: Works},
 	{path: "spec.affinity", status: Works},
@@ -427,15 +479,15 @@ var fieldRules = []fieldRule{
 	{path: "spec.os.name", status: Refused, reason: "linux or windows, as the API server accepts; a windows pod is rejected at admission (reason PodOSNotSupported, phase Failed), as by the kubelet on a Linux node", accept: oneOf("linux", "windows")},
 	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
 	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
-	{path: "spec.schedulingGroup", status: Ignored, reason: whyScheduling},
-	{path: "spec.resourceClaims", status: Refused, reason: whyAPIServer},
+	{path: "spec.schedulingGroup", status: Refused, reason: "beta and off by default in Kubernetes v1.37 (the GenericWorkload feature gate)"},
+	{path: "spec.resourceClaims", status: Refused, reason: StaticPodReference("resourceclaims")},
 	{path: "spec.resources", status: Works, reason: "pod-level requests and limits (PodLevelResources, beta and on in Kubernetes v1.37): the pod's cgroup, its QoS class, the limits of containers that have none, OOM scores and admission, as the kubelet; not defaulted from the containers', as for the kubelet's static pods"},
 	{path: "spec.resources.limits", status: Refused, reason: whyPodLevel, accept: cpuOrMemory},
 	{path: "spec.resources.requests", status: Refused, reason: whyPodLevel, accept: cpuOrMemory},
 	{path: "spec.resources.claims", status: Refused, reason: "claims may not be set for resources at pod level (Kubernetes); claims need an API server"},
-	{path: "spec.hostnameOverride", status: Refused, reason: whyNotHere},
-	{path: "spec.evictionResponders", status: Refused, reason: whyNotHere},
-	{path: "spec.ephemeralContainers", status: Refused, reason: "added through the API server"},
+	{path: "spec.hostnameOverride", status: Works, reason: "the pod's hostname (UTS name, /etc/hostname, /etc/hosts) in place of hostname and subdomain; not with hostNetwork or setHostnameAsFQDN, as the API server"},
+	{path: "spec.evictionResponders", status: Refused, reason: alpha("EvictionRequestAPI")},
+	{path: "spec.ephemeralContainers", status: Refused, reason: "static pods do not support ephemeral containers in their manifests, as in Kubernetes v1.37: they are added to a running pod through the local API (kubectl debug)"},
 }
 
 // ruleIndex finds a rule by path.
@@ -478,15 +530,43 @@ func cpuOrMemory(v reflect.Value) bool {
 	return true
 }
 
+// via is the refers of a field that always references the same resource.
+func via(resource string) func(reflect.Value) string {
+	return func(reflect.Value) string { return resource }
+}
+
+// projectedReference names the first source of a projected volume that
+// references an API object, as the kubelet words it; "" when its sources
+// are downwardAPI only.
+func projectedReference(v reflect.Value) string {
+	for _, s := range v.Interface().(*v1.ProjectedVolumeSource).Sources {
+		switch {
+		case s.ConfigMap != nil:
+			return "configmaps (via projected volumes)"
+		case s.Secret != nil:
+			return "secrets (via projected volumes)"
+		case s.ServiceAccountToken != nil:
+			return "serviceaccounts (via projected volumes)"
+		case s.ClusterTrustBundle != nil:
+			return "clustertrustbundles"
+		case s.PodCertificate != nil:
+			return "podcertificates"
+		}
+	}
+	return ""
+}
+
 // fieldFinding is a set field that is refused or ignored.
 type fieldFinding struct {
 	path   string // concrete, e.g. spec.containers[1].livenessProbe
-	rule   *fieldRule
 	status FieldStatus
-	refers string // an OptIn field refused: the API resource it refers to
+	reason string
+	// refers: an OptIn field refused without --local-config-objects, the
+	// API resource it references in the kubelet's words.
+	refers string
 }
 
-// fieldWalker walks a spec's set fields against the lists.
+// fieldWalker walks a pod's set fields against the lists.
 type fieldWalker struct {
 	localConfig bool // OptIn fields work
 	out         []fieldFinding
@@ -494,11 +574,19 @@ type fieldWalker struct {
 
 // checkFields walks what the manifest set (before defaulting, so that only
 // fields the user wrote count) and reports refused and ignored fields.
-func checkFields(spec *v1.PodSpec, opts parseOptions) []fieldFinding {
+func checkFields(pod *v1.Pod, opts parseOptions) []fieldFinding {
 	w := &fieldWalker{localConfig: opts.localConfig}
-	w.walkValue(reflect.ValueOf(spec).Elem(), "spec", "spec")
+	w.walkValue(reflect.ValueOf(pod).Elem(), "", "")
 	return w.out
 }
+
+// walkable says whether the walks go into a struct type: the core/v1 types
+// and the Pod's metadata, not apimachinery's leaves (quantities, times).
+func walkable(t reflect.Type) bool {
+	return t.Kind() == reflect.Struct && (t.PkgPath() == corePkg || t == objectMetaType)
+}
+
+var objectMetaType = reflect.TypeOf(metav1.ObjectMeta{})
 
 // walkValue visits the fields of the struct v; concrete is the path with
 // indexes, key the rule path.
@@ -508,34 +596,47 @@ func (w *fieldWalker) walkValue(v reflect.Value, concrete, key string) {
 		f, fv := t.Field(i), v.Field(i)
 		name := jsonName(f)
 		if name == "" {
-			w.walkValue(fv, concrete, key) // inline (VolumeSource)
+			w.walkValue(fv, concrete, key) // inline (TypeMeta, VolumeSource)
 			continue
 		}
 		if fv.IsZero() {
 			continue
 		}
-		fkey := key + "." + name
+		fkey := join(key, name)
 		if fkey == "spec.containers" || fkey == "spec.initContainers" {
 			for j := range fv.Len() {
 				w.walkValue(fv.Index(j), fmt.Sprintf("%s.%s[%d]", concrete, name, j), "container")
 			}
 			continue
 		}
-		fconcrete := concrete + "." + name
+		fconcrete := join(concrete, name)
 		r := ruleIndex[fkey]
 		switch {
 		case r == nil:
-			w.out = append(w.out, fieldFinding{path: fconcrete, rule: &fieldRule{path: fkey, reason: "not classified"}, status: Refused})
+			w.out = append(w.out, fieldFinding{path: fconcrete, status: Refused, reason: "not classified"})
 		case r.status == Ignored:
-			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Ignored})
+			w.out = append(w.out, fieldFinding{path: fconcrete, status: Ignored, reason: r.reason})
 		case r.status == Refused && (r.accept == nil || !r.accept(fv)):
-			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Refused})
+			w.out = append(w.out, fieldFinding{path: fconcrete, status: Refused, reason: r.reason})
 		case r.status == OptIn && !w.localConfig:
-			w.out = append(w.out, fieldFinding{path: fconcrete, rule: r, status: Refused, refers: referredResource(fv)})
+			w.out = append(w.out, optInRefused(r, fv, fconcrete))
 		default:
 			w.descend(fv, fconcrete, fkey)
 		}
 	}
+}
+
+// optInRefused is the finding of an OptIn field set without
+// --local-config-objects: the kubelet's refusal of what it references.
+func optInRefused(r *fieldRule, v reflect.Value, path string) fieldFinding {
+	refers := referredResource(v)
+	if r.refers != nil {
+		refers = r.refers(v)
+	}
+	if refers == "" { // references nothing (envFrom: [{}]): its rule says why
+		return fieldFinding{path: path, status: Refused, reason: r.reason}
+	}
+	return fieldFinding{path: path, status: Refused, reason: StaticPodReference(refers), refers: refers}
 }
 
 // descend walks into a Works field that holds core/v1 structs.
@@ -548,7 +649,7 @@ func (w *fieldWalker) descend(v reflect.Value, concrete, key string) {
 			w.descend(v.Index(j), fmt.Sprintf("%s[%d]", concrete, j), key+"[]")
 		}
 	case reflect.Struct:
-		if v.Type().PkgPath() == corePkg {
+		if walkable(v.Type()) {
 			w.walkValue(v, concrete, key)
 		}
 	}
@@ -605,16 +706,15 @@ func fieldErrors(findings []fieldFinding) (errs, warnings []error) {
 	for _, f := range findings {
 		me := &ManifestError{Field: f.path}
 		switch {
-		case f.refers != "":
+		case strings.HasPrefix(f.refers, "secrets") || strings.HasPrefix(f.refers, "configmaps"):
 			// The kubelet's own words, then the way to run it here.
-			me.Message = "static pods may not reference " + f.refers +
-				" (noderun runs such pods with --local-config-objects, from ConfigMap and Secret documents in the manifest sources)"
+			me.Message = f.reason + "; noderun runs such pods with --local-config-objects, from ConfigMap and Secret documents in the manifest sources"
 			errs = append(errs, me)
 		case f.status == Refused:
-			me.Message = "not supported by noderun: " + f.rule.reason
+			me.Message = "not supported by noderun: " + f.reason
 			errs = append(errs, me)
 		default:
-			me.Message = "ignored: " + f.rule.reason
+			me.Message = "ignored: " + f.reason
 			warnings = append(warnings, me)
 		}
 	}

@@ -14,12 +14,12 @@ import (
 	v1 "k8s.io/api/core/v1"
 )
 
-//go:generate go test -count=1 -run ^TestFieldsReference$ . -update-docs
+//go:generate go test -count=1 -run ^(TestFieldsReference|TestReadmeFieldSummary)$ . -update-docs
 
-var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md")
+var updateDocs = flag.Bool("update-docs", false, "rewrite docs/reference/fields.md and README.md's field summary")
 
-// typePaths lists every field path reachable from PodSpec by walking the
-// core/v1 types, descending below Works fields only (a refused or ignored
+// typePaths lists every field path reachable from Pod by walking the
+// core/v1 types and its metadata, descending below Works fields only (a refused or ignored
 // field covers its subtree), as checkFields does on values.
 func typePaths(t *testing.T) []string {
 	t.Helper()
@@ -33,7 +33,7 @@ func typePaths(t *testing.T) []string {
 				walk(f.Type, key)
 				continue
 			}
-			fkey := key + "." + name
+			fkey := join(key, name)
 			if fkey == "spec.containers" || fkey == "spec.initContainers" {
 				out = append(out, fkey)
 				walk(reflect.TypeOf(v1.Container{}), "container")
@@ -50,12 +50,12 @@ func typePaths(t *testing.T) []string {
 				}
 				ft = ft.Elem()
 			}
-			if ft.Kind() == reflect.Struct && ft.PkgPath() == corePkg {
+			if walkable(ft) {
 				walk(ft, k)
 			}
 		}
 	}
-	walk(reflect.TypeOf(v1.PodSpec{}), "spec")
+	walk(reflect.TypeOf(v1.Pod{}), "")
 	return out
 }
 
@@ -130,14 +130,14 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		{
 			name: "values refused",
 			spec: "  hostUsers: false\n  os: {name: darwin}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1, hugepages-2Mi: 2Mi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
-			errs: []string{"spec.containers[0].resources.limits", "spec.containers[0].volumeMounts[0].recursiveReadOnly", "spec.os.name", "spec.hostUsers"},
+			errs: []string{"spec.containers[0].resources.limits", "spec.os.name", "spec.hostUsers"},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			pod := mustDecode(t, podWith(tt.spec))
 			var errs, warnings []string
-			for _, f := range checkFields(&pod.Spec, parseOptions{}) {
+			for _, f := range checkFields(pod, parseOptions{}) {
 				if f.status == Refused {
 					errs = append(errs, f.path)
 				} else {
@@ -152,6 +152,21 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 				t.Errorf("refused %v ignored %v, want refused %v ignored %v", errs, warnings, tt.errs, tt.warnings)
 			}
 		})
+	}
+}
+
+// A Pod read back from a cluster (kubectl get -o yaml) carries what the API
+// server set: each such field is a warning, generateName an error.
+func TestCheckFieldsOnMetadataAndStatus(t *testing.T) {
+	in := "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  generateName: web-\n  labels: {a: b}\n  resourceVersion: '7'\n" +
+		"  creationTimestamp: null\n  ownerReferences: [{apiVersion: v1, kind: Node, name: n1, uid: u}]\nspec:\n" + oneContainer + "status: {phase: Running}\n"
+	var got []string
+	for _, f := range checkFields(mustDecode(t, in), parseOptions{}) {
+		got = append(got, string(f.status)+" "+f.path)
+	}
+	want := []string{"refused metadata.generateName", "ignored metadata.resourceVersion", "ignored metadata.ownerReferences", "ignored status"}
+	if !slices.Equal(got, want) {
+		t.Errorf("findings %q, want %q", got, want)
 	}
 }
 
@@ -210,14 +225,17 @@ func fieldsReference() string {
 
 <!-- Generated from manifests/fields.go by ` + "`make docs`" + `; do not edit. -->
 
-Every field of the Pod API is in exactly one of three lists (` + "`manifests/fields.go`" + `): it **works** as
-in Kubernetes, it is **refused** (the pod is an error naming the field, in ` + "`noderun check`" + `, the log
-and ` + "`GET /manifests`" + `), or it is **ignored** on purpose (a warning in ` + "`noderun check`" + `, which still
-exits 0, and one log line). The fields that refer to ConfigMaps and Secrets are **opt-in**: they work
-with ` + "`--local-config-objects`" + ` (from ConfigMap and Secret documents in the manifest sources) and are
-refused without it, in the kubelet's words for static pods. A test walks the core/v1 types by reflection and fails when a field is
-in no list, so an upgrade of the Kubernetes API cannot add a field that is silently ignored. A
-refused or ignored field covers the fields below it. Container fields hold for init and app
+Every field path of the Kubernetes v1.37 Pod (` + "`k8s.io/api`" + ` v0.37: metadata, spec with its containers,
+volumes, probes and security contexts, status) is in exactly one of three lists
+(` + "`manifests/fields.go`" + `): it **works** as in Kubernetes, it is **refused** (the pod is an error naming
+the field, in ` + "`noderun check`" + `, the log and ` + "`GET /manifests`" + `), or it is **ignored**: accepted with no
+effect, on purpose (a warning in ` + "`noderun check`" + `, which still exits 0, and one log line). The fields
+that refer to ConfigMaps and Secrets are **opt-in**: they work with ` + "`--local-config-objects`" + ` (from
+ConfigMap and Secret documents in the manifest sources) and are refused without it, in the kubelet's
+words for static pods. A test walks the types by reflection and fails naming every field path in no
+list and every listed path that no longer exists, so an upgrade of the Kubernetes API cannot add a
+field that is silently ignored. A refused or ignored field covers the fields below it. Container
+fields hold for init and app
 containers alike (` + "`spec.[init]containers[]`" + `).
 
 ` + fieldTable()
@@ -236,4 +254,107 @@ func fieldTable() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", path, r.status, strings.ReplaceAll(r.reason, "|", "\\|"))
 	}
 	return b.String()
+}
+
+// The feature gates Kubernetes v1.37.2 has off by default that gate Pod
+// fields (pkg/features/kube_features.go, pkg/api/pod/util.go's
+// dropDisabled* at v1.37.2). Only these may make a field "alpha": a gate
+// that is beta-and-on or GA there is no reason to refuse a field.
+var gatesOffInV137 = []string{
+	"AtomicWriteVolumeUserFields", "ContainerStopSignals", "EmptyDirVolumeMode", "EvictionRequestAPI",
+	"GRPCContainerProbeTLS", "H2CContainerProbe", "VolumeBindMountOptions",
+}
+
+func TestAlphaRefusalsNameAGateOffInV137(t *testing.T) {
+	for _, r := range fieldRules {
+		if !strings.Contains(r.reason, "alpha") {
+			continue
+		}
+		gate, ok := strings.CutPrefix(r.reason, "alpha in Kubernetes v1.37 (the ")
+		gate, _, _ = strings.Cut(gate, " ")
+		if !ok || !slices.Contains(gatesOffInV137, gate) {
+			t.Errorf("%s: %q does not name a feature gate off by default in v1.37", r.path, r.reason)
+		}
+	}
+	pod := mustDecode(t, podWith("  containers:\n  - name: a\n    image: nginx\n    lifecycle: {stopSignal: SIGUSR1}\n"))
+	errs, _ := fieldErrors(checkFields(pod, parseOptions{}))
+	want := "spec.containers[0].lifecycle.stopSignal: not supported by noderun: alpha in Kubernetes v1.37 (the ContainerStopSignals feature gate, off by default)"
+	if len(errs) != 1 || errs[0].Error() != want {
+		t.Errorf("stopSignal: %v, want %s", errs, want)
+	}
+}
+
+// README.md's field summary is generated from the lists too, between its
+// markers: `make docs` rewrites it.
+func TestReadmeFieldSummary(t *testing.T) {
+	const path, begin, end = "../README.md", "<!-- fields:begin -->\n", "<!-- fields:end -->\n"
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, rest, ok1 := strings.Cut(string(b), begin)
+	_, tail, ok2 := strings.Cut(rest, end)
+	if !ok1 || !ok2 {
+		t.Fatalf("%s lacks the markers %q and %q", path, begin, end)
+	}
+	want := head + begin + fieldSummary() + end + tail
+	if string(b) == want {
+		return
+	}
+	if *updateDocs {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Errorf("%s's field summary is out of date: run make docs", path)
+}
+
+// fieldSummary counts the lists and names the refused fields by why.
+func fieldSummary() string {
+	count := map[FieldStatus]int{}
+	groups := map[string][]string{}
+	for _, r := range fieldRules {
+		count[r.status]++
+		if r.status == Refused {
+			why := refusalKind(r.reason)
+			path, _ := strings.CutPrefix(r.path, "container.")
+			if path != r.path {
+				path = "[init]containers[]." + path
+			}
+			groups[why] = append(groups[why], "`"+path+"`")
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "Of the %d field paths of the Kubernetes v1.37 Pod in [the field table](docs/reference/fields.md)\n"+
+		"(a refused or ignored one covers its subtree), %d work as in Kubernetes, %d (ConfigMap and Secret\n"+
+		"references) work with `--local-config-objects` and are refused without it, %d are accepted with no\n"+
+		"effect and a warning, and %d are refused:\n\n",
+		len(fieldRules), count[Works], count[OptIn], count[Ignored], count[Refused])
+	b.WriteString("| refused because | fields |\n| --- | --- |\n")
+	for _, why := range refusalKinds {
+		if len(groups[why]) > 0 {
+			fmt.Fprintf(&b, "| %s | %s |\n", why, strings.Join(groups[why], ", "))
+		}
+	}
+	return b.String()
+}
+
+var refusalKinds = []string{
+	"static pods may not reference API objects, as on the kubelet v1.37",
+	"off by default in Kubernetes v1.37 (feature gates)",
+	"not implemented by noderun (yet)",
+	"other reasons (see the table)",
+}
+
+func refusalKind(reason string) string {
+	switch {
+	case strings.Contains(reason, "static pods may not reference") || strings.Contains(reason, "static pods do not support"):
+		return refusalKinds[0]
+	case strings.Contains(reason, "off by default"):
+		return refusalKinds[1]
+	case strings.HasPrefix(reason, whyNotHere) || strings.HasPrefix(reason, "pod-level resources: "+whyNotHere):
+		return refusalKinds[2]
+	}
+	return refusalKinds[3]
 }

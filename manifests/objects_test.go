@@ -72,7 +72,7 @@ func TestConfigObjectsRefusedWithoutTheFlag(t *testing.T) {
 	for _, want := range []string{
 		`a.yaml:1: kind: unsupported kind "ConfigMap" (want Pod or PodList; ConfigMap and Secret documents need --local-config-objects)`,
 		`a.yaml:7: kind: unsupported kind "Secret"`,
-		"a.yaml:17:23: spec.volumes[0].configMap: static pods may not reference configmaps (noderun runs such pods with --local-config-objects",
+		"a.yaml:17:23: spec.volumes[0].configMap: static pods may not reference configmaps (via configmap volumes), as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects",
 		"spec.volumes[1].secret: static pods may not reference secrets",
 		"spec.containers[0].envFrom: static pods may not reference configmaps",
 		"spec.containers[0].env[0].valueFrom.secretKeyRef: static pods may not reference secrets",

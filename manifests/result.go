@@ -92,7 +92,8 @@ func CheckPod(pod *v1.Pod) (errs, warnings []error) { return checkPod(pod, parse
 // checkPod applies the field lists to what the manifest says, before
 // defaults fill fields in, then defaults and validates the pod.
 func checkPod(pod *v1.Pod, opts parseOptions) (errs, warnings []error) {
-	errs, warnings = fieldErrors(checkFields(&pod.Spec, opts))
+	errs, warnings = fieldErrors(checkFields(pod, opts))
+	warnings = append(warnings, appArmorWarnings(pod)...)
 	ApplyDefaults(pod)
 	return append(errs, Validate(pod)...), warnings
 }

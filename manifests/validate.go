@@ -18,6 +18,7 @@ import (
 type validator struct {
 	errs        []error
 	volumes     map[string]bool // names in spec.volumes
+	emptyDirs   map[string]bool // names of emptyDir volumes
 	containers  map[string]bool // names across init and app containers
 	hostNetwork bool
 }
@@ -33,14 +34,14 @@ func (v *validator) check(field string, msgs []string) {
 	}
 }
 
-// Validate applies the Kubernetes rules that matter for what noderun runs and
-// rejects what needs an API server (secrets, config maps, claims, pull
-// secrets). Service account fields pass and are ignored: there is no token
-// to mount. Empty enum fields pass, since ApplyDefaults fills them. Errors
-// are *ManifestError with Field set.
+// Validate applies the Kubernetes rules that matter for what noderun runs
+// (checkFields, not this, refuses what references API objects). Empty enum
+// fields pass, since ApplyDefaults fills them. Errors are *ManifestError with
+// Field set.
 func Validate(pod *v1.Pod) []error {
-	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
+	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, emptyDirs: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
 	v.metadata(pod)
+	v.appArmorAnnotations(pod)
 	v.waitFor(pod)
 	v.rollbackAfter(pod)
 	v.spec(&pod.Spec)
@@ -75,9 +76,6 @@ func (v *validator) metadata(pod *v1.Pod) {
 		if err := CheckUID(string(pod.UID)); err != nil {
 			v.add("metadata.uid", "%v", err)
 		}
-	}
-	if pod.GenerateName != "" {
-		v.add("metadata.generateName", "static pods need a fixed metadata.name")
 	}
 	// Checked here too, not only when the pod's network is attached.
 	for _, key := range []string{bandwidth.IngressAnnotation, bandwidth.EgressAnnotation} {
@@ -136,6 +134,7 @@ func (v *validator) volume(vol *v1.Volume, field string) {
 		v.add(field+".name", "duplicate volume name %q", vol.Name)
 	}
 	v.volumes[vol.Name] = true
+	v.emptyDirs[vol.Name] = vol.EmptyDir != nil
 	v.volumeSource(field, &vol.VolumeSource)
 }
 
@@ -216,6 +215,26 @@ func hasDotDot(p string) bool {
 	return false
 }
 
+// hostnameOverride applies the API server's rules (validatePodHostName at
+// v1.37).
+func (v *validator) hostnameOverride(spec *v1.PodSpec) {
+	o := spec.HostnameOverride
+	if o == nil {
+		return
+	}
+	const f = "spec.hostnameOverride"
+	if spec.SetHostnameAsFQDN != nil && *spec.SetHostnameAsFQDN {
+		v.add(f, "may not be specified when setHostnameAsFQDN is true")
+	}
+	if spec.HostNetwork {
+		v.add(f, "may not be specified when hostNetwork is true")
+	}
+	if len(*o) > 64 {
+		v.add(f, "may not be more than 64 bytes")
+	}
+	v.check(f, validation.IsDNS1123Subdomain(*o))
+}
+
 // names checks what noderun writes into the pod's /etc/hosts, /etc/hostname
 // and resolv.conf as Kubernetes validates it, so no value can add lines.
 func (v *validator) names(spec *v1.PodSpec) {
@@ -225,6 +244,7 @@ func (v *validator) names(spec *v1.PodSpec) {
 	if spec.Subdomain != "" {
 		v.check("spec.subdomain", validation.IsDNS1123Label(spec.Subdomain))
 	}
+	v.hostnameOverride(spec)
 	for i, a := range spec.HostAliases {
 		f := fmt.Sprintf("spec.hostAliases[%d]", i)
 		v.ip(f+".ip", a.IP)

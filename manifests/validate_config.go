@@ -58,6 +58,9 @@ func (v *validator) projected(field string, p *v1.ProjectedVolumeSource) {
 				items = append(items, it.Path)
 			}
 		}
+		if s.ServiceAccountToken != nil || s.ClusterTrustBundle != nil || s.PodCertificate != nil {
+			n++ // a source of its own, refused by the field table
+		}
 		if n != 1 {
 			v.add(f, "exactly one of configMap, secret and downwardAPI is required")
 		}

@@ -100,8 +100,34 @@ func (v *validator) env(c *v1.Container, field string) {
 			v.add(f+".valueFrom.fieldRef.fieldPath", "unsupported field path %q", src.FieldRef.FieldPath)
 		}
 		v.keyRef(f+".valueFrom", e.ValueFrom)
+		if ref := e.ValueFrom.FileKeyRef; ref != nil {
+			v.fileKeyRef(ref, f+".valueFrom.fileKeyRef")
+		}
 	}
 	v.envFrom(c, field)
+}
+
+// fileKeyRef applies the API server's rules (validateFileKeySelector and
+// validateFileKeyRefVolumes at v1.37): the file is in an emptyDir.
+func (v *validator) fileKeyRef(ref *v1.FileKeySelector, f string) {
+	if ref.Key == "" {
+		v.add(f+".key", "required")
+	} else {
+		v.check(f+".key", validation.IsRelaxedEnvVarName(ref.Key))
+	}
+	switch {
+	case ref.VolumeName == "":
+		v.add(f+".volumeName", "required")
+	case !v.volumes[ref.VolumeName]:
+		v.add(f+".volumeName", "volume %q is not defined in spec.volumes", ref.VolumeName)
+	case !v.emptyDirs[ref.VolumeName]:
+		v.add(f+".volumeName", "referenced volume must be of type emptyDir")
+	}
+	if ref.Path == "" {
+		v.add(f+".path", "required")
+	} else if hasDotDot(ref.Path) {
+		v.add(f+".path", "must not contain '..'")
+	}
 }
 
 // fieldPathOK accepts the downward API fields the kubelet can resolve; env
@@ -123,10 +149,33 @@ func fieldPathOK(p string, env bool) bool {
 	return false
 }
 
+// recursiveReadOnly applies the API server's rules (validateMountRecursiveReadOnly
+// at v1.37).
+func (v *validator) recursiveReadOnly(m v1.VolumeMount, f string) {
+	if m.RecursiveReadOnly == nil {
+		return
+	}
+	switch *m.RecursiveReadOnly {
+	case v1.RecursiveReadOnlyDisabled:
+		return
+	case v1.RecursiveReadOnlyEnabled, v1.RecursiveReadOnlyIfPossible:
+	default:
+		v.add(f, "unsupported value %q: supported values: Disabled, Enabled, IfPossible", *m.RecursiveReadOnly)
+		return
+	}
+	if !m.ReadOnly {
+		v.add(f, "may only be specified when readOnly is true")
+	}
+	if m.MountPropagation != nil && *m.MountPropagation != v1.MountPropagationNone {
+		v.add(f, "may only be specified when mountPropagation is None or not specified")
+	}
+}
+
 func (v *validator) mounts(c *v1.Container, field string) {
 	paths := map[string]bool{}
 	for i, m := range c.VolumeMounts {
 		f := fmt.Sprintf("%s.volumeMounts[%d]", field, i)
+		v.recursiveReadOnly(m, f+".recursiveReadOnly")
 		if !v.volumes[m.Name] {
 			v.add(f+".name", "volume %q is not defined in spec.volumes", m.Name)
 		}

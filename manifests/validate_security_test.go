@@ -2,8 +2,10 @@ package manifests
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestValidateSecurityContext(t *testing.T) {
@@ -54,5 +56,46 @@ func TestValidateSecurityContext(t *testing.T) {
 				t.Fatalf("got %v, want one error starting with %q", errors.Join(errs...), tt.wantErr)
 			}
 		})
+	}
+}
+
+// AppArmor annotations on a static pod, as the kubelet v1.37 validates them
+// (ValidatePodCreate) and the API server warns of them.
+func TestAppArmorAnnotations(t *testing.T) {
+	const key = "container.apparmor.security.beta.kubernetes.io/"
+	pod := func(annotations, sc string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  annotations: {" + annotations + "}\nspec:\n  containers:\n  - name: app\n    image: nginx\n" + sc
+	}
+	for _, tc := range []struct {
+		name, in string
+		errs     []string
+		warnings []string
+	}{
+		{name: "runtime/default", in: pod(key+"app: runtime/default", ""),
+			warnings: []string{"metadata.annotations[" + key + `app]: deprecated since v1.30; use the "appArmorProfile" field instead (it still applies to its container here, as on the kubelet v1.37)`}},
+		{name: "with a matching field: no warning", in: pod(key+"app: localhost/p", "    securityContext: {appArmorProfile: {type: Localhost, localhostProfile: p}}\n")},
+		{name: "unknown container", in: pod(key+"nope: unconfined", ""),
+			errs: []string{"metadata.annotations[" + key + `nope]: Invalid value: "nope": container not found`}},
+		{name: "bad value", in: pod(key+"app: enforce", ""),
+			errs:     []string{"metadata.annotations[" + key + `app]: Invalid value: "enforce": invalid AppArmor profile name: "enforce"`},
+			warnings: []string{"metadata.annotations[" + key + `app]: deprecated since v1.30; use the "appArmorProfile" field instead (it still applies to its container here, as on the kubelet v1.37)`}},
+		{name: "field says otherwise", in: pod(key+"app: localhost/p", "    securityContext: {appArmorProfile: {type: Localhost, localhostProfile: q}}\n"),
+			errs: []string{"spec.containers[0].securityContext.appArmorProfile.localhostProfile: apparmor profile in annotation and field must match"}},
+		{name: "pod field says otherwise", in: pod(key+"app: unconfined", "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n"),
+			errs:     []string{"spec.containers[0].securityContext.appArmorProfile.type: apparmor type in annotation and field must match"},
+			warnings: []string{"metadata.annotations[" + key + `app]: deprecated since v1.30; use the "appArmorProfile" field instead (it still applies to its container here, as on the kubelet v1.37)`}},
+		{name: "says what the pod's field says: no warning", in: pod(key+"app: runtime/default", "  securityContext: {appArmorProfile: {type: RuntimeDefault}}\n")},
+	} {
+		res := parseManifest([]byte(tc.in), "web.yaml", "n1", "file:/x", time.Now(), parseOptions{})
+		var errs, warnings []string
+		for _, e := range res.errs {
+			errs = append(errs, e.(*ManifestError).Field+": "+e.(*ManifestError).Message)
+		}
+		for _, w := range res.warns {
+			warnings = append(warnings, w.(*ManifestError).Field+": "+w.(*ManifestError).Message)
+		}
+		if !slices.Equal(errs, tc.errs) || !slices.Equal(warnings, tc.warnings) {
+			t.Errorf("%s: errors %q warnings %q\nwant errors %q warnings %q", tc.name, errs, warnings, tc.errs, tc.warnings)
+		}
 	}
 }

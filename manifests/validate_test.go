@@ -254,12 +254,12 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret env",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    env: [{name: PW, valueFrom: {secretKeyRef: {name: s, key: k}}}]\n"),
-			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: static pods may not reference secrets (noderun runs such pods with --local-config-objects",
+			wantErr: "spec.containers[0].env[0].valueFrom.secretKeyRef: static pods may not reference secrets, as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "configMap envFrom",
 			in:      podWith("  containers:\n  - name: app\n    image: nginx\n    envFrom: [{configMapRef: {name: c}}]\n"),
-			wantErr: "spec.containers[0].envFrom: static pods may not reference configmaps (noderun runs such pods with --local-config-objects",
+			wantErr: "spec.containers[0].envFrom: static pods may not reference configmaps, as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "unsupported downward API field",
@@ -269,27 +269,42 @@ func TestValidate(t *testing.T) {
 		{
 			name:    "secret volume",
 			in:      podWith(oneContainer + "  volumes: [{name: s, secret: {secretName: s}}]\n"),
-			wantErr: "spec.volumes[0].secret: static pods may not reference secrets",
+			wantErr: "spec.volumes[0].secret: static pods may not reference secrets (via secret volumes), as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "configMap volume",
 			in:      podWith(oneContainer + "  volumes: [{name: c, configMap: {name: c}}]\n"),
-			wantErr: "spec.volumes[0].configMap: static pods may not reference configmaps",
+			wantErr: "spec.volumes[0].configMap: static pods may not reference configmaps (via configmap volumes), as in Kubernetes v1.37 (there is no API server to read them from); noderun runs such pods with --local-config-objects",
 		},
 		{
 			name:    "PVC volume",
 			in:      podWith(oneContainer + "  volumes: [{name: p, persistentVolumeClaim: {claimName: p}}]\n"),
-			wantErr: "spec.volumes[0].persistentVolumeClaim: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].persistentVolumeClaim: not supported by noderun: static pods may not reference persistentvolumeclaims, as in Kubernetes v1.37",
 		},
 		{
 			name:    "projected volume",
-			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: []}}]\n"),
+			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: [{downwardAPI: {}}]}}]\n"),
 			wantErr: "spec.volumes[0].projected: not supported by noderun: with --local-config-objects",
+		},
+		{
+			name:    "projected service account token",
+			in:      podWith(oneContainer + "  volumes: [{name: p, projected: {sources: [{downwardAPI: {}}, {serviceAccountToken: {path: t}}]}}]\n"),
+			wantErr: "spec.volumes[0].projected: not supported by noderun: static pods may not reference serviceaccounts (via projected volumes), as in Kubernetes v1.37",
+		},
+		{
+			name:    "service account",
+			in:      podWith(oneContainer + "  serviceAccountName: default\n"),
+			wantErr: "spec.serviceAccountName: not supported by noderun: static pods may not reference serviceaccounts, as in Kubernetes v1.37",
+		},
+		{
+			name:    "resource claims",
+			in:      podWith(oneContainer + "  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n"),
+			wantErr: "spec.resourceClaims: not supported by noderun: static pods may not reference resourceclaims, as in Kubernetes v1.37",
 		},
 		{
 			name:    "CSI volume",
 			in:      podWith(oneContainer + "  volumes: [{name: p, csi: {driver: d}}]\n"),
-			wantErr: "spec.volumes[0].csi: not supported by noderun: needs an API server",
+			wantErr: "spec.volumes[0].csi: not supported by noderun: static pods may not reference csidrivers (via CSI volumes), as in Kubernetes v1.37",
 		},
 		{
 			name:    "NFS volume",
@@ -327,14 +342,52 @@ func TestValidate(t *testing.T) {
 			wantErr: "spec.volumes[0].downwardAPI.items[0].path: must be a relative path without '..'",
 		},
 		{
+			name:    "hostnameOverride with hostNetwork",
+			in:      podWith(oneContainer + "  hostNetwork: true\n  hostnameOverride: node-a\n"),
+			wantErr: "spec.hostnameOverride: may not be specified when hostNetwork is true",
+		},
+		{
+			name:    "hostnameOverride with setHostnameAsFQDN",
+			in:      podWith(oneContainer + "  setHostnameAsFQDN: true\n  hostnameOverride: node-a\n"),
+			wantErr: "spec.hostnameOverride: may not be specified when setHostnameAsFQDN is true",
+		},
+		{
+			name:    "hostnameOverride not a DNS subdomain",
+			in:      podWith(oneContainer + "  hostnameOverride: Node_A\n"),
+			wantErr: "spec.hostnameOverride: a lowercase RFC 1123 subdomain",
+		},
+		{
+			name:    "fileKeyRef into a hostPath",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: h, path: a.env, key: A}}}]\n  volumes: [{name: h, hostPath: {path: /tmp}}]\n"),
+			wantErr: "spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: referenced volume must be of type emptyDir",
+		},
+		{
+			name:    "fileKeyRef climbing out",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: ../a.env, key: A}}}]\n  volumes: [{name: e, emptyDir: {}}]\n"),
+			wantErr: "spec.containers[0].env[0].valueFrom.fileKeyRef.path: must not contain '..'",
+		},
+		{
+			name:    "fileKeyRef without a volume",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: a.env, key: A}}}]\n"),
+			wantErr: `spec.containers[0].env[0].valueFrom.fileKeyRef.volumeName: volume "e" is not defined in spec.volumes`,
+		},
+		{name: "fileKeyRef", in: podWith(oneContainer[:len(oneContainer)-1] + "\n    env: [{name: A, valueFrom: {fileKeyRef: {volumeName: e, path: a.env, key: A, optional: true}}}]\n  volumes: [{name: e, emptyDir: {}}]\n")},
+		{
+			name:    "recursiveReadOnly without readOnly",
+			in:      podWith(oneContainer[:len(oneContainer)-1] + "\n    volumeMounts: [{name: e, mountPath: /e, recursiveReadOnly: Enabled}]\n  volumes: [{name: e, emptyDir: {}}]\n"),
+			wantErr: "spec.containers[0].volumeMounts[0].recursiveReadOnly: may only be specified when readOnly is true",
+		},
+		{name: "recursiveReadOnly", in: podWith(oneContainer[:len(oneContainer)-1] + "\n    volumeMounts: [{name: e, mountPath: /e, readOnly: true, recursiveReadOnly: IfPossible}]\n  volumes: [{name: e, emptyDir: {}}]\n")},
+		{name: "hostnameOverride", in: podWith(oneContainer + "  hostnameOverride: node-a.example\n")},
+		{
 			name:    "imagePullSecrets",
 			in:      podWith(oneContainer + "  imagePullSecrets: [{name: regcred}]\n"),
-			wantErr: "spec.imagePullSecrets: not supported by noderun: needs an API server",
+			wantErr: "spec.imagePullSecrets: not supported by noderun: static pods may not reference secrets, as in Kubernetes v1.37",
 		},
 		{
 			name:    "ephemeral containers",
 			in:      podWith(oneContainer + "  ephemeralContainers: [{name: debug, image: busybox}]\n"),
-			wantErr: "spec.ephemeralContainers: not supported by noderun: added through the API server",
+			wantErr: "spec.ephemeralContainers: not supported by noderun: static pods do not support ephemeral containers",
 		},
 		{
 			name:    "probe without a handler",

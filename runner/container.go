@@ -17,7 +17,7 @@ import (
 // containerConfig resolves a container's Kubernetes semantics (env, args,
 // volumes, pod files) into what the runtime needs.
 func (w *podWorker) containerConfig(pod *v1.Pod, c *v1.Container, init bool, img ImageConfig, restart int, last *v1.ContainerStateTerminated) (*ContainerConfig, error) {
-	env, err := containerEnv(pod, c, w.st.ips, w.env.cfg.HostIP, w.env.objects)
+	env, err := containerEnv(pod, c, w.podStateDir(), w.st.ips, w.env.cfg.HostIP, w.env.objects)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +74,9 @@ type envVar struct{ name, value string }
 // containerEnv resolves the container's envFrom, then its env list in
 // order; $(VAR) refers to variables from envFrom and to those declared
 // earlier in the list, as in Kubernetes. ConfigMaps and Secrets come from
-// objs, read now: a change shows at the next start, as with the kubelet.
-func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string, objs *configObjects) ([]envVar, error) {
+// objs, read now: a change shows at the next start, as with the kubelet;
+// fileKeyRef files come from the pod's emptyDirs under podDir.
+func containerEnv(pod *v1.Pod, c *v1.Container, podDir string, podIPs []string, hostIP string, objs *configObjects) ([]envVar, error) {
 	out, err := objs.envFrom(pod, c)
 	if err != nil {
 		return nil, err
@@ -109,6 +110,15 @@ func containerEnv(pod *v1.Pod, c *v1.Container, podIPs []string, hostIP string, 
 				return nil, err
 			}
 			if !ok {
+				continue
+			}
+			val = v
+		case ev.ValueFrom.FileKeyRef != nil:
+			v, skip, err := fileKeyValue(podDir, ev.ValueFrom.FileKeyRef)
+			if err != nil {
+				return nil, err
+			}
+			if skip {
 				continue
 			}
 			val = v

@@ -53,7 +53,7 @@ func TestContainerEnv(t *testing.T) {
 				Resource: "limits.memory", Divisor: resource.MustParse("1Mi")}}},
 		},
 	}
-	env, err := containerEnv(pod, c, []string{"10.1.0.5"}, "192.0.2.1", &configObjects{})
+	env, err := containerEnv(pod, c, t.TempDir(), []string{"10.1.0.5"}, "192.0.2.1", &configObjects{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestContainerEnvFromConfigObjects(t *testing.T) {
 			{Name: "B", ValueFrom: cmKey("cfg", "b", false)},
 		},
 	}
-	env, err := containerEnv(pod, c, nil, "", objs)
+	env, err := containerEnv(pod, c, t.TempDir(), nil, "", objs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestContainerEnvFromConfigObjects(t *testing.T) {
 		{&v1.EnvVarSource{SecretKeyRef: &v1.SecretKeySelector{LocalObjectReference: v1.LocalObjectReference{Name: "x"}, Key: "k"}}, `secret "x" not found`},
 	} {
 		bad := &v1.Container{Env: []v1.EnvVar{{Name: "V", ValueFrom: tt.src}}}
-		if _, err := containerEnv(pod, bad, nil, "", objs); err == nil || err.Error() != tt.want {
+		if _, err := containerEnv(pod, bad, t.TempDir(), nil, "", objs); err == nil || err.Error() != tt.want {
 			t.Errorf("err = %v, want %q", err, tt.want)
 		}
 	}
@@ -158,6 +158,21 @@ func TestHostsFile(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("hosts file lacks %q:\n%s", want, b)
 		}
+	}
+}
+
+// A hostnameOverride is the pod's only name in /etc/hosts: no domain, as
+// the kubelet (GeneratePodHostNameAndDomain returns none with it).
+func TestHostsFileHostnameOverride(t *testing.T) {
+	name := "node-a.example"
+	pod := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-n1", Namespace: "default"},
+		Spec: v1.PodSpec{HostnameOverride: &name, Hostname: "h", Subdomain: "s"}}
+	b, err := hostsFile(pod, []string{"10.1.0.5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasSuffix(string(b), "\n10.1.0.5\tnode-a.example\n") {
+		t.Errorf("hosts file:\n%s", b)
 	}
 }
 

@@ -65,6 +65,9 @@ func (e *Engine) putStatusLocked(uid types.UID, pod *v1.Pod) {
 	// Every resync republishes each pod's status, mostly unchanged:
 	// watchers are woken only by a real change.
 	old, had := e.statuses[uid]
+	if pod != nil {
+		observeGeneration(pod)
+	}
 	if pod != nil && had {
 		pod.ResourceVersion = old.ResourceVersion // the stamp is no part of the status
 	}

@@ -28,13 +28,17 @@ import (
 
 // Config holds the engine's settings.
 type Config struct {
-	NodeName   string
-	HostIP     string
-	StateDir   string // pods' durable files: <StateDir>/pods/<uid>
-	RunDir     string // pods' sandboxes: SandboxDir(RunDir, uid)
-	NSHolder   string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
-	PodLogDir  string
-	ResolvConf string // the host resolv.conf that pods with dnsPolicy Default get
+	NodeName  string
+	HostIP    string
+	StateDir  string // pods' durable files: <StateDir>/pods/<uid>
+	RunDir    string // pods' sandboxes: SandboxDir(RunDir, uid)
+	NSHolder  string // where pods' ipc and uts namespaces are pinned (runner.Sandbox)
+	PodLogDir string
+	// RecursiveReadOnlyMounts: the runtime can make recursive read-only
+	// mounts (volumeMounts' recursiveReadOnly), as CRI's runtime handler
+	// features tell the kubelet.
+	RecursiveReadOnlyMounts bool
+	ResolvConf              string // the host resolv.conf that pods with dnsPolicy Default get
 	// PodTmpfs puts each pod's /etc/hosts, /etc/hostname, /etc/resolv.conf
 	// and termination-message files on a small tmpfs of its own
 	// (PodFilesDir); off, they are plain files there (unit tests, which
@@ -131,9 +135,10 @@ type Engine struct {
 	rolloutMu      sync.Mutex
 	rolloutChanged chan struct{} // one slot: a rollback to apply
 	statuses       map[types.UID]*v1.Pod
-	statusRev      uint64        // the last stamp putStatusLocked gave a status
-	counts         PodCounts     // of statuses
-	countsChanged  chan struct{} // one slot: the counts changed since the last read
+	generations    map[types.UID]generation // of desired pods, see stampGenerationsLocked
+	statusRev      uint64                   // the last stamp putStatusLocked gave a status
+	counts         PodCounts                // of statuses
+	countsChanged  chan struct{}            // one slot: the counts changed since the last read
 	wg             sync.WaitGroup
 	qosMu          sync.Mutex // one QoS parents' update at a time (updateQoS)
 
@@ -190,6 +195,7 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 		diskPods:       map[types.UID]*v1.Pod{},
 		depsChanged:    make(chan struct{}, 1),
 		statuses:       map[types.UID]*v1.Pod{},
+		generations:    map[types.UID]generation{},
 		countsChanged:  make(chan struct{}, 1),
 		readyCh:        make(chan struct{}),
 		// Room for two DELs or nat sweeps that hit cni's one-minute bound.
@@ -570,6 +576,7 @@ func (e *Engine) apply(ctx context.Context) {
 	e.readPodsOnDisk(want, ran)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	e.stampGenerationsLocked(want)
 	run := e.admitLocked(want, ran)
 	held := e.holdLocked(want, run)
 	keep := e.gateLocked(ctx, run, held)

@@ -186,9 +186,10 @@ func utsHostname(pod *v1.Pod) string {
 const clusterDomain = "cluster.local"
 
 // podDomain is "<subdomain>.<namespace>.svc.<cluster domain>" for a pod with
-// a subdomain, else empty, as the kubelet makes it.
+// a subdomain, else empty, as the kubelet makes it; a hostnameOverride
+// leaves the pod no domain.
 func podDomain(pod *v1.Pod) string {
-	if pod.Spec.Subdomain == "" {
+	if pod.Spec.Subdomain == "" || pod.Spec.HostnameOverride != nil {
 		return ""
 	}
 	return fmt.Sprintf("%s.%s.svc.%s", pod.Spec.Subdomain, pod.Namespace, clusterDomain)
@@ -213,11 +214,15 @@ func kernelHostname(pod *v1.Pod) (string, error) {
 	return name, nil
 }
 
-// podHostname is spec.hostname or the pod name, cut to a DNS label.
+// podHostname is spec.hostnameOverride, spec.hostname or the pod name, cut
+// to 63 characters as the kubelet does (GeneratePodHostNameAndDomain).
 func podHostname(pod *v1.Pod) string {
 	h := pod.Spec.Hostname
 	if h == "" {
 		h = pod.Name
+	}
+	if o := pod.Spec.HostnameOverride; o != nil {
+		h = *o
 	}
 	if len(h) > 63 {
 		h = strings.TrimRight(h[:63], "-.")

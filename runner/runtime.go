@@ -234,6 +234,8 @@ type Mount struct {
 	ReadOnly    bool
 	// Propagation is the volumeMount's mountPropagation; empty is None.
 	Propagation v1.MountPropagationMode
+	// RecursiveReadOnly makes the mounts below Source read-only too.
+	RecursiveReadOnly bool
 }
 
 // ContainerConfig is everything the runtime needs to create one container;

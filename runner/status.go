@@ -86,7 +86,7 @@ func (w *podWorker) publishPending(pod *v1.Pod) {
 }
 
 func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerStatus, init bool) v1.ContainerStatus {
-	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image}
+	cs := v1.ContainerStatus{Name: c.Name, Image: c.Image, VolumeMounts: w.volumeMountStatuses(c)}
 	f := false
 	cs.Started = &f
 	if st == nil {
@@ -150,6 +150,25 @@ func (w *podWorker) containerStatus(pod *v1.Pod, c *v1.Container, st *ContainerS
 		}
 	}
 	return cs
+}
+
+// volumeMountStatuses are the container's mounts as the kubelet v1.37
+// reports them (RecursiveReadOnlyMounts GA): a read-only one says whether
+// it is recursively read-only.
+func (w *podWorker) volumeMountStatuses(c *v1.Container) []v1.VolumeMountStatus {
+	var out []v1.VolumeMountStatus
+	for _, m := range c.VolumeMounts {
+		s := v1.VolumeMountStatus{Name: m.Name, MountPath: m.MountPath, ReadOnly: m.ReadOnly}
+		if m.ReadOnly {
+			mode := v1.RecursiveReadOnlyDisabled
+			if rro, err := recursiveReadOnly(m, w.env.cfg.RecursiveReadOnlyMounts); err == nil && rro {
+				mode = v1.RecursiveReadOnlyEnabled
+			}
+			s.RecursiveReadOnly = &mode
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // podPhase follows the kubelet's getPhase with ContainerRestartRules on: a

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
 )
 
 func TestCheckSysctls(t *testing.T) {
@@ -49,6 +50,8 @@ func TestKernelHostname(t *testing.T) {
 		{name: "not asked", spec: v1.PodSpec{Hostname: "h", Subdomain: "s", SetHostnameAsFQDN: &no}, want: "h"},
 		{name: "64 fits", spec: v1.PodSpec{Hostname: long + "123456", Subdomain: "s", SetHostnameAsFQDN: &yes}, want: long + "123456.s.default.svc.cluster.local"},
 		{name: "65 does not", spec: v1.PodSpec{Hostname: long + "1234567", Subdomain: "s", SetHostnameAsFQDN: &yes}, wantErr: true},
+		{name: "override wins over hostname and subdomain", spec: v1.PodSpec{HostnameOverride: ptr.To("node-a.example"), Hostname: "h", Subdomain: "s"}, want: "node-a.example"},
+		{name: "override of 64 is cut to 63", spec: v1.PodSpec{HostnameOverride: ptr.To(long + long + "1234-")}, want: long + long + "123"},
 		{name: "hostNetwork too long still fails", spec: v1.PodSpec{HostNetwork: true, Hostname: long + "1234567", Subdomain: "s", SetHostnameAsFQDN: &yes}, wantErr: true},
 	} {
 		pod := &v1.Pod{Spec: tc.spec}

@@ -175,9 +175,39 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) 
 			}
 			src = target
 		}
-		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly, Propagation: propagation(m)})
+		rro, err := recursiveReadOnly(m, w.env.cfg.RecursiveReadOnlyMounts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Mount{Source: src, Destination: m.MountPath, ReadOnly: readOnly, Propagation: propagation(m), RecursiveReadOnly: rro})
 	}
 	return out, nil
+}
+
+// recursiveReadOnly resolves a volumeMount's recursiveReadOnly as the
+// kubelet v1.37 does (resolveRecursiveReadOnly), with its errors: Enabled
+// where the runtime cannot is an error, IfPossible falls back to a plain
+// read-only mount.
+func recursiveReadOnly(m v1.VolumeMount, supported bool) (bool, error) {
+	if m.RecursiveReadOnly == nil || *m.RecursiveReadOnly == v1.RecursiveReadOnlyDisabled {
+		return false, nil
+	}
+	if !m.ReadOnly {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not read-only", m.Name)
+	}
+	if m.MountPropagation != nil && *m.MountPropagation != v1.MountPropagationNone {
+		return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not compatible with propagation %q", m.Name, *m.MountPropagation)
+	}
+	switch *m.RecursiveReadOnly {
+	case v1.RecursiveReadOnlyIfPossible:
+		return supported, nil
+	case v1.RecursiveReadOnlyEnabled:
+		if !supported {
+			return false, fmt.Errorf("volume %q requested recursive read-only mode, but it is not supported by the runtime", m.Name)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("unknown recursive read-only mode %q", *m.RecursiveReadOnly)
 }
 
 // subPathExpr expands $(VAR) from the container's env, as the kubelet

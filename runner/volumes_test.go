@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -118,5 +119,34 @@ func subPathPodLifecycle(t *testing.T, dir, state, real string) {
 	}
 	if m, err := mountsUnder(real); err != nil || len(m) != 0 {
 		t.Errorf("mounts left under the state dir: %v %v", m, err)
+	}
+}
+
+// recursiveReadOnly resolves as the kubelet's resolveRecursiveReadOnly.
+func TestRecursiveReadOnly(t *testing.T) {
+	mode := func(m v1.RecursiveReadOnlyMode) *v1.RecursiveReadOnlyMode { return &m }
+	hostToContainer := v1.MountPropagationHostToContainer
+	for _, tc := range []struct {
+		name           string
+		m              v1.VolumeMount
+		supported, rro bool
+		wantErr        string
+	}{
+		{name: "unset", m: v1.VolumeMount{Name: "v", ReadOnly: true}, supported: true},
+		{name: "Disabled", m: v1.VolumeMount{Name: "v", ReadOnly: true, RecursiveReadOnly: mode(v1.RecursiveReadOnlyDisabled)}, supported: true},
+		{name: "Enabled", m: v1.VolumeMount{Name: "v", ReadOnly: true, RecursiveReadOnly: mode(v1.RecursiveReadOnlyEnabled)}, supported: true, rro: true},
+		{name: "IfPossible, can", m: v1.VolumeMount{Name: "v", ReadOnly: true, RecursiveReadOnly: mode(v1.RecursiveReadOnlyIfPossible)}, supported: true, rro: true},
+		{name: "IfPossible, cannot", m: v1.VolumeMount{Name: "v", ReadOnly: true, RecursiveReadOnly: mode(v1.RecursiveReadOnlyIfPossible)}},
+		{name: "Enabled, cannot", m: v1.VolumeMount{Name: "v", ReadOnly: true, RecursiveReadOnly: mode(v1.RecursiveReadOnlyEnabled)},
+			wantErr: `volume "v" requested recursive read-only mode, but it is not supported by the runtime`},
+		{name: "not read-only", m: v1.VolumeMount{Name: "v", RecursiveReadOnly: mode(v1.RecursiveReadOnlyEnabled)}, supported: true,
+			wantErr: `volume "v" requested recursive read-only mode, but it is not read-only`},
+		{name: "propagation", m: v1.VolumeMount{Name: "v", ReadOnly: true, MountPropagation: &hostToContainer, RecursiveReadOnly: mode(v1.RecursiveReadOnlyIfPossible)}, supported: true,
+			wantErr: `volume "v" requested recursive read-only mode, but it is not compatible with propagation "HostToContainer"`},
+	} {
+		rro, err := recursiveReadOnly(tc.m, tc.supported)
+		if gotErr := fmt.Sprint(err); tc.wantErr != "" && gotErr != tc.wantErr || tc.wantErr == "" && err != nil || rro != tc.rro {
+			t.Errorf("%s: %v, %v; want %v, %q", tc.name, rro, err, tc.rro, tc.wantErr)
+		}
 	}
 }

@@ -63,6 +63,7 @@ type Runtime struct {
 	// rootfsInside: runc mounts a container's rootfs in its own mount
 	// namespace (rootfs.go), which runc 1.2 and later refuse.
 	rootfsInside bool
+	rro          bool // runc can make recursive read-only mounts (rro.go)
 	cgroups      cgroups.Layout
 	log          *slog.Logger
 
@@ -156,6 +157,7 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 	var runc string
 	r.rootfsInside, runc = runcMountsRootInside(context.Background())
 	r.log.Debug("container root filesystems", "mounted_by_runc_inside", r.rootfsInside, "runc", runc)
+	r.rro = runcRecursiveReadOnly(context.Background())
 	return r
 }
 

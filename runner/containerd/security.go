@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/selinux/go-selinux"
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/noderun/noderun/manifests"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -260,16 +261,19 @@ func (h hostSecurity) appArmorOpt(pod *v1.Pod, c *v1.Container, field string, pr
 	return nil, configError(field+".type", "unsupported value %q", p.Type)
 }
 
-// appArmorProfile finds the profile the kubelet would use: the container's
-// field, then its legacy annotation (still honoured), then the pod's field.
+// appArmorProfile finds the profile the kubelet v1.37 would use
+// (pkg/security/apparmor GetProfile): the container's field, then its
+// legacy annotation (still honoured for static pods, whose annotations
+// nothing copies to fields), then the pod's field. An empty annotation,
+// which validation lets through, names no profile.
 func appArmorProfile(pod *v1.Pod, c *v1.Container, field string) (*v1.AppArmorProfile, string, error) {
 	if c.SecurityContext != nil && c.SecurityContext.AppArmorProfile != nil {
 		return c.SecurityContext.AppArmorProfile, field + ".appArmorProfile", nil
 	}
 	key := v1.DeprecatedAppArmorBetaContainerAnnotationKeyPrefix + c.Name
-	if v, ok := pod.Annotations[key]; ok {
+	if v := pod.Annotations[key]; v != "" {
 		field := fmt.Sprintf("metadata.annotations[%s]", key)
-		p, err := appArmorAnnotation(v)
+		p, err := manifests.AppArmorAnnotationProfile(v)
 		if err != nil {
 			return nil, field, configError(field, "%v", err)
 		}
@@ -279,19 +283,6 @@ func appArmorProfile(pod *v1.Pod, c *v1.Container, field string) (*v1.AppArmorPr
 		return s.AppArmorProfile, "spec.securityContext.appArmorProfile", nil
 	}
 	return nil, field, nil
-}
-
-func appArmorAnnotation(v string) (*v1.AppArmorProfile, error) {
-	switch {
-	case v == v1.DeprecatedAppArmorBetaProfileRuntimeDefault:
-		return &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeRuntimeDefault}, nil
-	case v == v1.DeprecatedAppArmorBetaProfileNameUnconfined:
-		return &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeUnconfined}, nil
-	case strings.HasPrefix(v, v1.DeprecatedAppArmorBetaProfileNamePrefix):
-		name := strings.TrimPrefix(v, v1.DeprecatedAppArmorBetaProfileNamePrefix)
-		return &v1.AppArmorProfile{Type: v1.AppArmorProfileTypeLocalhost, LocalhostProfile: &name}, nil
-	}
-	return nil, fmt.Errorf("invalid AppArmor profile %q: want runtime/default, unconfined or localhost/<name>", v)
 }
 
 // appArmorLoaded reports whether the kernel has a profile of that name, as

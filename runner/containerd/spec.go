@@ -184,6 +184,9 @@ func withMounts(mounts []runner.Mount, mountinfo func() []mountInfo) oci.SpecOpt
 			opts := []string{"rbind", prop}
 			if m.ReadOnly {
 				opts = append(opts, "ro")
+				if m.RecursiveReadOnly {
+					opts = append(opts, "rro") // runc's, as containerd's CRI asks
+				}
 			} else {
 				opts = append(opts, "rw")
 			}

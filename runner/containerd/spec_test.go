@@ -77,6 +77,20 @@ func TestWithMountsReplacesDefaults(t *testing.T) {
 	}
 }
 
+// A recursive read-only mount carries runc's rro beside ro, as containerd's
+// CRI hands it.
+func TestWithMountsRecursiveReadOnly(t *testing.T) {
+	s := genSpec(t, withMounts([]runner.Mount{
+		{Source: "/data", Destination: "/rro", ReadOnly: true, RecursiveReadOnly: true},
+		{Source: "/data", Destination: "/ro", ReadOnly: true},
+	}, readMountinfo))
+	for _, m := range s.Mounts {
+		if want := m.Destination == "/rro"; (m.Destination == "/rro" || m.Destination == "/ro") && slices.Contains(m.Options, "rro") != want {
+			t.Errorf("%s: options %v", m.Destination, m.Options)
+		}
+	}
+}
+
 func TestWithOOMScoreAdjClampsToFloor(t *testing.T) {
 	for _, tc := range []struct{ want, own, got int }{{-997, 0, 0}, {1000, 0, 1000}, {500, 600, 600}} {
 		s := genSpec(t, withOOMScoreAdj(tc.want, tc.own))

@@ -239,3 +239,31 @@ func RemoveTree(dir string) error {
 	}
 	return RemoveOnMount(real)
 }
+
+// OpenFileBeneath opens the regular file rel inside the volume at root for
+// reading, never through a link that leaves it; anything but a regular
+// file (a FIFO that would block, a device) is refused before it is opened.
+func OpenFileBeneath(root, rel string) (*os.File, error) {
+	rootFD, err := openDir(root)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rootFD)
+	fd, err := openBeneath(rootFD, filepath.Clean(rel), unix.O_PATH)
+	if err != nil {
+		return nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(fd)
+		return nil, fmt.Errorf("%s: not a regular file", rel)
+	}
+	if fd, err = reopen(fd, &st, unix.O_RDONLY|unix.O_CLOEXEC); err != nil {
+		return nil, &os.PathError{Op: "open", Path: rel, Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(root, rel)), nil
+}
