@@ -9,8 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-
-	"golang.org/x/sys/unix"
 )
 
 // KubeCommands are the programs of k8s.io/kubernetes BuildKube builds
@@ -124,14 +122,11 @@ func buildModule(ctx context.Context, b moduleBuild) (string, error) {
 	if len(missingPrograms(dir, b.pkgs)) == 0 {
 		return dir, nil
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := lockBuild(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return "", err
-	}
+	defer unlock()
 	missing := missingPrograms(dir, b.pkgs)
 	if len(missing) == 0 {
 		return dir, nil

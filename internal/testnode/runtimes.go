@@ -114,14 +114,11 @@ func buildRuntime(ctx context.Context, rt Runtime) (string, error) {
 	if _, err := os.Stat(filepath.Join(dir, "runc")); err == nil {
 		return dir, nil
 	}
-	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	unlock, err := lockBuild(dir)
 	if err != nil {
 		return "", err
 	}
-	defer lock.Close()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
-		return "", err
-	}
+	defer unlock()
 	if _, err := os.Stat(filepath.Join(dir, "runc")); err == nil {
 		return dir, nil
 	}
@@ -178,6 +175,21 @@ func moduleDir(ctx context.Context, module string) (string, error) {
 		return "", fmt.Errorf("go mod download %s: no source directory in %q (%v)", module, out, err)
 	}
 	return m.Dir, nil
+}
+
+// lockBuild takes the lock of the build that fills dir (dir.lock, an
+// exclusive flock), so that parallel test processes build it once; it
+// returns the release.
+func lockBuild(dir string) (func(), error) {
+	lock, err := os.OpenFile(dir+".lock", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, err
+	}
+	return func() { lock.Close() }, nil
 }
 
 // moduleCopy downloads module (path@version) through the Go module proxy
