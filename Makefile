@@ -104,7 +104,6 @@ test-controlplane: test-deps
 	unshare --mount --propagation private sh -c 'for d in /etc/kubernetes /var/lib/etcd /var/lib/kubelet; do mount -t tmpfs controlplane $$d; done; \
 		NODERUN_CONTROLPLANE=$(CONTROLPLANE) $(GO) test -count=1 -timeout 150m -run "^(TestMirrorModeAgainstAPIServer|TestKubeadmControlPlane)$$" -v ./e2e'
 
-
 # The fault-injection suite at the issue's full sizes (make test runs it
 # small); it prints a summary: scenarios, pods, healthy restarts, leaks, time.
 chaos: test-deps
