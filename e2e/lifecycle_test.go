@@ -347,7 +347,12 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
 	// probeserver prints unhealthy (at its start), healthy, unhealthy,
 	// healthy as the script flips the file.
+	// The flips wait for the server to listen (its gRPC port, 0x2382, in
+	// the pod's /proc/net/tcp6: Go's listener is dual-stack): it prints the
+	// file's state when it starts, which on a busy machine came after a
+	// fixed sleep's first flip (healthy, unhealthy, healthy were logged).
 	script := "trap 'exit 0' TERM; " + probeServer +
+		"until grep -qs ':2382 [0:]* 0A' /proc/net/tcp /proc/net/tcp6; do sleep 0.1; done; " +
 		"sleep 2; touch /tmp/healthy; sleep 5; rm /tmp/healthy; sleep 5; touch /tmp/healthy; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
 		n.writeManifest("ready-"+kind+".yaml", probedPod("ready-"+kind, script, `    readinessProbe:
