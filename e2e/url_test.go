@@ -148,11 +148,5 @@ func TestManifestURL(t *testing.T) {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitTimeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(pollEvery)
-	}
+	waitUntilFor(t, what, waitTimeout, cond)
 }
