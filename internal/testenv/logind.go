@@ -2,15 +2,15 @@ package testenv
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -66,15 +66,14 @@ const (
 
 // FakeLogind is systemd-logind's and systemd's Managers on a test bus, as
 // far as graceful node shutdown calls them: InhibitDelayMaxUSec, Inhibit
-// (a pipe's write end is the lock; logind holds the read end and sees the
-// release as EOF), systemd's KillUnit, and the PrepareForShutdown signal.
+// (a pipe's write end is the lock, released when no other process holds
+// an end), systemd's KillUnit, and the PrepareForShutdown signal.
 type FakeLogind struct {
 	conn  *dbus.Conn
 	mu    sync.Mutex
 	calls []string
 	delay uint64          // InhibitDelayMaxUSec
-	held  []*os.File      // read ends of the locks handed out, not seen released
-	sent  []*os.File      // the write ends sent, closed by Held
+	held  []lockPipe      // the locks handed out, not seen released
 	onKil func(sig int32) // what a KillUnit does (the test's logind reload)
 }
 
@@ -127,32 +126,50 @@ func (f *FakeLogind) OnKillUnit(fn func(sig int32)) {
 	f.onKil = fn
 }
 
-// Held is how many delay locks are held. It closes logind's copies of the
-// ends it sent: call it only once the client has its lock (its Inhibit
-// call returned). dbus-daemon drops its own copy a moment after it passed
-// the lock on, so a release shows only then: poll for it.
+// Held is how many delay locks are held: pipes of which some process
+// other than logind's own two ends holds an end. Telling a release by EOF
+// on the read end would need logind's copy of the write end closed, which
+// can only be done once the reply carrying it has left — and nothing says
+// when; closing it early hands the client a closed descriptor. A lock in
+// flight (in a socket's queue, in no process) or still in dbus-daemon's
+// hands shows a moment late: poll for it.
 func (f *FakeLogind) Held() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, w := range f.sent {
-		w.Close()
-	}
-	f.sent = nil
-	var still []*os.File
-	for _, r := range f.held {
-		// A deadline already passed fails the read before it is tried:
-		// this one lets the read see an EOF there is, and no more.
-		if err := r.SetReadDeadline(time.Now().Add(time.Millisecond)); err != nil {
-			panic(err)
+	ends := pipeEnds()
+	var still []lockPipe
+	for _, p := range f.held {
+		if ends[p.ino] > 2 {
+			still = append(still, p)
+			continue
 		}
-		if _, err := r.Read(make([]byte, 1)); errors.Is(err, io.EOF) {
-			r.Close()
-			continue // every holder closed it: released
-		}
-		still = append(still, r)
+		p.r.Close()
+		p.w.Close()
 	}
 	f.held = still
 	return len(still)
+}
+
+// lockPipe is a delay lock: logind's ends of its pipe.
+type lockPipe struct {
+	r, w *os.File
+	ino  uint64
+}
+
+// pipeEnds counts, by inode, the descriptors of pipes every process holds.
+func pipeEnds() map[uint64]int {
+	n := map[uint64]int{}
+	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
+	for _, fd := range fds {
+		l, err := os.Readlink(fd) // a process may end while being read
+		if err != nil || !strings.HasPrefix(l, "pipe:[") {
+			continue
+		}
+		if ino, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(l, "pipe:["), "]"), 10, 64); err == nil {
+			n[ino]++
+		}
+	}
+	return n
 }
 
 // PrepareForShutdown emits logind's signal: true, a shutdown begins; false,
@@ -181,7 +198,11 @@ func (m logindManager) Inhibit(what, who, why, mode string) (dbus.UnixFD, *dbus.
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.record(strings.Join([]string{"Inhibit", what, who, mode}, " "))
-	f.held, f.sent = append(f.held, r), append(f.sent, w)
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(r.Fd()), &st); err != nil {
+		return 0, dbus.MakeFailedError(err)
+	}
+	f.held = append(f.held, lockPipe{r: r, w: w, ino: st.Ino})
 	return dbus.UnixFD(w.Fd()), nil
 }
 
