@@ -209,6 +209,12 @@ func checkTiming(t *testing.T, what string, got, lo, hi time.Duration, kubelet s
 // /tmp/healthy exists; it prints "healthy" and "unhealthy" as that changes.
 const probeServer = "/probeserver -grpc :9090 -http :8080 -tcp :8081 -healthy-file /tmp/healthy & "
 
+// probeServerListening waits, in a script, until probeServer listens on
+// its gRPC port (0x2382 in the pod's /proc/net/tcp6: Go's listener is
+// dual-stack), which it opens after the others: on a busy machine it may
+// start seconds after the shell.
+const probeServerListening = "until grep -qs ':2382 [0:]* 0A' /proc/net/tcp /proc/net/tcp6; do sleep 0.1; done; "
+
 // probeHandlers are the four kinds of probe, each against probeServer (or
 // its file); the ports go by name where Kubernetes allows it.
 var probeHandlers = map[string]string{
@@ -250,11 +256,20 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 	// (1 s delay + 3 failures), which would then signal before "unhealthy".
 	// A trapped signal interrupts wait at once, where sh would finish a
 	// foreground sleep first. The timeout is generous: a probe held up by
-	// a busy machine is not what this test is about.
-	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer +
+	// a busy machine is not what this test is about. The healthy 6 s
+	// count from when the server listens, and a startup probe holds the
+	// liveness probe until then: a failure against a server not yet
+	// listening would start the count of failures early (the kubelet
+	// counts it too, and a success resets the streak).
+	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer + probeServerListening +
 		"sleep 6 & wait $!; rm /tmp/healthy; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
-		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    livenessProbe:
+		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    startupProbe:
+      `+handler+`
+      periodSeconds: 1
+      timeoutSeconds: 5
+      failureThreshold: 120
+    livenessProbe:
       `+handler+`
       initialDelaySeconds: 1
       periodSeconds: 1
@@ -347,12 +362,10 @@ func TestLifecycleReadinessFlips(t *testing.T) {
 	n := newNodeWithImages(t, []string{probeServerTar(t)})
 	// probeserver prints unhealthy (at its start), healthy, unhealthy,
 	// healthy as the script flips the file.
-	// The flips wait for the server to listen (its gRPC port, 0x2382, in
-	// the pod's /proc/net/tcp6: Go's listener is dual-stack): it prints the
-	// file's state when it starts, which on a busy machine came after a
-	// fixed sleep's first flip (healthy, unhealthy, healthy were logged).
-	script := "trap 'exit 0' TERM; " + probeServer +
-		"until grep -qs ':2382 [0:]* 0A' /proc/net/tcp /proc/net/tcp6; do sleep 0.1; done; " +
+	// The flips wait for the server to listen: it prints the file's state
+	// when it starts, which on a busy machine came after a fixed sleep's
+	// first flip (healthy, unhealthy, healthy were logged).
+	script := "trap 'exit 0' TERM; " + probeServer + probeServerListening +
 		"sleep 2; touch /tmp/healthy; sleep 5; rm /tmp/healthy; sleep 5; touch /tmp/healthy; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
 		n.writeManifest("ready-"+kind+".yaml", probedPod("ready-"+kind, script, `    readinessProbe:
