@@ -194,6 +194,42 @@ func TestEngineActiveDeadlineFailsThePod(t *testing.T) {
 	}
 }
 
+// A deadline that passes while the sandbox is still being set up fails the
+// pod with nothing to kill: the event comes all the same, once, as the
+// kubelet's active deadline handler records it whenever it fails a pod.
+func TestEngineActiveDeadlineBeforeAnyStart(t *testing.T) {
+	f := startEngine(t)
+	gate := make(chan struct{})
+	f.net.mu.Lock()
+	f.net.setupGate = gate
+	f.net.mu.Unlock()
+	pod := testPod("u1", "job", v1.RestartPolicyAlways)
+	d := int64(3)
+	pod.Spec.ActiveDeadlineSeconds = &d
+	f.send(pod)
+	waitFor(t, "the container precreated during Setup", func() bool { f.rt.mu.Lock(); defer f.rt.mu.Unlock(); return len(f.rt.created) == 1 })
+	f.clock.Advance(3 * time.Second)
+	close(gate)
+	waitFor(t, "DeadlineExceeded", func() bool {
+		f.clock.Advance(time.Millisecond)
+		p := f.status("u1")
+		return p != nil && p.Status.Phase == v1.PodFailed && p.Status.Reason == "DeadlineExceeded"
+	})
+	if n := f.rt.startedCount(); n != 0 {
+		t.Errorf("%d containers started past the deadline", n)
+	}
+	f.clock.Advance(time.Minute)
+	var n int
+	for _, ev := range f.e.Events() {
+		if ev.Reason == "DeadlineExceeded" {
+			n += int(ev.Count)
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d DeadlineExceeded events, want 1: %+v", n, f.e.Events())
+	}
+}
+
 func TestEngineTerminationMessage(t *testing.T) {
 	f := startEngine(t)
 	pod := testPod("u1", "job", v1.RestartPolicyAlways)

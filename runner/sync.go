@@ -93,7 +93,10 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 		// precreated for later will not start.
 		w.discardPrecreated(ctx)
 	}
-	if acts.failed == reasonDeadlineExceeded && len(acts.kill) > 0 {
+	if acts.failed == reasonDeadlineExceeded && !w.st.deadlineSaid {
+		// Once, even with nothing to kill: the deadline may pass while
+		// the sandbox is set up.
+		w.st.deadlineSaid = true
 		w.event(pod, "", false, v1.EventTypeNormal, reasonDeadlineExceeded, "Pod was active on the node longer than the specified deadline")
 	}
 	retry = minPositive(retry, w.act(ctx, pod, acts, latest))

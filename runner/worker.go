@@ -62,6 +62,8 @@ type podState struct {
 	// readyKept: the pod was Ready and is kept as its last Ready version;
 	// rollbackAsked: its rollback deadline passed and was acted on.
 	readyKept, rollbackAsked bool
+	// deadlineSaid: the DeadlineExceeded event was recorded.
+	deadlineSaid bool
 	// Containers created while the sandbox's network was being set up,
 	// by name, for this sync to start (overlap.go).
 	precreated map[string]*precreated
