@@ -261,8 +261,11 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
 	// liveness probe until then: a failure against a server not yet
 	// listening would start the count of failures early (the kubelet
 	// counts it too, and a success resets the streak).
+	// Only the first run turns unhealthy (its mark outlives it in an
+	// emptyDir): on a busy machine the test may look only after a second
+	// run would have been killed too, and with the crash backoff then.
 	script := "trap 'echo term' TERM; echo start; touch /tmp/healthy; " + probeServer + probeServerListening +
-		"sleep 6 & wait $!; rm /tmp/healthy; while :; do sleep 0.1; done"
+		"[ -e /runs/first ] || { touch /runs/first; sleep 6 & wait $!; rm /tmp/healthy; }; while :; do sleep 0.1; done"
 	for kind, handler := range probeHandlers {
 		n.writeManifest("live-"+kind+".yaml", probedPod("live-"+kind, script, `    startupProbe:
       `+handler+`
@@ -275,6 +278,8 @@ func TestLifecycleLivenessRestarts(t *testing.T) {
       periodSeconds: 1
       timeoutSeconds: 5
       failureThreshold: 3
+    volumeMounts: [{name: runs, mountPath: /runs}]
+  volumes: [{name: runs, emptyDir: {}}]
 `))
 	}
 	for kind := range probeHandlers {
