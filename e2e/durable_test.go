@@ -144,7 +144,7 @@ spec:
 		after := n.waitPod(name, "published after the reboot", func(p *v1.Pod) bool {
 			return condition(p, v1.PodReadyToStartContainers) != nil
 		})
-		keptEnded(t, name, before, after)
+		n.keptEnded(name, before, after)
 	}
 	time.Sleep(2 * time.Second) // time to (wrongly) run anything again
 	job = n.pod("job")
@@ -164,9 +164,14 @@ spec:
 }
 
 // keptEnded checks that a pod that had ended got no new sandbox after the
-// reboot: the same phase and container statuses, no IP.
-func keptEnded(t *testing.T, name string, before, after *v1.Pod) {
+// reboot: the same phase and container statuses, no IP, its old one
+// released (the kubelet stops the old sandbox).
+func (n *node) keptEnded(name string, before, after *v1.Pod) {
+	t := n.t
 	t.Helper()
+	if slices.Contains(n.leases(), before.Status.PodIP) {
+		t.Errorf("%s after the reboot: its old IP %s is still leased", name, before.Status.PodIP)
+	}
 	if c := condition(after, v1.PodReadyToStartContainers); c.Status != v1.ConditionFalse {
 		t.Errorf("%s after the reboot: PodReadyToStartContainers %s, want False (no new sandbox)", name, c.Status)
 	}

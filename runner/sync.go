@@ -604,7 +604,8 @@ func hostPorts(pod *v1.Pod) []PortMapping {
 // syncWithoutSandbox keeps a pod whose sandbox is gone (a reboot emptied
 // the run dir) and that will run nothing again as it ended, without a new
 // sandbox, as the kubelet does: its containers' statuses stay, no IP is
-// taken, nothing starts. done is false when the sandbox is to be made.
+// taken (the old one is released), nothing starts. done is false when the
+// sandbox is to be made.
 func (w *podWorker) syncWithoutSandbox(ctx context.Context, pod *v1.Pod) (retry time.Duration, done bool) {
 	if w.st.epoch != "" {
 		return 0, false // this worker made it: it broke, and is made anew
@@ -624,6 +625,17 @@ func (w *podWorker) syncWithoutSandbox(ctx context.Context, pod *v1.Pod) (retry 
 	acts := computePodActions(v)
 	acts.start = nil // the kubelet's KillPod without CreateSandbox
 	retry = w.act(ctx, pod, acts, latest)
+	if !w.st.oldReleased {
+		// The kubelet's KillPod stops the old sandbox too: its IP and
+		// host port rules are released.
+		if err := w.env.net.Teardown(ctx, w.sandbox(pod)); err != nil {
+			w.env.log.Error("release the network of the sandbox gone with a reboot", "pod", podRef(pod), "err", err)
+			retry = minPositive(retry, w.failDelay("sandbox"))
+		} else {
+			w.st.oldReleased = true
+			delete(w.st.backoff, "sandbox")
+		}
+	}
 	if acts.unknown {
 		retry = minPositive(retry, w.failDelay("unknown"))
 	}
