@@ -44,6 +44,8 @@ type Runtime struct {
 	address      string // containerd's socket, see WithAddress
 	namespace    string
 	snapshotter  string
+	snapRootMu   sync.Mutex // snapRoot: the snapshotter's root, once known
+	snapRoot     string
 	runcRoot     string // private runc state root, so several containerds never share one
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	stdioRoot    string // containers' stdin (and output) FIFOs, next to fifoDir (stdio.go)
