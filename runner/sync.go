@@ -607,8 +607,11 @@ func hostPorts(pod *v1.Pod) []PortMapping {
 // taken (the old one is released), nothing starts. done is false when the
 // sandbox is to be made.
 func (w *podWorker) syncWithoutSandbox(ctx context.Context, pod *v1.Pod) (retry time.Duration, done bool) {
-	if w.st.epoch != "" {
-		return 0, false // this worker made it: it broke, and is made anew
+	if w.st.epoch != "" || !w.st.recorded {
+		// This worker made it (it broke, and is made anew), or no noderun
+		// ran the pod before: nothing to keep, and the listing stays
+		// overlapped with the set-up.
+		return 0, false
 	}
 	if _, err := os.Stat(filepath.Join(w.podRunDir(), epochFile)); !errors.Is(err, fs.ErrNotExist) {
 		return 0, false // adopted from the noderun before
@@ -800,6 +803,7 @@ func (w *podWorker) persist(pod *v1.Pod) <-chan error {
 	if w.st.started.IsZero() {
 		if prev, err := loadPod(w.env.cfg.StateDir, pod.UID); err == nil && prev.Status.StartTime != nil {
 			w.st.started = prev.Status.StartTime.Time
+			w.st.recorded = true
 		} else {
 			w.st.started = w.env.clock.Now()
 		}

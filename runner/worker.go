@@ -48,6 +48,9 @@ type podState struct {
 	// oldReleased: the network of a sandbox gone with a reboot was
 	// released for a pod that gets no new one (syncWithoutSandbox).
 	oldReleased bool
+	// recorded: an earlier noderun kept this pod's record (pod.json), so
+	// it may have runs from a sandbox gone since.
+	recorded bool
 	// endedCounted: the pod ended and the QoS parents were updated.
 	endedCounted bool
 	checked      time.Time // last deep network check
