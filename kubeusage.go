@@ -8,16 +8,19 @@ import (
 	"github.com/noderun/noderun/internal/cgroups"
 	"github.com/noderun/noderun/internal/podstats"
 	"github.com/noderun/noderun/runner"
+	ctrdrt "github.com/noderun/noderun/runner/containerd"
 	v1 "k8s.io/api/core/v1"
 )
 
 // podUsage reads the engine's pods' usage for the Kubernetes API, told
-// where each pod's cgroups, emptyDirs and logs are.
-func podUsage(engine *runner.Engine, cfg nodeConfig) *podstats.Collector {
+// where each pod's cgroups, emptyDirs and logs are, and the containers'
+// writable layers by the runtime.
+func podUsage(engine *runner.Engine, rt *ctrdrt.Runtime, cfg nodeConfig) *podstats.Collector {
 	return podstats.New(podstats.Config{NodeName: cfg.nodeName, Cgroups: cfg.cgroups, NodeDir: cfg.layout.PodLogs,
 		Pods: func() []podstats.Pod {
 			return usagePods(engine.Pods(), cfg.cgroups, cfg.layout.State, cfg.layout.PodLogs)
-		}})
+		},
+		WritableLayer: rt.WritableLayer})
 }
 
 // usagePods are the pods with a running container, as the usage

@@ -26,6 +26,10 @@ var version = "dev"
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if err := applyEnvFile(systemd.EnvFile); err != nil && !childMode(os.Args) {
+		fmt.Fprintln(os.Stderr, "noderun:", err)
+		os.Exit(1)
+	}
 	if err := newApp().RunContext(ctx, os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "noderun:", err)
 		os.Exit(1)

@@ -148,7 +148,7 @@ func (a *apis) ready(cfg nodeConfig, n *node, conn *daemon.Conn, debugPods *apip
 	if a.healthz != nil {
 		a.healthz.Ready(n.engine.LoopHealthy)
 	}
-	a.kube.ServeUsage(podUsage(n.engine, cfg))
+	a.kube.ServeUsage(podUsage(n.engine, n.rt, cfg))
 	a.kube.Ready(backend, kubeStreams(n.engine, n.rt, n.net, cfg.layout.PodLogs, cfg.log))
 	return backend
 }

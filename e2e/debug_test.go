@@ -109,6 +109,19 @@ func TestKubectlDebug(t *testing.T) {
 	if len(p.Spec.EphemeralContainers) != 1 || p.Spec.EphemeralContainers[0].TargetContainerName != "app" {
 		t.Errorf("the pod's ephemeral containers: %+v", p.Spec.EphemeralContainers)
 	}
+	// Its events name it as the kubelet does: spec.ephemeralContainers{debugger}.
+	started := false
+	for _, ev := range n.events("dbg") {
+		switch ev.InvolvedObject.FieldPath {
+		case "spec.ephemeralContainers{debugger}":
+			started = started || ev.Reason == "Started"
+		case "spec.containers{debugger}", "spec.initContainers{debugger}":
+			t.Errorf("event %s %q names the debugger as %s", ev.Reason, ev.Message, ev.InvolvedObject.FieldPath)
+		}
+	}
+	if !started {
+		t.Errorf("no Started event for spec.ephemeralContainers{debugger} in %+v", n.events("dbg"))
+	}
 	if o, e, err := n.kubectl(view, "logs", pod, "-c", "debugger"); err != nil || !strings.Contains(o, "42") {
 		t.Errorf("kubectl logs of the debugger: %v, %q %s", err, o, e)
 	}

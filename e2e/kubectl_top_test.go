@@ -15,10 +15,11 @@ import (
 // fillMiB is what the usage pod's "mem" container holds in memory: a
 // file in the pod's /dev/shm, whose pages are charged to its cgroup and
 // are never inactive file cache.
-const fillMiB = 40
+const fillMiB, rootFillMiB = 40, 3
 
 // usagePod has a container that burns CPU, one that idles, and one that
-// holds fillMiB MiB.
+// holds fillMiB MiB and writes 1 MiB to its emptyDir and rootFillMiB MiB
+// to its rootfs.
 const usagePod = `apiVersion: v1
 kind: Pod
 metadata:
@@ -38,7 +39,7 @@ spec:
     command: ["sh", "-c", '` + untilTerm + `']
   - name: mem
     image: busybox:1.36
-    command: ["sh", "-c", 'head -c 41943040 /dev/zero > /dev/shm/fill && head -c 1048576 /dev/zero > /scratch/f && echo filled && ` + untilTerm + `']
+    command: ["sh", "-c", 'head -c 41943040 /dev/zero > /dev/shm/fill && head -c 1048576 /dev/zero > /scratch/f && head -c 3145728 /dev/zero > /rootfill && echo filled && ` + untilTerm + `']
     volumeMounts:
     - {name: scratch, mountPath: /scratch}
 `
@@ -140,6 +141,11 @@ type summary struct {
 			Logs *struct {
 				UsedBytes *uint64 `json:"usedBytes"`
 			} `json:"logs"`
+			Rootfs *struct {
+				UsedBytes     *uint64 `json:"usedBytes"`
+				InodesUsed    *uint64 `json:"inodesUsed"`
+				CapacityBytes *uint64 `json:"capacityBytes"`
+			} `json:"rootfs"`
 		} `json:"containers"`
 		Network *struct {
 			Name    string  `json:"name"`
@@ -177,6 +183,7 @@ func TestUsageEndpoints(t *testing.T) {
 		}
 		found = true
 		names := map[string]bool{}
+		var rootfs uint64
 		for _, c := range ps.Containers {
 			names[c.Name] = true
 			if c.Name == "mem" && (c.Memory.WorkingSetBytes == nil || *c.Memory.WorkingSetBytes < fillMiB<<20) {
@@ -184,6 +191,13 @@ func TestUsageEndpoints(t *testing.T) {
 			}
 			if c.Logs == nil || c.Logs.UsedBytes == nil {
 				t.Errorf("container %s has no log usage", c.Name)
+			}
+			if r := c.Rootfs; r == nil || r.UsedBytes == nil || r.InodesUsed == nil || r.CapacityBytes == nil || *r.CapacityBytes == 0 {
+				t.Errorf("container %s's rootfs %+v, want its writable layer's use and its filesystem's capacity", c.Name, r)
+			} else if c.Name == "mem" && (*r.UsedBytes < rootFillMiB<<20 || *r.InodesUsed < 1) {
+				t.Errorf("mem's rootfs uses %d bytes, %d inodes; want ≥ %d MiB and its file", *r.UsedBytes, *r.InodesUsed, rootFillMiB)
+			} else if c.Name == "mem" {
+				rootfs = *r.UsedBytes
 			}
 		}
 		if !names["spin"] || !names["idle"] || !names["mem"] {
@@ -195,8 +209,9 @@ func TestUsageEndpoints(t *testing.T) {
 		if len(ps.Volume) != 1 || ps.Volume[0].Name != "scratch" || *ps.Volume[0].UsedBytes < 1<<20 {
 			t.Errorf("volumes %+v", ps.Volume)
 		}
-		if ps.EphemeralStorage == nil || *ps.EphemeralStorage.UsedBytes < 1<<20 {
-			t.Errorf("ephemeral storage %+v", ps.EphemeralStorage)
+		// The kubelet's: the containers' rootfs and logs, and disk-backed volumes.
+		if ps.EphemeralStorage == nil || *ps.EphemeralStorage.UsedBytes < 1<<20+rootfs {
+			t.Errorf("ephemeral storage %+v, want at least the emptyDir's 1 MiB and mem's rootfs (%d bytes)", ps.EphemeralStorage, rootfs)
 		}
 	}
 	if !found {

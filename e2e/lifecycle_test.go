@@ -1064,6 +1064,61 @@ spec:
 	}
 }
 
+// TestLifecycleOOMKilledCgroupGone: an OOM kill whose TaskOOM event
+// noderun missed (it was down) and whose container cgroup is gone by the
+// time noderun looks (as systemd removes an emptied scope at once) is still
+// reported OOMKilled, from the kernel's log.
+func TestLifecycleOOMKilledCgroupGone(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	dir := t.TempDir()
+	n.writeManifest("hog.yaml", fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sh", "-c", "until [ -e /go/now ]; do sleep 0.1; done; exec tail /dev/zero"]
+    volumeMounts: [{name: go, mountPath: /go}]
+    resources:
+      limits: {memory: 32Mi}
+  volumes:
+  - {name: go, hostPath: {path: %s}}
+`, dir))
+	id := containerID(*containerStatus(n.waitPod("hog", "Running", running), "main"))
+	c, err := client.LoadContainer(n.ctx(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := c.Spec(n.ctx())
+	if err != nil {
+		t.Fatal(err)
+	}
+	memcg := filepath.Join("/sys/fs/cgroup", spec.Linux.CgroupsPath)
+	if !unified {
+		memcg = filepath.Join("/sys/fs/cgroup/memory", spec.Linux.CgroupsPath)
+	}
+	n.kill9()
+	if err := os.WriteFile(filepath.Join(dir, "now"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the container killed", func() bool { return n.task(id).Status == tasktypes.Status_STOPPED })
+	if code := n.task(id).ExitStatus; code != 137 {
+		t.Fatalf("exit status %d, want 137 (an OOM kill)", code)
+	}
+	if err := os.Remove(memcg); err != nil {
+		t.Fatalf("remove the container's memory cgroup, as systemd removes its scope: %v", err)
+	}
+	n.start()
+	p := n.waitPod("hog", "Failed", func(p *v1.Pod) bool { return p.Status.Phase == v1.PodFailed })
+	if term := containerStatus(p, "main").State.Terminated; term == nil || term.Reason != "OOMKilled" || term.ExitCode != 137 {
+		t.Fatalf("terminated %+v, want OOMKilled/137", term)
+	}
+}
+
 // TestLifecycleTerminationMessage: the file, a custom path, and the log
 // fallback fill state.terminated.message within the kubelet's limits (the
 // file's last 4 KiB; the log's last 80 lines and 2 KiB); each run gets an

@@ -127,7 +127,7 @@ func (e *Engine) rejectLocked(pod *v1.Pod, res admission.Result, now time.Time) 
 	out.Status = v1.PodStatus{Phase: v1.PodFailed, Reason: res.Reason, Message: res.StatusMessage(),
 		QOSClass: QOSClass(pod), StartTime: &start}
 	e.putStatusLocked(pod.UID, out)
-	if e.events.record(pod, "", false, v1.EventTypeWarning, res.Reason, res.Message, now) {
+	if e.events.record(pod, "", "", v1.EventTypeWarning, res.Reason, res.Message, now) {
 		e.log.Warn("pod rejected", "pod", podRef(pod), "reason", res.Reason, "message", res.Message)
 	}
 }

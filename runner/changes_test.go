@@ -32,7 +32,7 @@ func TestChangesWakeWatchers(t *testing.T) {
 	if v, _ := e.Changes(); v != v1_ {
 		t.Fatalf("an unchanged status bumped the version to %d", v)
 	}
-	e.events.record(pod, "", false, v1.EventTypeNormal, "Pulled", "x", time.Now())
+	e.events.record(pod, "", "", v1.EventTypeNormal, "Pulled", "x", time.Now())
 	select {
 	case <-ch:
 	case <-time.After(time.Second):

@@ -122,7 +122,7 @@ func (e *Engine) putHoldLocked(pod *v1.Pod, msg string, now time.Time) {
 	}
 	if h.message != msg {
 		h.message = msg
-		e.events.record(pod, "", false, v1.EventTypeNormal, reasonWaitingForDependencies, msg, now)
+		e.events.record(pod, "", "", v1.EventTypeNormal, reasonWaitingForDependencies, msg, now)
 		e.log.Info("pod waits for its dependencies", "pod", podRef(pod), "unmet", msg)
 	}
 	e.holds[pod.UID] = h

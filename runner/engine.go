@@ -259,7 +259,7 @@ func (e *Engine) unhealthy(uid, container, msg string) {
 	if pod == nil {
 		return
 	}
-	e.events.record(pod, container, isInit(pod, container), v1.EventTypeWarning, "Unhealthy", msg, e.clock.Now())
+	e.events.record(pod, container, fieldOf(isInit(pod, container)), v1.EventTypeWarning, "Unhealthy", msg, e.clock.Now())
 }
 
 // Run consumes snapshots from nSources sources until ctx ends. The first

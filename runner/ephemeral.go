@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -101,6 +102,12 @@ func (w *podWorker) ephemeral() []v1.EphemeralContainer {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.eph
+}
+
+// isEphemeral reports whether name is one of the pod's ephemeral
+// containers (names are unique across a pod's three lists).
+func (w *podWorker) isEphemeral(name string) bool {
+	return name != "" && slices.ContainsFunc(w.ephemeral(), func(ec v1.EphemeralContainer) bool { return ec.Name == name })
 }
 
 // loadEphemeral adopts the ephemeral containers an earlier noderun kept.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -48,6 +49,12 @@ func TestEngineEphemeralContainers(t *testing.T) {
 		st := ephemeralStatus(f.status("u1"), "dbg")
 		return st != nil && st.State.Running != nil
 	})
+	// Its events name it in the list it is declared in, as the kubelet's.
+	if !slices.ContainsFunc(f.e.Events(), func(ev v1.Event) bool {
+		return ev.Reason == "Started" && ev.InvolvedObject.FieldPath == "spec.ephemeralContainers{dbg}"
+	}) {
+		t.Errorf("no Started event for spec.ephemeralContainers{dbg}: %+v", f.e.Events())
+	}
 	b, err := os.ReadFile(filepath.Join(f.e.cfg.StateDir, "pods", "u1", ephemeralFile))
 	var kept []v1.EphemeralContainer
 	if err == nil {

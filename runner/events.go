@@ -47,15 +47,28 @@ type similarEvents struct {
 	messages map[string]bool
 }
 
+// The lists a container is declared in, as the kubelet names them in an
+// event's involvedObject.fieldPath (spec.containers{name} and so on).
+const (
+	fieldContainers          = "spec.containers"
+	fieldInitContainers      = "spec.initContainers"
+	fieldEphemeralContainers = "spec.ephemeralContainers"
+)
+
+// fieldOf is the list of a regular or init container.
+func fieldOf(init bool) string {
+	if init {
+		return fieldInitContainers
+	}
+	return fieldContainers
+}
+
 // record adds an event about a pod, or about one of its containers when
-// container is set; it reports whether the event is new (not a repeat).
-func (l *eventLog) record(pod *v1.Pod, container string, init bool, typ, reason, msg string, now time.Time) bool {
+// container is set (declared in the list field); it reports whether the
+// event is new (not a repeat).
+func (l *eventLog) record(pod *v1.Pod, container, field, typ, reason, msg string, now time.Time) bool {
 	ref := v1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID}
 	if container != "" {
-		field := "spec.containers"
-		if init {
-			field = "spec.initContainers"
-		}
 		ref.FieldPath = field + "{" + container + "}"
 	}
 	return l.recordRef(ref, pod.Spec.NodeName, typ, reason, msg, now)
@@ -189,7 +202,11 @@ func (l *eventLog) list() []v1.Event {
 // warning is logged at debug level only, so a flapping probe or an
 // offline registry does not flood the log.
 func (w *podWorker) event(pod *v1.Pod, container string, init bool, typ, reason, msg string) {
-	fresh := w.env.events.record(pod, container, init, typ, reason, msg, w.env.clock.Now())
+	field := fieldOf(init)
+	if w.isEphemeral(container) {
+		field = fieldEphemeralContainers
+	}
+	fresh := w.env.events.record(pod, container, field, typ, reason, msg, w.env.clock.Now())
 	log := w.env.log.Debug
 	if fresh && (typ == v1.EventTypeWarning || reason == "Killing") {
 		log = w.env.log.Info

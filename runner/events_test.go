@@ -17,11 +17,11 @@ var evPod = &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "defau
 func TestEventsRepeatIntoCount(t *testing.T) {
 	var l eventLog
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	if !l.record(evPod, "main", false, v1.EventTypeWarning, "BackOff", "Back-off restarting", t0) {
+	if !l.record(evPod, "main", fieldContainers, v1.EventTypeWarning, "BackOff", "Back-off restarting", t0) {
 		t.Fatal("first event not new")
 	}
-	l.record(evPod, "", false, v1.EventTypeNormal, "Other", "x", t0.Add(time.Second))
-	if l.record(evPod, "main", false, v1.EventTypeWarning, "BackOff", "Back-off restarting", t0.Add(time.Minute)) {
+	l.record(evPod, "", "", v1.EventTypeNormal, "Other", "x", t0.Add(time.Second))
+	if l.record(evPod, "main", fieldContainers, v1.EventTypeWarning, "BackOff", "Back-off restarting", t0.Add(time.Minute)) {
 		t.Fatal("a repeat reported as new")
 	}
 	evs := l.list()
@@ -44,7 +44,7 @@ func TestEventsSimilarCombined(t *testing.T) {
 	var l eventLog
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range 15 {
-		l.record(evPod, "main", false, v1.EventTypeWarning, "Unhealthy", fmt.Sprintf("Liveness probe failed: %d", i), t0.Add(time.Duration(i)*time.Second))
+		l.record(evPod, "main", fieldContainers, v1.EventTypeWarning, "Unhealthy", fmt.Sprintf("Liveness probe failed: %d", i), t0.Add(time.Duration(i)*time.Second))
 	}
 	evs := l.list()
 	if len(evs) != similarEventsMax+1 {
@@ -55,7 +55,7 @@ func TestEventsSimilarCombined(t *testing.T) {
 		t.Fatalf("combined event: count %d, %q", last.Count, last.Message)
 	}
 	// A new window starts over.
-	l.record(evPod, "main", false, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: new", t0.Add(time.Hour))
+	l.record(evPod, "main", fieldContainers, v1.EventTypeWarning, "Unhealthy", "Liveness probe failed: new", t0.Add(time.Hour))
 	if evs := l.list(); strings.HasPrefix(evs[len(evs)-1].Message, combinedPrefix) {
 		t.Errorf("after the window: %q", evs[len(evs)-1].Message)
 	}
@@ -64,14 +64,14 @@ func TestEventsSimilarCombined(t *testing.T) {
 func TestEventsRingBounded(t *testing.T) {
 	var l eventLog
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	l.record(evPod, "", false, v1.EventTypeNormal, "Keep", "kept", t0)
+	l.record(evPod, "", "", v1.EventTypeNormal, "Keep", "kept", t0)
 	for i := range maxEvents + 50 {
 		p := evPod.DeepCopy()
 		p.UID = types.UID(fmt.Sprint("u", i)) // different objects: nothing combines
-		l.record(p, "", false, v1.EventTypeNormal, "Started", "x", t0.Add(time.Duration(i)*time.Second))
+		l.record(p, "", "", v1.EventTypeNormal, "Started", "x", t0.Add(time.Duration(i)*time.Second))
 		if i == maxEvents-2 {
 			// A repeat keeps it among the newest.
-			l.record(evPod, "", false, v1.EventTypeNormal, "Keep", "kept", t0.Add(time.Duration(i)*time.Second))
+			l.record(evPod, "", "", v1.EventTypeNormal, "Keep", "kept", t0.Add(time.Duration(i)*time.Second))
 		}
 	}
 	evs := l.list()

@@ -153,7 +153,7 @@ func (e *Engine) rollBack(pod *v1.Pod, after time.Duration, reason, message stri
 		return true, nil
 	case cur == nil || cur.Ready.UID == pod.UID: // never Ready, or Ready once: not a failed update
 		if cur == nil {
-			e.events.record(pod, "", false, v1.EventTypeWarning, reasonRollbackUnavailable, fmt.Sprintf(
+			e.events.record(pod, "", "", v1.EventTypeWarning, reasonRollbackUnavailable, fmt.Sprintf(
 				"Not Ready within %s (%s: %s), but no earlier version of the pod was ever Ready: this one keeps running", after, reason, message), now)
 		}
 		return false, nil
@@ -165,7 +165,7 @@ func (e *Engine) rollBack(pod *v1.Pod, after time.Duration, reason, message stri
 		return false, err
 	}
 	e.log.Warn("pod rolled back", "pod", ref, "failed", pod.UID, "to", cur.Ready.UID, "reason", reason, "message", message)
-	e.events.record(cur.Ready, "", false, v1.EventTypeWarning, reasonRolledBack, msg, now)
+	e.events.record(cur.Ready, "", "", v1.EventTypeWarning, reasonRolledBack, msg, now)
 	select {
 	case e.rolloutChanged <- struct{}{}:
 	default:

@@ -314,7 +314,9 @@ type ContainerStatus struct {
 	Reason, Message string
 }
 
-// ExitEvent reports that a container's main process exited.
+// ExitEvent reports that a container's main process exited, or that its
+// OOM kill was recorded after its exit (ExitCode 0 then): either way its
+// pod is synced again.
 type ExitEvent struct {
 	ContainerID string
 	PodUID      string

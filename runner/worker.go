@@ -45,6 +45,12 @@ type podState struct {
 	started   time.Time
 	ips       []string
 	sandboxOK bool
+	// oldReleased: the network of a sandbox gone with a reboot was
+	// released for a pod that gets no new one (syncWithoutSandbox).
+	oldReleased bool
+	// recorded: an earlier noderun kept this pod's record (pod.json), so
+	// it may have runs from a sandbox gone since.
+	recorded bool
 	// endedCounted: the pod ended and the QoS parents were updated.
 	endedCounted bool
 	checked      time.Time // last deep network check

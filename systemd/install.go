@@ -17,6 +17,9 @@ const (
 	unitName = "noderun.service"
 	// PodsDir is the manifest directory the unit's ExecStart names.
 	PodsDir = "/etc/noderun/pods"
+	// EnvFile is the unit's optional EnvironmentFile: NODERUN_* settings
+	// (and any other variable the daemon should see).
+	EnvFile = "/etc/noderun/env"
 	// unitExecStart is the binary path in the shipped unit file, replaced
 	// by the one actually installed.
 	unitExecStart = "\nExecStart=/usr/local/bin/noderun "

@@ -146,7 +146,7 @@ func TestUnitKeepsPodsAcrossRestart(t *testing.T) {
 // Secrets such as a manifest URL's token can come from an optional
 // environment file rather than the command line, which ps shows.
 func TestUnitReadsOptionalEnvironmentFile(t *testing.T) {
-	if !strings.Contains(Unit, "\nEnvironmentFile=-/etc/noderun/env\n") {
+	if !strings.Contains(Unit, "\nEnvironmentFile=-"+EnvFile+"\n") {
 		t.Error("unit file lacks an optional EnvironmentFile")
 	}
 }

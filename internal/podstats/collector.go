@@ -40,6 +40,10 @@ type Config struct {
 	NodeDir string
 	Clock   clock.Clock // nil: the real one
 	ProcDir string      // "": /proc
+	// WritableLayer reads a container's writable layer, its rootfs in
+	// the Summary: bytes and inodes used, and a directory on its
+	// filesystem ("": unknown); nil: no rootfs figures.
+	WritableLayer func(ctx context.Context, containerID string) (used, inodes uint64, fsDir string, err error)
 }
 
 // The collection's timing.
@@ -120,7 +124,7 @@ func (c *Collector) Snapshot(ctx context.Context) (*Snapshot, error) {
 	if err := c.warmUp(ctx, pods); err != nil {
 		return nil, err
 	}
-	s, err := c.collect(pods)
+	s, err := c.collect(ctx, pods)
 	if err != nil {
 		return nil, err
 	}
@@ -190,8 +194,9 @@ func (c *Collector) rate(next map[string]cpuSample, key string, at time.Time, na
 	return &r, window
 }
 
-// collect reads every cgroup once, and the pods' networks and volumes.
-func (c *Collector) collect(pods []Pod) (*Snapshot, error) {
+// collect reads every cgroup once, and the pods' networks, volumes and
+// writable layers.
+func (c *Collector) collect(ctx context.Context, pods []Pod) (*Snapshot, error) {
 	at := c.clock.Now()
 	next := make(map[string]cpuSample, len(c.prev))
 	node, err := c.cfg.Cgroups.NodeUsage(c.cfg.ProcDir)
@@ -222,7 +227,7 @@ func (c *Collector) collect(pods []Pod) (*Snapshot, error) {
 		}
 		ps.Network = c.podNetwork(ps)
 		s.Pods = append(s.Pods, ps)
-		s.Summary.Pods = append(s.Summary.Pods, c.podStats(at, ps, podRate, rates))
+		s.Summary.Pods = append(s.Summary.Pods, c.podStats(ctx, at, ps, podRate, rates))
 	}
 	c.prev = next
 	return s, nil

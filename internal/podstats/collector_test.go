@@ -177,6 +177,30 @@ func TestSummaryShape(t *testing.T) {
 	}
 }
 
+// A container's rootfs is its writable layer as the runtime reports it, on
+// the filesystem it names, and counts in the pod's ephemeral storage with
+// its logs, as the kubelet's calcEphemeralStorage sums them.
+func TestSummaryRootfs(t *testing.T) {
+	n := newFakeNode(t)
+	clk := clocktesting.NewFakeClock(time.Unix(2000, 0))
+	c := n.collector(clk)
+	c.cfg.WritableLayer = func(_ context.Context, id string) (uint64, uint64, string, error) {
+		if id != "c1" {
+			t.Errorf("writable layer of %q, want c1", id)
+		}
+		return 1 << 20, 7, n.logs, nil
+	}
+	p := snapshotStepping(t, c, clk, func() {}).Summary.Pods[0]
+	ct := p.Containers[0]
+	if ct.Rootfs == nil || *ct.Rootfs.UsedBytes != 1<<20 || *ct.Rootfs.InodesUsed != 7 || ct.Rootfs.CapacityBytes == nil || *ct.Rootfs.CapacityBytes == 0 {
+		t.Fatalf("rootfs %+v, want 1 MiB and 7 inodes used on a filesystem with a capacity", ct.Rootfs)
+	}
+	if e := p.EphemeralStorage; *e.UsedBytes != *ct.Logs.UsedBytes+1<<20 || *e.InodesUsed != *ct.Logs.InodesUsed+7 {
+		t.Errorf("ephemeral storage %d bytes %d inodes, want the logs' plus the rootfs' (%d+%d, %d+7)",
+			*e.UsedBytes, *e.InodesUsed, *ct.Logs.UsedBytes, 1<<20, *ct.Logs.InodesUsed)
+	}
+}
+
 // The series have the kubelet's names and labels.
 func TestMetricNames(t *testing.T) {
 	n := newFakeNode(t)

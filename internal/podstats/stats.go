@@ -2,6 +2,7 @@ package podstats
 
 import (
 	"bufio"
+	"context"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -53,7 +54,7 @@ func (c *Collector) bootTime() time.Time {
 	return time.Time{}
 }
 
-func (c *Collector) podStats(at time.Time, ps PodSample, rate *uint64, rates []*uint64) PodStats {
+func (c *Collector) podStats(ctx context.Context, at time.Time, ps PodSample, rate *uint64, rates []*uint64) PodStats {
 	t := metav1.NewTime(at)
 	p := ps.Pod
 	out := PodStats{PodRef: PodReference{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
@@ -70,6 +71,12 @@ func (c *Collector) podStats(at time.Time, ps PodSample, rate *uint64, rates []*
 			ct.Logs = c.dirStats(t, filepath.Join(p.LogDir, cs.Container.Name))
 			ephemeral += *ct.Logs.UsedBytes
 			inodes += *ct.Logs.InodesUsed
+		}
+		if ct.Rootfs = c.rootfs(ctx, t, cs.Container.ID); ct.Rootfs != nil {
+			// The kubelet's pod ephemeral storage: each container's
+			// rootfs, its logs and the pod's disk-backed volumes.
+			ephemeral += *ct.Rootfs.UsedBytes
+			inodes += *ct.Rootfs.InodesUsed
 		}
 		out.Containers = append(out.Containers, ct)
 	}
@@ -88,6 +95,25 @@ func (c *Collector) podStats(at time.Time, ps PodSample, rate *uint64, rates []*
 		fs := statfs(t, c.cfg.NodeDir)
 		out.EphemeralStorage = &FsStats{Time: t, AvailableBytes: fs.AvailableBytes, CapacityBytes: fs.CapacityBytes,
 			UsedBytes: &ephemeral, InodesUsed: &inodes, InodesFree: fs.InodesFree, Inodes: fs.Inodes}
+	}
+	return out
+}
+
+// rootfs is a container's writable layer as the kubelet's CRI stats
+// provider reports it: used bytes and inodes from the runtime, capacity and
+// free space of the filesystem it is on.
+func (c *Collector) rootfs(ctx context.Context, t metav1.Time, id string) *FsStats {
+	if c.cfg.WritableLayer == nil {
+		return nil
+	}
+	used, inodes, dir, err := c.cfg.WritableLayer(ctx, id)
+	if err != nil {
+		return nil // removed since the pods were listed
+	}
+	out := &FsStats{Time: t, UsedBytes: &used, InodesUsed: &inodes}
+	if dir != "" {
+		fs := statfs(t, dir)
+		out.AvailableBytes, out.CapacityBytes, out.InodesFree, out.Inodes = fs.AvailableBytes, fs.CapacityBytes, fs.InodesFree, fs.Inodes
 	}
 	return out
 }

@@ -44,6 +44,8 @@ type Runtime struct {
 	address      string // containerd's socket, see WithAddress
 	namespace    string
 	snapshotter  string
+	snapRootMu   sync.Mutex // snapRoot: the snapshotter's root, once known
+	snapRoot     string
 	runcRoot     string // private runc state root, so several containerds never share one
 	fifoDir      string // exec FIFOs, next to runcRoot rather than in containerd's /run/containerd/fifo
 	stdioRoot    string // containers' stdin (and output) FIFOs, next to fifoDir (stdio.go)
@@ -561,10 +563,12 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 			}
 		}
 		if st.State == runner.StateExited && st.ExitCode == 137 && !st.OOMKilled && r.oomKilledInCgroup(&recs[i]) {
-			// The event was missed (noderun was down): the kernel's count
-			// in the cgroup, kept until the task is deleted, says so too.
+			// The event was missed (noderun was down) or not sent (the
+			// kill came before the shim watched the cgroup), or has not
+			// come yet: the kernel's count in the cgroup, or its log,
+			// says so too.
 			st.OOMKilled = true
-			r.markOOMKilled(ctx, st.ID)
+			_, _ = r.markOOMKilled(ctx, st.ID)
 		}
 		out = append(out, st)
 	}
@@ -572,7 +576,10 @@ func (r *Runtime) ListContainers(ctx context.Context, podUID string) ([]runner.C
 }
 
 // oomKilledInCgroup reports whether the kernel's OOM killer killed a process
-// in the container's memory cgroup.
+// in the container's memory cgroup: its count there while the cgroup is
+// kept (cgroupfs keeps it until the task is deleted), else the kernel's log
+// since the run's process started (systemd removes an emptied scope at
+// once).
 func (r *Runtime) oomKilledInCgroup(c *containers.Container) bool {
 	if c.Spec == nil {
 		return false
@@ -585,9 +592,18 @@ func (r *Runtime) oomKilledInCgroup(c *containers.Container) bool {
 	if !ok || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
 		return false
 	}
-	n, ok := r.cgroups.OOMKills(spec.Linux.CgroupsPath)
-	return ok && n > 0
+	if n, ok := r.cgroups.OOMKills(spec.Linux.CgroupsPath); ok {
+		return n > 0
+	}
+	p, ok := parseProcID(c.Labels[LabelStarted])
+	if !ok || p.boot != bootID || p.start == 0 {
+		return false // the log is this boot's; the start is needed to tell runs of one cgroup apart
+	}
+	return r.cgroups.KernelOOMKill(spec.Linux.CgroupsPath, time.Duration(p.start)*time.Second/userHZ)
 }
+
+// userHZ is the unit of /proc's process times (USER_HZ, 100 on Linux).
+const userHZ = 100
 
 // tasks fetches task state: one Get per container for a single pod, one
 // List for everything (the daemon asks every shim on List).
@@ -844,7 +860,11 @@ func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.Ex
 	}
 	switch ev := ev.(type) {
 	case *apievents.TaskOOM:
-		r.markOOMKilled(ctx, ev.ContainerID)
+		// The shim's TaskOOM may come after the exit it caused: the pod
+		// is synced again so its status says OOMKilled.
+		if uid, marked := r.markOOMKilled(ctx, ev.ContainerID); marked {
+			return runner.ExitEvent{ContainerID: ev.ContainerID, PodUID: uid}, true
+		}
 	case *apievents.TaskExit:
 		if ev.ID != ev.ContainerID {
 			return runner.ExitEvent{}, false // an exec'd process
@@ -866,23 +886,26 @@ func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.Ex
 	return runner.ExitEvent{}, false
 }
 
-// markOOMKilled labels one of our containers as OOM-killed. The label is
-// the only record: containerd does not replay events.
-func (r *Runtime) markOOMKilled(ctx context.Context, id string) {
+// markOOMKilled labels one of our containers as OOM-killed and says whose
+// pod it is when it was not labelled before. The label is the only record:
+// containerd does not replay events.
+func (r *Runtime) markOOMKilled(ctx context.Context, id string) (podUID string, marked bool) {
 	svc := r.client.ContainerService()
 	rec, err := svc.Get(ctx, id)
 	if err != nil {
 		if !errdefs.IsNotFound(err) {
 			r.log.Warn("OOM kill not recorded", "container", id, "err", err)
 		}
-		return
+		return "", false
 	}
 	if rec.Labels[LabelPodUID] == "" || rec.Labels[LabelOOMKilled] == "true" {
-		return
+		return "", false
 	}
 	if err := r.setLabel(ctx, id, LabelOOMKilled, "true"); err != nil {
 		r.log.Warn("OOM kill not recorded", "container", id, "err", err)
+		return "", false
 	}
+	return rec.Labels[LabelPodUID], true
 }
 
 func ignoreNotFound(err error) error {
