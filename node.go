@@ -83,6 +83,9 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 	}
 	ecfg.Metrics = metrics
 	ecfg.RecursiveReadOnlyMounts = n.rt.RecursiveReadOnlyMounts()
+	var why string
+	ecfg.UserNamespaces, why = n.rt.UserNamespaces()
+	log.Info("pod user namespaces (hostUsers: false)", "supported", ecfg.UserNamespaces, "why", why)
 	n.engine = runner.New(ecfg, n.rt, n.net)
 	go n.net.Watch(ctx, n.engine.NetworkChanged)
 	return n, nil

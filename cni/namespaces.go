@@ -15,7 +15,7 @@ import (
 
 // Namespaces holds the paths of a pod's pinned namespace files. A path is
 // empty when the pod shares that namespace with the host.
-type Namespaces struct{ Net, IPC, UTS string }
+type Namespaces struct{ User, Net, IPC, UTS string }
 
 // Names of the pinned files; each matches its entry under /proc/<pid>/ns.
 const (
@@ -49,14 +49,18 @@ func CreateNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namesp
 	return nss, nil
 }
 
+// pinPath is where the pod whose sandbox dir is dir has its namespace of
+// kind k pinned: net and user in dir, the others in h (in dir without one).
+func pinPath(dir string, h *Holder, k string) string {
+	if h == nil || k == nsNet || k == nsUser {
+		return filepath.Join(dir, k)
+	}
+	return h.path(filepath.Base(dir), k)
+}
+
 func createNamespaces(dir, hostname string, hostNetwork bool, h *Holder) (Namespaces, error) {
 	id := filepath.Base(dir)
-	path := func(k string) string {
-		if h == nil || k == nsNet {
-			return filepath.Join(dir, k)
-		}
-		return h.path(id, k)
-	}
+	path := func(k string) string { return pinPath(dir, h, k) }
 	kinds := []string{nsIPC}
 	nss := Namespaces{IPC: path(nsIPC)}
 	if !hostNetwork {
@@ -124,6 +128,14 @@ func unshareAndPin(dir, hostname string, kinds []string, h *Holder) (onHost []st
 	if err := unix.Unshare(flags); err != nil {
 		return nil, fmt.Errorf("unshare: %w", err)
 	}
+	return configureAndPin(dir, hostname, kinds, h)
+}
+
+// configureAndPin sets the calling thread's new UTS namespace's hostname,
+// brings its new network namespace's "lo" up and pins its namespaces of
+// kinds; the thread must be a discarded one. It returns the pins it made
+// on the host.
+func configureAndPin(dir, hostname string, kinds []string, h *Holder) (onHost []string, _ error) {
 	if slices.Contains(kinds, nsUTS) && hostname != "" {
 		if err := unix.Sethostname([]byte(hostname)); err != nil {
 			return nil, fmt.Errorf("set hostname %q: %w", hostname, err)
@@ -229,16 +241,7 @@ func loopbackUp() error {
 // removed. dir is kept if something else still lives in it, because that
 // belongs to another owner.
 func RemoveNamespaces(dir string, h *Holder) error {
-	var errs []error
-	// The holder's first: while the net pin is there, a pod's namespaces
-	// are not all released (the bench waits for it to go).
-	if h != nil {
-		errs = append(errs, h.remove(filepath.Base(dir)))
-	}
-	for _, k := range []string{nsNet, nsIPC, nsUTS} {
-		errs = append(errs, unpin(filepath.Join(dir, k)))
-	}
-	if err := errors.Join(errs...); err != nil {
+	if err := removeNamespaces(dir, h); err != nil {
 		return fmt.Errorf("cni: remove namespaces in %s: %w", dir, err)
 	}
 	err := os.Remove(dir)
@@ -246,4 +249,19 @@ func RemoveNamespaces(dir string, h *Holder) error {
 		return fmt.Errorf("cni: remove namespaces in %s: %w", dir, err)
 	}
 	return nil
+}
+
+// removeNamespaces unpins the pod's namespace files, keeping dir.
+func removeNamespaces(dir string, h *Holder) error {
+	var errs []error
+	// The holder's first: while the net pin is there, a pod's namespaces
+	// are not all released (the bench waits for it to go).
+	if h != nil {
+		errs = append(errs, h.remove(filepath.Base(dir)))
+	}
+	// The user namespace last: it owns the others.
+	for _, k := range []string{nsNet, nsIPC, nsUTS, nsUser} {
+		errs = append(errs, unpin(filepath.Join(dir, k)))
+	}
+	return errors.Join(errs...)
 }

@@ -92,6 +92,9 @@ func runTests(m *testing.M) int {
 	}
 	// A short path: containerd's socket lives here and must fit sun_path.
 	dir, err := os.MkdirTemp("/tmp", "nre")
+	if err == nil {
+		err = traversable(dir)
+	}
 	if err != nil {
 		setupErr = err
 		return m.Run()
@@ -149,6 +152,12 @@ func setup(dir string) (stop func(), err error) {
 		}
 	}, nil
 }
+
+// traversable opens a temporary dir for traversal by anyone, as
+// containerd's and noderun's own dirs are (0711): runc's init in a user
+// namespace of a pod's own (hostUsers: false) is an unprivileged host ID
+// when it walks to the container's bundle.
+func traversable(dir string) error { return os.Chmod(dir, 0o711) }
 
 // requireE2E skips under -short or without prerequisites, except that CI=true
 // turns a missing prerequisite into a failure: there a skip would hide that
@@ -266,6 +275,9 @@ func prepareNode(t *testing.T, extraArgs ...string) *node {
 	t.Helper()
 	requireE2E(t)
 	root, err := os.MkdirTemp("/tmp", "nre")
+	if err == nil {
+		err = traversable(root)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

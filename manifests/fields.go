@@ -393,7 +393,7 @@ var fieldRules = []fieldRule{
 	{path: "container.securityContext.runAsNonRoot", status: Works},
 	{path: "container.securityContext.readOnlyRootFilesystem", status: Works},
 	{path: "container.securityContext.allowPrivilegeEscalation", status: Works},
-	{path: "container.securityContext.procMount", status: Works, reason: "Default; Unmasked needs user namespaces and is refused"},
+	{path: "container.securityContext.procMount", status: Works, reason: "Unmasked (nothing of /proc masked or read-only) only with hostUsers: false, as the API server"},
 	{path: "container.securityContext.seccompProfile", status: Works},
 	{path: "container.securityContext.seccompProfile.type", status: Works},
 	{path: "container.securityContext.seccompProfile.localhostProfile", status: Works, reason: "read from <state-dir>/seccomp/"},
@@ -477,7 +477,7 @@ var fieldRules = []fieldRule{
 	{path: "spec.setHostnameAsFQDN", status: Works, reason: "with a subdomain, the hostname is <hostname>.<subdomain>.<namespace>.svc.cluster.local (64 characters at most); hostNetwork pods keep the node's"},
 	{path: "spec.os", status: Works},
 	{path: "spec.os.name", status: Refused, reason: "linux or windows, as the API server accepts; a windows pod is rejected at admission (reason PodOSNotSupported, phase Failed), as by the kubelet on a Linux node", accept: oneOf("linux", "windows")},
-	{path: "spec.hostUsers", status: Refused, reason: "user namespaces (hostUsers: false) need containerd 2 and runc 1.2 with idmapped mounts", accept: isTrue},
+	{path: "spec.hostUsers", status: Works, reason: "false: a user namespace of the pod's own, 65536 IDs from 65536·n kept in the pod's state dir, rootfs and volumes idmapped, as the kubelet with containerd 2; needs containerd 2 and runc 1.2 (idmapped mounts), elsewhere the pod is rejected at admission with the kubelet's message; not with hostNetwork, hostPID, hostIPC or shareProcessNamespace"},
 	{path: "spec.schedulingGates", status: Ignored, reason: whyScheduling},
 	{path: "spec.schedulingGroup", status: Refused, reason: "beta and off by default in Kubernetes v1.37 (the GenericWorkload feature gate)"},
 	{path: "spec.resourceClaims", status: Refused, reason: StaticPodReference("resourceclaims")},
@@ -506,8 +506,6 @@ func equals(want string) func(reflect.Value) bool {
 func oneOf(want ...string) func(reflect.Value) bool {
 	return func(v reflect.Value) bool { return slices.Contains(want, fmt.Sprint(reflect.Indirect(v).Interface())) }
 }
-
-func isTrue(v reflect.Value) bool { return !v.IsNil() && v.Elem().Bool() }
 
 // cpuMemoryOrExtended accepts resource lists of cpu, memory and extended
 // resources.

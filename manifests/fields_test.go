@@ -130,7 +130,7 @@ func TestCheckFieldsOnWhatTheManifestSays(t *testing.T) {
 		{
 			name: "values refused",
 			spec: "  hostUsers: false\n  os: {name: darwin}\n  containers:\n  - name: a\n    image: nginx\n    volumeMounts: [{name: v, mountPath: /v, recursiveReadOnly: Enabled}]\n    resources: {limits: {nvidia.com/gpu: 1, hugepages-2Mi: 2Mi}}\n  volumes: [{name: v, emptyDir: {}}]\n",
-			errs: []string{"spec.containers[0].resources.limits", "spec.os.name", "spec.hostUsers"},
+			errs: []string{"spec.containers[0].resources.limits", "spec.os.name"},
 		},
 	}
 	for _, tt := range tests {

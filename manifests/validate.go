@@ -21,6 +21,7 @@ type validator struct {
 	emptyDirs   map[string]bool // names of emptyDir volumes
 	containers  map[string]bool // names across init and app containers
 	hostNetwork bool
+	userNS      bool // hostUsers: false
 }
 
 func (v *validator) add(field, format string, args ...any) {
@@ -39,7 +40,8 @@ func (v *validator) check(field string, msgs []string) {
 // fields pass, since ApplyDefaults fills them. Errors are *ManifestError with
 // Field set.
 func Validate(pod *v1.Pod) []error {
-	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, emptyDirs: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork}
+	v := &validator{containers: map[string]bool{}, volumes: map[string]bool{}, emptyDirs: map[string]bool{}, hostNetwork: pod.Spec.HostNetwork,
+		userNS: pod.Spec.HostUsers != nil && !*pod.Spec.HostUsers}
 	v.metadata(pod)
 	v.appArmorAnnotations(pod)
 	v.waitFor(pod)
@@ -101,8 +103,31 @@ func (v *validator) spec(spec *v1.PodSpec) {
 	if sc := spec.SecurityContext; sc != nil {
 		v.sysctls(sc.Sysctls, spec.HostNetwork, spec.HostIPC)
 	}
+	v.hostUsers(spec)
 	if spec.DNSPolicy == v1.DNSNone && (spec.DNSConfig == nil || len(spec.DNSConfig.Nameservers) == 0) {
 		v.add("spec.dnsConfig.nameservers", "required when dnsPolicy is None")
+	}
+}
+
+// hostUsers applies the API server's rules for a pod in a user namespace
+// of its own: none of the host's namespaces. noderun also refuses
+// shareProcessNamespace there: the process that holds a pod's PID namespace
+// (runner/sandbox's pause) is started in the host's user namespace, and a
+// PID namespace it makes would not be the pod's to mount /proc for.
+func (v *validator) hostUsers(spec *v1.PodSpec) {
+	if !v.userNS {
+		return
+	}
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"spec.hostNetwork", spec.HostNetwork}, {"spec.hostPID", spec.HostPID}, {"spec.hostIPC", spec.HostIPC}} {
+		if f.set {
+			v.add(f.name, "Forbidden: when `pod.Spec.HostUsers` is false")
+		}
+	}
+	if spec.ShareProcessNamespace != nil && *spec.ShareProcessNamespace {
+		v.add("spec.shareProcessNamespace", "noderun cannot share one PID namespace among a pod's containers in its own user namespace (hostUsers: false)")
 	}
 }
 

@@ -204,9 +204,8 @@ func (v *validator) mounts(c *v1.Container, field string) {
 }
 
 // securityContext applies Kubernetes' rules for a container's
-// securityContext. Unmasked /proc is valid only with hostUsers: false, a user
-// namespace, which noderun cannot give (containerd 1.6 and runc 1.1 have no
-// idmapped pod user namespaces).
+// securityContext. Unmasked /proc is valid only with hostUsers: false (a
+// user namespace of the pod's own).
 func (v *validator) securityContext(sc *v1.SecurityContext, field string) {
 	if sc == nil {
 		return
@@ -226,8 +225,8 @@ func (v *validator) securityContext(sc *v1.SecurityContext, field string) {
 	}
 	if sc.ProcMount != nil {
 		v.oneOf(field+".procMount", string(*sc.ProcMount), "Default", "Unmasked")
-		if *sc.ProcMount == v1.UnmaskedProcMount {
-			v.add(field+".procMount", "Unmasked needs `hostUsers: false` (a user namespace), which noderun does not support")
+		if *sc.ProcMount == v1.UnmaskedProcMount && !v.userNS {
+			v.add(field+".procMount", "Invalid value: \"Unmasked\": `hostUsers` must be false to use `Unmasked`")
 		}
 	}
 	v.seccompProfile(sc.SeccompProfile, field+".seccompProfile")

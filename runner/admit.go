@@ -13,6 +13,10 @@ import (
 	"github.com/noderun/noderun/internal/admission"
 )
 
+// reasonUserNamespacesUnsupported is the rejection of a pod with
+// hostUsers: false on a runtime without user namespaces.
+const reasonUserNamespacesUnsupported = "UserNamespacesUnsupported"
+
 // rejection is a pod version admission turned away: it keeps its Failed
 // status, and never gets a worker, until its manifest changes.
 type rejection struct {
@@ -74,7 +78,10 @@ func (e *Engine) admitLocked(want map[types.UID]*v1.Pod, ran map[types.UID]bool)
 
 // admitPod runs the kubelet's admit handlers that apply on this node, in
 // its order: sysctls, the node's predicates, AppArmor, then the node
-// shutdown manager's. e.mu is held.
+// shutdown manager's. Before the last, a pod asking for a user namespace
+// the runtime cannot give is turned away with the kubelet's message (the
+// kubelet admits it and then fails its sandbox at every sync). e.mu is
+// held.
 func (e *Engine) admitPod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) admission.Result {
 	if err := checkSysctls(pod, e.cfg.AllowedUnsafeSysctls); err != nil {
 		return admission.Result{Reason: admission.ReasonSysctl, Message: "forbidden sysctl: " + err.Error()}
@@ -84,6 +91,9 @@ func (e *Engine) admitPod(pod *v1.Pod, others []*v1.Pod, node *v1.Node) admissio
 	}
 	if r := admission.AppArmor(pod, e.cfg.AppArmor); !r.Admitted() {
 		return r
+	}
+	if hostUsersFalse(pod) && !e.cfg.UserNamespaces {
+		return admission.Result{Reason: reasonUserNamespacesUnsupported, Message: UserNSUnsupported}
 	}
 	if e.shuttingDown {
 		return admission.Result{Reason: reasonShutdownRejected, Message: shutdownRejectedMessage}

@@ -152,3 +152,23 @@ func TestEngineAdmissionAppArmor(t *testing.T) {
 	g.send(confined("aa"))
 	waitFor(t, "aa started where AppArmor is enabled", func() bool { return g.rt.startedPod("aa") })
 }
+
+// A pod asking for a user namespace on a runtime without them is turned
+// away with the kubelet's message; with them it runs, in its own range.
+func TestEngineAdmissionUserNamespaces(t *testing.T) {
+	userns := func(uid string) *v1.Pod {
+		p := testPod(uid, uid, v1.RestartPolicyAlways)
+		p.Spec.HostUsers = new(bool)
+		return p
+	}
+	f := startEngineWith(t, admitNode)
+	f.send(userns("u"))
+	f.wantRejected(t, "u", "UserNamespacesUnsupported", "can't set `spec.hostUsers: false`, runtime does not support user namespaces")
+
+	g := startEngineWith(t, func(cfg *Config) { admitNode(cfg); cfg.UserNamespaces = true })
+	g.send(userns("u"))
+	waitFor(t, "u started where the runtime has user namespaces", func() bool { return g.rt.startedPod("u") })
+	if m := g.e.env.userns.kept("u"); m == nil || m.HostID < 65536 || m.HostID%65536 != 0 || m.Length != 65536 {
+		t.Errorf("range %+v, want 65536 IDs from a multiple of 65536", m)
+	}
+}

@@ -38,7 +38,11 @@ type Config struct {
 	// mounts (volumeMounts' recursiveReadOnly), as CRI's runtime handler
 	// features tell the kubelet.
 	RecursiveReadOnlyMounts bool
-	ResolvConf              string // the host resolv.conf that pods with dnsPolicy Default get
+	// UserNamespaces: the runtime can run pods in user namespaces of their
+	// own (hostUsers: false), as CRI's runtime handler features tell the
+	// kubelet; without, such pods are rejected at admission.
+	UserNamespaces bool
+	ResolvConf     string // the host resolv.conf that pods with dnsPolicy Default get
 	// PodTmpfs puts each pod's /etc/hosts, /etc/hostname, /etc/resolv.conf
 	// and termination-message files on a small tmpfs of its own
 	// (PodFilesDir); off, they are plain files there (unit tests, which
@@ -219,6 +223,12 @@ func New(cfg Config, rt Runtime, net Network) *Engine {
 	// As the kubelet: LimitedSwap only on v2 with the swap controller,
 	// NoSwap elsewhere.
 	e.env.limitedSwap = cfg.SwapBehavior == LimitedSwap && e.env.noSwap && cfg.Cgroups.Unified
+	e.env.userns = newUsernsRanges()
+	for _, uid := range e.podDirs() { // before any pod runs, as the kubelet's userns manager
+		if err := e.env.userns.load(uid, podStateDir(cfg.StateDir, string(uid))); err != nil {
+			e.log.Warn("a pod's user namespace range not read; its sandbox will fail until it is removed", "uid", uid, "err", err)
+		}
+	}
 	return e
 }
 

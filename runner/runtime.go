@@ -187,6 +187,9 @@ type Sandbox struct {
 	HostIPC     bool   // the host's IPC namespace and /dev/shm
 	SharePID    bool   // shareProcessNamespace: one PID namespace for the pod
 	Dir         string // run-dir directory holding the pinned namespace files
+	// UserNS is the pod's user namespace mapping (hostUsers: false), nil
+	// for the host's user namespace; the namespace is pinned at UserNSPath.
+	UserNS *IDMapping
 	// NSHolder is where the pod's ipc and uts namespace files are, seen
 	// from the host: <NSHolder>/<Dir's name>/ipc; "" puts them in Dir.
 	NSHolder string
@@ -209,9 +212,10 @@ type PortMapping struct {
 }
 
 // Paths of the pod's namespace files.
-func (s *Sandbox) NetNSPath() string { return s.Dir + "/net" }
-func (s *Sandbox) IPCNSPath() string { return s.heldNSDir() + "/ipc" }
-func (s *Sandbox) UTSNSPath() string { return s.heldNSDir() + "/uts" }
+func (s *Sandbox) NetNSPath() string  { return s.Dir + "/net" }
+func (s *Sandbox) UserNSPath() string { return s.Dir + "/user" }
+func (s *Sandbox) IPCNSPath() string  { return s.heldNSDir() + "/ipc" }
+func (s *Sandbox) UTSNSPath() string  { return s.heldNSDir() + "/uts" }
 
 func (s *Sandbox) heldNSDir() string {
 	if s.NSHolder == "" {

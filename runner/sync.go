@@ -541,6 +541,7 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
+	w.env.userns.release(w.uid) // its file went with the state dir
 	e.log.Info("pod removed", "pod", podRef(pod), "uid", w.uid)
 	return nil
 }
@@ -572,7 +573,12 @@ func (w *podWorker) podLogDirs() []string {
 }
 
 func (w *podWorker) sandbox(pod *v1.Pod) *Sandbox {
+	var userNS *IDMapping
+	if hostUsersFalse(pod) {
+		userNS = w.env.userns.kept(w.uid)
+	}
 	return &Sandbox{
+		UserNS:           userNS,
 		ID:               SandboxID(string(w.uid)),
 		PodUID:           string(w.uid),
 		PodName:          pod.Name,
@@ -666,6 +672,11 @@ func (w *podWorker) ensureSandbox(ctx context.Context, pod *v1.Pod) error {
 	}
 	if err := w.ensureCgroup(ctx, pod); err != nil {
 		return err
+	}
+	if hostUsersFalse(pod) {
+		if _, err := w.env.userns.forPod(w.uid, w.podStateDir()); err != nil {
+			return err
+		}
 	}
 	sb := w.sandbox(pod)
 	sb.DNS = resolv

@@ -110,6 +110,8 @@ type podEnv struct {
 	// limitedSwap: the node runs the kubelet's LimitedSwap and the host
 	// can apply it (cgroup v2 with the swap controller).
 	limitedSwap bool
+	// userns holds the pods' user namespace ranges (hostUsers: false).
+	userns *usernsRanges
 }
 
 // board is the engine's shared state as a worker may touch it; the engine

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/oci"
 	"github.com/containerd/containerd/protobuf"
+	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/typeurl/v2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
@@ -82,10 +83,11 @@ type rootfs struct {
 
 // prepare prepares the container's writable snapshot on the image's
 // unpacked rootfs (what containerd's WithNewSnapshot does, without reading
-// the image's manifest and config again) and keeps its mounts.
-func (fs *rootfs) prepare(snapshotter, id, parent string) ctrd.NewContainerOpts {
+// the image's manifest and config again) and keeps its mounts; opts label
+// it (remapLabels).
+func (fs *rootfs) prepare(snapshotter, id, parent string, opts ...snapshots.Opt) ctrd.NewContainerOpts {
 	return func(ctx context.Context, client *ctrd.Client, c *containers.Container) error {
-		ms, err := client.SnapshotService(snapshotter).Prepare(ctx, id, parent)
+		ms, err := client.SnapshotService(snapshotter).Prepare(ctx, id, parent, opts...)
 		if err != nil {
 			return fmt.Errorf("prepare snapshot %s: %w", id, err)
 		}

@@ -65,7 +65,9 @@ type Runtime struct {
 	// rootfsInside: runc mounts a container's rootfs in its own mount
 	// namespace (rootfs.go), which runc 1.2 and later refuse.
 	rootfsInside bool
-	rro          bool // runc can make recursive read-only mounts (rro.go)
+	rro          bool   // runc can make recursive read-only mounts (rro.go)
+	userns       bool   // pods can have user namespaces (userns.go)
+	usernsWhy    string // what the probe found
 	cgroups      cgroups.Layout
 	log          *slog.Logger
 
@@ -159,7 +161,10 @@ func New(client *ctrd.Client, ns, runcRoot, logDriver string, opts ...Option) *R
 	var runc string
 	r.rootfsInside, runc = runcMountsRootInside(context.Background())
 	r.log.Debug("container root filesystems", "mounted_by_runc_inside", r.rootfsInside, "runc", runc)
-	r.rro = runcRecursiveReadOnly(context.Background())
+	features := readRuncFeatures(context.Background())
+	r.rro = features.recursiveReadOnly()
+	r.userns, r.usernsWhy = r.probeUserNamespaces(features)
+	r.log.Debug("pod user namespaces", "supported", r.userns, "why", r.usernsWhy)
 	return r
 }
 
@@ -330,7 +335,7 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 		err = r.withCreateLease(ctx, func(ctx context.Context) error {
 			c, err = r.client.NewContainer(ctx, cfg.ID,
 				ctrd.WithImageName(cfg.Image.Ref),
-				fs.prepare(r.snapshotter, cfg.ID, facts.chainID),
+				fs.prepare(r.snapshotter, cfg.ID, facts.chainID, remapLabels(cfg.Sandbox)...),
 				ctrd.WithRuntime(plugin.RuntimeRuncV2, runtimeOpts),
 				ctrd.WithContainerLabels(labelsFor(cfg)),
 				ctrd.WithNewSpec(specOpts...),
@@ -461,7 +466,7 @@ func (r *Runtime) withResolvedUser(key string, u runner.ProcessUser) oci.SpecOpt
 			if ok {
 				return user, withProcessUser(user)(ctx, cl, c, s)
 			}
-			if err := oci.ApplyOpts(ctx, cl, c, s, userOpts(u)...); err != nil {
+			if err := oci.ApplyOpts(ctx, unmappedClient{cl}, c, s, userOpts(u)...); err != nil {
 				return nil, err
 			}
 			user = s.Process.User
@@ -475,7 +480,7 @@ func (r *Runtime) withResolvedUser(key string, u runner.ProcessUser) oci.SpecOpt
 		case led:
 			return err // s holds the user already
 		case err != nil:
-			return oci.ApplyOpts(ctx, cl, c, s, userOpts(u)...)
+			return oci.ApplyOpts(ctx, unmappedClient{cl}, c, s, userOpts(u)...)
 		}
 		return withProcessUser(v.(specs.User))(ctx, cl, c, s)
 	}

@@ -68,6 +68,11 @@ func (h hostSecurity) securityOpts(cfg *runner.ContainerConfig) ([]oci.SpecOpts,
 	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
 		opts = append(opts, oci.WithNoNewPrivileges)
 	}
+	if sc.ProcMount != nil && *sc.ProcMount == v1.UnmaskedProcMount {
+		// As the kubelet asks and CRI does: nothing of /proc masked or
+		// read-only (validation allows it only with hostUsers: false).
+		opts = append(opts, oci.WithMaskedPaths(nil), oci.WithReadonlyPaths(nil))
+	}
 	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
 		opts = append(opts, oci.WithRootFSReadonly())
 	}

@@ -30,6 +30,7 @@ func specOpts(cfg *runner.ContainerConfig, oomFloor int, cg cgroups.Layout) []oc
 		withTargetPIDNamespace(cfg.TargetPID),
 		withCRIDefaultMounts(cg.Unified && !privileged(cfg.Container)),
 		withMounts(cfg.Mounts, readMountinfo),
+		withUserNamespace(cfg.Sandbox, cfg.Mounts),
 		oci.WithCgroup(cg.ContainerPath(cfg.CgroupParent, cfg.ID)),
 		withOOMScoreAdj(cfg.OOMScoreAdj, oomFloor),
 		withResources(cfg.Resources, cg.Unified),

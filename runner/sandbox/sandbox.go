@@ -97,7 +97,7 @@ func (p *Pods) Setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, e
 // network is attached.
 func (p *Pods) Pin(_ context.Context, sb *runner.Sandbox) error {
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, sb.HostNetwork, p.holder); err != nil {
+	if err := p.createNamespaces(sb, sb.HostNetwork); err != nil {
 		return err
 	}
 	p.log.Debug("pod namespaces pinned", "sandbox", sb.ID, "took", time.Since(t0))
@@ -108,18 +108,17 @@ func (p *Pods) Pin(_ context.Context, sb *runner.Sandbox) error {
 }
 
 func (p *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, error) {
-	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) {
+	if !sb.HostNetwork && isNamespace(sb.NetNSPath()) && p.sameUserNS(sb) {
 		if ips, err := readIPs(sb.Dir); err == nil {
 			// Repairs ipc/uts if only those went missing.
-			_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, p.holder)
+			err := p.createNamespaces(sb, false)
 			p.track(sb)
 			return ips, false, err
 		}
 	}
 	if sb.HostNetwork {
 		fresh := !isNamespace(sb.IPCNSPath())
-		_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, true, p.holder)
-		return nil, fresh, err
+		return nil, fresh, p.createNamespaces(sb, true)
 	}
 	att, err := attachment(sb)
 	if err != nil {
@@ -129,7 +128,7 @@ func (p *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, e
 		return nil, false, notReady(err)
 	}
 	t0 := time.Now()
-	if _, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, false, p.holder); err != nil {
+	if err := p.createNamespaces(sb, false); err != nil {
 		return nil, false, err
 	}
 	t1 := time.Now()
@@ -149,6 +148,37 @@ func (p *Pods) setup(ctx context.Context, sb *runner.Sandbox) ([]string, bool, e
 	p.track(sb)
 	b, _ := json.Marshal(ips) // a []string always marshals
 	return ips, true, os.WriteFile(filepath.Join(sb.Dir, ipsFile), b, 0o600)
+}
+
+// createNamespaces makes and pins what of the pod's namespaces is missing:
+// in a user namespace of its own when it has a mapping (hostUsers: false,
+// which API validation allows only without hostNetwork).
+func (p *Pods) createNamespaces(sb *runner.Sandbox, hostNetwork bool) error {
+	if m := sb.UserNS; m != nil {
+		_, err := cni.CreateNamespacesInUserNS(sb.Dir, sb.Hostname, cni.IDMap{HostID: m.HostID, Size: m.Length}, p.holder)
+		return err
+	}
+	if isNamespace(sb.UserNSPath()) {
+		// An earlier version of the pod (same UID) had hostUsers: false:
+		// its namespaces belong to that user namespace.
+		if err := cni.RemoveNamespaces(sb.Dir, p.holder); err != nil {
+			return err
+		}
+	}
+	_, err := cni.CreateNamespaces(sb.Dir, sb.Hostname, hostNetwork, p.holder)
+	return err
+}
+
+// sameUserNS reports whether the pod's pinned namespaces beside the
+// network's fit its user namespace setting: for hostUsers: false, all of
+// them and its user namespace are there (when one is not, all are made
+// anew, the network's too: cni.CreateNamespacesInUserNS); otherwise no
+// user namespace is.
+func (p *Pods) sameUserNS(sb *runner.Sandbox) bool {
+	if sb.UserNS == nil {
+		return !isNamespace(sb.UserNSPath())
+	}
+	return isNamespace(sb.UserNSPath()) && isNamespace(sb.IPCNSPath()) && isNamespace(sb.UTSNSPath())
 }
 
 func notReady(err error) error {
