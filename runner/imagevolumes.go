@@ -34,17 +34,23 @@ func imageVolumesDir(podDir string) string {
 	return filepath.Join(podDir, "volumes", "image")
 }
 
-// volumeKey is an image volume's key in the pull backoff, apart from the
-// containers' names.
-func volumeKey(name string) string { return "volume:" + name }
+// volumePull is the pull of image volume v, keyed apart from the
+// containers' names; its events name the pod.
+func volumePull(v v1.Volume) pullRequest {
+	return pullRequest{ref: v.Image.Reference, policy: v.Image.PullPolicy, key: "volume:" + v.Name}
+}
 
 // imageVolumes pulls and mounts the image volumes c mounts. When one
 // cannot be had, c waits with the kubelet's reason, ok is false and retry
 // says when to try again.
 func (w *podWorker) imageVolumes(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool) (retry time.Duration, ok bool) {
 	for _, v := range mountedImageVolumes(pod, c) {
-		p := pullRequest{ref: v.Image.Reference, policy: v.Image.PullPolicy, key: volumeKey(v.Name), init: init}
-		if _, retry, ok := w.pullImage(ctx, pod, c, p); !ok {
+		p := volumePull(v)
+		p.init = init
+		if _, ok := w.st.pulledAhead[p.key]; ok {
+			// Pulled ahead while the old version ran (update.go).
+			delete(w.st.pulledAhead, p.key)
+		} else if _, retry, ok := w.pullImage(ctx, pod, c, p); !ok {
 			return retry, false
 		}
 		delete(w.st.backoff, "pull:"+p.key)

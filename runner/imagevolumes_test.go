@@ -97,6 +97,7 @@ func TestEngineImageVolumePullFailure(t *testing.T) {
 	if !f.hasEvent("Failed", `Failed to pull image "tools:1": ErrImagePull: not found`) {
 		t.Error("no Failed event for the volume's pull")
 	}
+	waitFor(t, "the retry's timer", func() bool { return f.clock.timerIn(time.Second) })
 	f.clock.Advance(time.Second)
 	waitFor(t, "ImagePullBackOff", func() bool {
 		w := f.waiting("u1", "main")
@@ -122,4 +123,38 @@ func TestEngineImageVolumeSubPathMustBeADirectory(t *testing.T) {
 		w := f.waiting("u2", "main")
 		return w != nil && w.Reason == "CreateContainerError" && strings.Contains(w.Message, `failed to ensure image subpath "missing": openat missing: no such file or directory`)
 	})
+}
+
+// A new version whose image volume names another image pulls it while the
+// old version runs, as for a container's image; its start pulls no more.
+func TestEngineUpdatePullsImageVolumeAhead(t *testing.T) {
+	f := startEngine(t)
+	withTools := func(uid, ref string) *v1.Pod {
+		p := versionPod(uid, "app:1")
+		p.Spec.Volumes = []v1.Volume{{Name: "tools", VolumeSource: v1.VolumeSource{
+			Image: &v1.ImageVolumeSource{Reference: ref, PullPolicy: v1.PullAlways}}}}
+		p.Spec.Containers[0].VolumeMounts = []v1.VolumeMount{{Name: "tools", MountPath: "/tools"}}
+		return p
+	}
+	f.send(withTools("v1", "tools:1"))
+	waitFor(t, "v1 start", func() bool { return f.rt.startedPod("v1") })
+	gate := f.gatePull("tools:2")
+	f.send(withTools("v2", "tools:2"))
+	waitFor(t, "the pull ahead", func() bool {
+		return f.hasPodEvent2("v1", reasonUpdatePulling, `Pulling image "tools:2" for the pod's new version (uid v2)`)
+	})
+	if f.stoppedAny("v1") || f.rt.startedPod("v2") {
+		t.Fatal("the old version stopped before the new one's image volume was pulled")
+	}
+	ensures := f.ensureCount()
+	close(gate)
+	waitFor(t, "v2 start", func() bool { return f.rt.startedPod("v2") })
+	// The pulls ahead were app:1 (policy Always) and tools:2, both
+	// counted by now; the start pulled neither again.
+	if got := f.ensureCount(); got != ensures {
+		t.Errorf("the new version's start checked %d images again; want it to use the pulls ahead", got-ensures)
+	}
+	if calls := f.imageVolumeCalls(); !slices.Contains(calls, "mount v2 tools:2") {
+		t.Errorf("image volume calls %q: tools:2 not mounted for v2", calls)
+	}
 }

@@ -440,7 +440,7 @@ func (w *podWorker) postStartFailed(ctx context.Context, pod *v1.Pod, s startAct
 type pullRequest struct {
 	ref    string
 	policy v1.PullPolicy
-	key    string // the pull backoff's: the container's name, or volumeKey's
+	key    string // the pull backoff's and pulledAhead's: the container's name, or "volume:<name>"
 	on     string // the container its events name; "" names the pod, as the kubelet's do for a volume
 	init   bool
 }

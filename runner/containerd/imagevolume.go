@@ -29,10 +29,15 @@ import (
 // the next start (leases.go). So the snapshot is a GC root of its own,
 // labelled with the pod's UID: RemoveImageVolumes finds it when the pod is
 // removed, after a crash or a reboot too (its pod dir says it is to be
-// removed), and Reset finds every one.
+// removed), and Reset finds every one. Image GC keeps the image while the
+// snapshot lasts.
 
-// LabelImageVolumePod marks an image volume's snapshot with its pod's UID.
-const LabelImageVolumePod = labelPrefix + "image-volume.pod"
+// LabelImageVolumePod marks an image volume's snapshot with its pod's UID,
+// and LabelImageVolumeImage with its image's name, which image GC keeps.
+const (
+	LabelImageVolumePod   = labelPrefix + "image-volume.pod"
+	LabelImageVolumeImage = labelPrefix + "image-volume.image"
+)
 
 // labelGCRoot keeps a snapshot from containerd's garbage collection.
 const labelGCRoot = "containerd.io/gc.root"
@@ -70,8 +75,9 @@ func (r *Runtime) MountImageVolume(ctx context.Context, podUID, ref, dir string)
 	}
 	key := imageVolumePrefix + podUID + "-" + img.Target().Digest.Encoded()
 	labels := map[string]string{
-		LabelImageVolumePod: podUID,
-		labelGCRoot:         time.Now().UTC().Format(time.RFC3339),
+		LabelImageVolumePod:   podUID,
+		LabelImageVolumeImage: img.Name(),
+		labelGCRoot:           time.Now().UTC().Format(time.RFC3339),
 	}
 	sn := r.client.SnapshotService(r.snapshotter)
 	ms, err := sn.View(ctx, key, identity.ChainID(diffIDs).String(), snapshots.WithLabels(labels))
@@ -114,4 +120,16 @@ func (r *Runtime) RemoveImageVolumes(ctx context.Context, podUID string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mountedImages adds to kept the images of every image volume snapshot.
+func (r *Runtime) mountedImages(ctx context.Context, kept map[string]bool) error {
+	err := r.client.SnapshotService(r.snapshotter).Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		kept[info.Labels[LabelImageVolumeImage]] = true
+		return nil
+	}, fmt.Sprintf("labels.%q", LabelImageVolumeImage))
+	if err != nil {
+		return fmt.Errorf("list image volume snapshots: %w", err)
+	}
+	return nil
 }
