@@ -9,8 +9,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/noderun/noderun/runner/volume"
 )
 
 // Image volumes (KEP-4639, GA in v1.36) as the kubelet v1.37 and
@@ -105,14 +103,4 @@ func statInRoot(root, name string) (os.FileInfo, error) {
 	}
 	defer f.Close()
 	return f.Stat()
-}
-
-// removeImageVolumes unmounts the pod's image volumes and removes their
-// snapshots; terminate calls it after the containers are gone.
-func (w *podWorker) removeImageVolumes(ctx context.Context) error {
-	dir := imageVolumesDir(w.podStateDir())
-	if err := volume.UnmountAll(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	return w.env.rt.RemoveImageVolumes(ctx, string(w.uid))
 }

@@ -547,11 +547,11 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	}
 	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
 	wg.Wait()
-	// Image volumes go before the pod's dirs: their snapshots are found
-	// by the pod's UID, and a pod dir left over says the pod is to be
-	// removed after a crash.
-	errs = append(errs, w.removeImageVolumes(ctx))
 	errs = append(errs, volume.UnmountAll(w.podStateDir()), RemovePodFiles(w.podRunDir()), volume.UnmountAll(w.podRunDir()))
+	// Unmounted (with the subPaths into them) above, image volumes'
+	// snapshots go before the pod's dirs: a pod dir left over says the
+	// pod is to be removed after a crash, and they are found by its UID.
+	errs = append(errs, e.rt.RemoveImageVolumes(ctx, string(w.uid)))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -143,7 +143,7 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 
 // containerMounts resolves volumeMounts (with subPath, or subPathExpr
 // expanded from the container's env) plus the pod files.
-// downwardAPI, configMap, secret and projected volumes are always
+// downwardAPI, configMap, secret, projected and image volumes are always
 // read-only, as in Kubernetes.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) ([]Mount, error) {
 	out := w.podFileMounts(pod, c)
