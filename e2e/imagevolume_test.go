@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -183,4 +184,52 @@ func waitImage(t *testing.T, n *node, name string) {
 		ok, _ := img.IsUnpacked(n.ctx(), snapshotter)
 		return ok
 	})
+}
+
+// TestImageVolumeThroughMirror: an image volume's image is pulled as a
+// container image is, through a hosts.toml mirror, with the kubelet's
+// Pulling and Pulled events naming the pod; once the registry is gone, an
+// Always image volume mounts the local copy with a PullFallbackLocal
+// warning.
+func TestImageVolumeThroughMirror(t *testing.T) {
+	t.Parallel()
+	n := newNode(t)
+	reg := startRegistry(t)
+	reg.push(t, reg.addr+"/library/tools:mirrored")
+	n.writeHostsToml("docker.io", fmt.Sprintf("server = \"https://registry-1.docker.io\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg.addr))
+	pod := func(name, policy string) string {
+		return fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: %s}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: [sh, -c, "/tools/bin/busybox echo mounted; exec sleep 3600"]
+    volumeMounts: [{name: tools, mountPath: /tools}]
+  volumes:
+  - {name: tools, image: {reference: "tools:mirrored", pullPolicy: %s}}
+`, name, policy)
+	}
+
+	n.writeManifest("a.yaml", pod("a", "IfNotPresent"))
+	a := n.waitPod("a", "running (its volume pulled through the mirror)", running)
+	n.waitLogLine(n.logPath(a, "main", 0), "mounted")
+	evs := n.events("a")
+	if !hasEvent(evs, "Pulling", `Pulling image "tools:mirrored"`) || !hasEvent(evs, "Pulled", `Successfully pulled image "tools:mirrored"`) {
+		t.Errorf("events: %+v", evs)
+	}
+	for _, ev := range evs {
+		if ev.Reason == "Pulling" && ev.InvolvedObject.FieldPath != "" {
+			t.Errorf("the volume's Pulling event names %s, not the pod", ev.InvolvedObject.FieldPath)
+		}
+	}
+
+	reg.stop()
+	n.writeManifest("b.yaml", pod("b", "Always"))
+	n.waitPod("b", "running on the local copy", running)
+	if !hasEvent(n.events("b"), "PullFallbackLocal", "registry unreachable, running the local copy of docker.io/library/tools:mirrored") {
+		t.Errorf("no PullFallbackLocal warning: %+v", n.events("b"))
+	}
 }
