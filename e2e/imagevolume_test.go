@@ -112,8 +112,8 @@ func TestImageVolume(t *testing.T) {
 		cs := namedStatus(p, "main")
 		return cs != nil && cs.State.Running != nil && namedWaitReason(p, "missing") == "ErrImageNeverPull"
 	})
-	if msg := namedStatus(p, "missing").State.Waiting.Message; !strings.Contains(msg, "example.com/missing:1") {
-		t.Errorf("missing's waiting message %q does not name the image", msg)
+	if msg := namedStatus(p, "missing").State.Waiting.Message; msg != `Container image "example.com/missing:1" is not present with pull policy of Never` {
+		t.Errorf("missing's waiting message %q, want the kubelet's", msg)
 	}
 	log := n.logPath(p, "main", 0)
 	n.waitLogLine(log, "done")
@@ -136,7 +136,7 @@ func TestImageVolume(t *testing.T) {
 	}
 
 	// spare:1 goes; gc:1, mounted, stays.
-	waitUntil(t, "GC removes the unused spare:1", func() bool {
+	waitUntilFor(t, "GC removes the unused spare:1", 2*time.Minute, func() bool {
 		_, err := client.GetImage(n.ctx(), "example.com/spare:1")
 		return errdefs.IsNotFound(err)
 	})

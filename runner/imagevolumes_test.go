@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -156,5 +157,39 @@ func TestEngineUpdatePullsImageVolumeAhead(t *testing.T) {
 	}
 	if calls := f.imageVolumeCalls(); !slices.Contains(calls, "mount v2 tools:2") {
 		t.Errorf("image volume calls %q: tools:2 not mounted for v2", calls)
+	}
+}
+
+// An image missing under pullPolicy Never is the kubelet's ErrImageNeverPull,
+// in its words, at every look (10 s apart, its pod worker's backoff): no
+// pull, so no ImagePullBackOff.
+func TestEngineImageVolumeNeverPulled(t *testing.T) {
+	f := startEngine(t)
+	f.rt.mu.Lock()
+	f.rt.imageErrOf = map[string]error{"tools:1": fmt.Errorf("%w: tools:1 is not present", ErrImageNeverPull)}
+	f.rt.mu.Unlock()
+	p := imageVolumePod("u1", "")
+	p.Spec.Volumes[0].Image.PullPolicy = v1.PullNever
+	f.send(p)
+	const msg = `Container image "tools:1" is not present with pull policy of Never`
+	neverPull := func() bool {
+		w := f.waiting("u1", "main")
+		return w != nil && w.Reason == "ErrImageNeverPull" && w.Message == msg
+	}
+	waitFor(t, "ErrImageNeverPull", neverPull)
+	if !f.hasPodEvent("u1", "ErrImageNeverPull", msg) {
+		t.Errorf("no ErrImageNeverPull warning: %+v", f.e.Events())
+	}
+	checks := func() int {
+		f.rt.mu.Lock()
+		defer f.rt.mu.Unlock()
+		return f.rt.neverChecks
+	}
+	before := checks()
+	waitFor(t, "the next look's timer", func() bool { return f.clock.timerIn(neverPullRetry) })
+	f.clock.Advance(neverPullRetry)
+	waitFor(t, "the next look", func() bool { return checks() > before })
+	if !neverPull() {
+		t.Errorf("after the next look main waits with %+v, want ErrImageNeverPull again", f.waiting("u1", "main"))
 	}
 }

@@ -469,15 +469,26 @@ func (w *podWorker) ensureImage(ctx context.Context, pod *v1.Pod, p pullRequest)
 	return img, err
 }
 
+// neverPullRetry is when a container whose image is missing under
+// pullPolicy Never is looked at again: the kubelet's pod worker backoff
+// after a failed sync (backOffPeriod), as no pull backoff applies.
+const neverPullRetry = 10 * time.Second
+
 // pullFailed reports an image that could not be had, as container c's
 // waiting reason, and holds the next attempt back by the kubelet's image
-// backoff (10 s doubling to 5 min).
+// backoff (10 s doubling to 5 min). An image missing under pullPolicy
+// Never is no pull: the kubelet says so in its words each time, with no
+// ImagePullBackOff between.
 func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, p pullRequest, err error) time.Duration {
+	if errors.Is(err, ErrImageNeverPull) {
+		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", p.ref)
+		w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "image", p.ref, "reason", "ErrImageNeverPull")
+		w.st.waiting[c.Name] = waitReason{"ErrImageNeverPull", msg}
+		w.event(pod, p.on, p.init, v1.EventTypeWarning, "ErrImageNeverPull", msg)
+		return neverPullRetry
+	}
 	reason := "ErrImagePull"
-	switch {
-	case errors.Is(err, ErrImageNeverPull):
-		reason = "ErrImageNeverPull"
-	case errors.Is(err, ErrInvalidImageName):
+	if errors.Is(err, ErrInvalidImageName) {
 		reason = "InvalidImageName"
 	}
 	w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "image", p.ref, "reason", reason, "err", err)
