@@ -196,7 +196,7 @@ func TestImageVolumeThroughMirror(t *testing.T) {
 	n := newNode(t)
 	reg := startRegistry(t)
 	reg.push(t, reg.addr+"/library/tools:mirrored")
-	n.writeHostsToml("docker.io", fmt.Sprintf("server = \"https://registry-1.docker.io\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg.addr))
+	n.mirrorDockerIO(reg)
 	pod := func(name, policy string) string {
 		return fmt.Sprintf(`apiVersion: v1
 kind: Pod
