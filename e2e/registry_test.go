@@ -92,6 +92,12 @@ func (n *node) writeHostsToml(host, content string) {
 	}
 }
 
+// mirrorDockerIO has docker.io pulled through reg, a plain-HTTP mirror.
+func (n *node) mirrorDockerIO(reg *registry) {
+	n.t.Helper()
+	n.writeHostsToml("docker.io", fmt.Sprintf("server = \"https://registry-1.docker.io\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg.addr))
+}
+
 func imagePod(name, image, policy string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
@@ -114,7 +120,7 @@ func TestRegistryMirrorThenOfflineFallback(t *testing.T) {
 	n := newNode(t)
 	reg := startRegistry(t)
 	reg.push(t, reg.addr+"/library/busybox:mirrored")
-	n.writeHostsToml("docker.io", fmt.Sprintf("server = \"https://registry-1.docker.io\"\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", reg.addr))
+	n.mirrorDockerIO(reg)
 
 	n.writeManifest("a.yaml", imagePod("a", "busybox:mirrored", "IfNotPresent"))
 	n.waitPod("a", "running (pulled through the mirror)", running)

@@ -105,6 +105,11 @@ func defaultHTTPGet(h *v1.HTTPGetAction) {
 }
 
 func defaultVolume(v *v1.Volume) {
+	if img := v.Image; img != nil && img.PullPolicy == "" {
+		// The API server's rule, the container image's: Always for
+		// :latest (or no tag), else IfNotPresent.
+		img.PullPolicy = pullPolicy(img.Reference)
+	}
 	if hp := v.HostPath; hp != nil && hp.Type == nil {
 		hp.Type = ptr(v1.HostPathUnset)
 	}

@@ -50,6 +50,8 @@ spec:
   volumes:
   - {name: h, hostPath: {path: /srv}}
   - {name: d, downwardAPI: {items: [{path: name, fieldRef: {fieldPath: metadata.name}}]}}
+  - {name: i, image: {reference: "tools:1.2"}}
+  - {name: l, image: {reference: tools}}
 `)
 	ApplyDefaults(pod)
 	s := pod.Spec
@@ -66,6 +68,8 @@ spec:
 		{"securityContext", s.SecurityContext != nil, true},
 		{"init imagePullPolicy", s.InitContainers[0].ImagePullPolicy, v1.PullIfNotPresent},
 		{"imagePullPolicy", c.ImagePullPolicy, v1.PullAlways},
+		{"image volume pullPolicy, tagged", s.Volumes[2].Image.PullPolicy, v1.PullIfNotPresent},
+		{"image volume pullPolicy, untagged", s.Volumes[3].Image.PullPolicy, v1.PullAlways},
 		{"terminationMessagePath", c.TerminationMessagePath, "/dev/termination-log"},
 		{"terminationMessagePolicy", c.TerminationMessagePolicy, v1.TerminationMessageReadFile},
 		{"port protocol", c.Ports[0].Protocol, v1.ProtocolTCP},

@@ -179,6 +179,8 @@ func (v *validator) volumeSource(field string, src *v1.VolumeSource) {
 		v.secretVolume(field+".secret", src.Secret)
 	case src.Projected != nil:
 		v.projected(field+".projected", src.Projected)
+	case src.Image != nil:
+		v.imageVolume(field+".image", src.Image)
 	case src.EmptyDir != nil:
 		// Nothing to check: any medium and size limit is fine.
 	}
@@ -206,6 +208,15 @@ func volumeKinds(src *v1.VolumeSource) []string {
 		}
 	}
 	return kinds
+}
+
+// imageVolume applies the API server's rules (validateImageVolumeSource at
+// v1.37), in its words.
+func (v *validator) imageVolume(field string, img *v1.ImageVolumeSource) {
+	if img.Reference == "" {
+		v.add(field+".reference", "Required value")
+	}
+	v.enum(field+".pullPolicy", string(img.PullPolicy), "Always", "IfNotPresent", "Never")
 }
 
 func (v *validator) hostPath(field string, hp *v1.HostPathVolumeSource) {

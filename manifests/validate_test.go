@@ -322,6 +322,26 @@ func TestValidate(t *testing.T) {
 			wantErr: "spec.volumes[0]: only one volume type may be set, found hostPath, emptyDir",
 		},
 		{
+			name: "image volume, subPath and subPathExpr into it",
+			in: podWith("  containers:\n  - {name: a, image: busybox, env: [{name: D, value: bin}], volumeMounts: [{name: t, mountPath: /t, subPath: etc}, {name: t, mountPath: /u, subPathExpr: $(D)}]}\n" +
+				"  volumes: [{name: t, image: {reference: \"tools:1\", pullPolicy: Never}}]\n"),
+		},
+		{
+			name:    "image volume without a reference",
+			in:      podWith(oneContainer + "  volumes: [{name: t, image: {pullPolicy: Never}}]\n"),
+			wantErr: "spec.volumes[0].image.reference: Required value",
+		},
+		{
+			name:    "image volume with an unknown pullPolicy",
+			in:      podWith(oneContainer + "  volumes: [{name: t, image: {reference: tools, pullPolicy: Sometimes}}]\n"),
+			wantErr: `spec.volumes[0].image.pullPolicy: unsupported value "Sometimes": supported values: Always, IfNotPresent, Never`,
+		},
+		{
+			name:    "image volume and emptyDir at once",
+			in:      podWith(oneContainer + "  volumes: [{name: t, emptyDir: {}, image: {reference: tools}}]\n"),
+			wantErr: "spec.volumes[0]: only one volume type may be set, found emptyDir, image",
+		},
+		{
 			name:    "duplicate volume",
 			in:      podWith(oneContainer + "  volumes: [{name: v, emptyDir: {}}, {name: v, emptyDir: {}}]\n"),
 			wantErr: `spec.volumes[1].name: duplicate volume name "v"`,

@@ -414,7 +414,8 @@ func (e *Engine) gc(ctx context.Context) {
 }
 
 // gcImages removes unused images off the loop (it may take long), never
-// an image a manifest names (running, failing or last good), nor one a
+// an image a manifest names (a container's or an image volume's; running,
+// failing or last good), nor one a
 // rollback would run, or a container of noderun's uses; one at a time.
 func (e *Engine) gcImages(ctx context.Context) {
 	if !e.settled || !e.imageGCBusy.CompareAndSwap(false, true) {
@@ -432,6 +433,11 @@ func (e *Engine) gcImages(ctx context.Context) {
 	for _, p := range pods {
 		for _, c := range allContainers(p) {
 			keep = append(keep, c.Image)
+		}
+		for _, v := range p.Spec.Volumes {
+			if v.Image != nil {
+				keep = append(keep, v.Image.Reference) // as the kubelet's handleImageVolumes
+			}
 		}
 	}
 	e.mu.Unlock()

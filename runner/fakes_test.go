@@ -3,6 +3,8 @@ package runner
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -143,6 +145,10 @@ type fakeRuntime struct {
 	// ListContainers and EnsureImage calls made before each start.
 	listsAtStart, ensuresAtStart []int
 	gcKeep                       []string // what the last GCImages had to keep
+	// "mount <pod> <ref>" and "remove-image-volumes <pod>", in order;
+	// a mount makes dir/<ref> holding the directory sub and the file file.
+	imageVolumeCalls []string
+	mountErr         error // what MountImageVolume fails with
 }
 
 // execCall is one ExecSync the fake received.
@@ -337,6 +343,27 @@ func (r *fakeRuntime) GCImages(_ context.Context, keep []string, _ ImageGCPolicy
 	defer r.mu.Unlock()
 	r.gcKeep = keep
 	return nil, nil
+}
+
+func (r *fakeRuntime) MountImageVolume(_ context.Context, podUID, ref, dir string) (string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.imageVolumeCalls = append(r.imageVolumeCalls, "mount "+podUID+" "+ref)
+	if r.mountErr != nil {
+		return "", r.mountErr
+	}
+	target := filepath.Join(dir, ref)
+	if err := os.MkdirAll(filepath.Join(target, "sub"), 0o755); err != nil {
+		return "", err
+	}
+	return target, os.WriteFile(filepath.Join(target, "file"), nil, 0o644)
+}
+
+func (r *fakeRuntime) RemoveImageVolumes(_ context.Context, podUID string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.imageVolumeCalls = append(r.imageVolumeCalls, "remove-image-volumes "+podUID)
+	return nil
 }
 
 func (r *fakeRuntime) Ping(context.Context) error {

@@ -113,6 +113,18 @@ func (r instrumented) Ping(ctx context.Context) error {
 	return err
 }
 
+// MountImageVolume and RemoveImageVolumes are not operations of the
+// kubelet's runtime but parts of CRI's CreateContainer and
+// RemovePodSandbox, which containerd carries out: they are not measured
+// apart.
+func (r instrumented) MountImageVolume(ctx context.Context, podUID, ref, dir string) (string, error) {
+	return r.rt.MountImageVolume(ctx, podUID, ref, dir)
+}
+
+func (r instrumented) RemoveImageVolumes(ctx context.Context, podUID string) error {
+	return r.rt.RemoveImageVolumes(ctx, podUID)
+}
+
 func (r instrumented) GCImages(ctx context.Context, keep []string, p ImageGCPolicy) ([]string, error) {
 	start := time.Now()
 	out, err := r.rt.GCImages(ctx, keep, p)

@@ -53,6 +53,10 @@ func (s stubRuntime) Ping(context.Context) error { return s.err }
 func (s stubRuntime) GCImages(context.Context, []string, ImageGCPolicy) ([]string, error) {
 	return nil, s.err
 }
+func (s stubRuntime) MountImageVolume(context.Context, string, string, string) (string, error) {
+	return "", s.err
+}
+func (s stubRuntime) RemoveImageVolumes(context.Context, string) error { return s.err }
 
 // callAll calls every Runtime method once, and starts the container
 // CreateContainer made.

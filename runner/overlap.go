@@ -22,7 +22,8 @@ import (
 // container whose config comes out different once the IP is known (env or
 // args naming status.podIP) is discarded and created anew. Pods whose
 // sandbox holds more than namespaces at creation (a shared PID namespace,
-// downwardAPI volumes, which a subPath may pin) take the plain path, as do
+// downwardAPI volumes, which a subPath may pin; image volumes, pulled and
+// mounted at each start) take the plain path, as do
 // pods with containers already in the runtime (adoption, a restart) and
 // retries after a failed set-up.
 
@@ -118,7 +119,7 @@ func (w *podWorker) mayPrecreate(pod *v1.Pod) bool {
 		return false
 	}
 	for _, v := range s.Volumes {
-		if v.DownwardAPI != nil || v.Projected != nil {
+		if v.DownwardAPI != nil || v.Projected != nil || v.Image != nil {
 			return false
 		}
 	}

@@ -50,6 +50,14 @@ type Runtime interface {
 	// (image references as manifests write them). It returns what it
 	// removed.
 	GCImages(ctx context.Context, keep []string, p ImageGCPolicy) ([]string, error)
+	// MountImageVolume mounts the root filesystem of image ref (which
+	// EnsureImage made available) read-only in a directory under dir, one
+	// per image and pod, from a snapshot of its own, and returns that
+	// directory. Repeating it is harmless.
+	MountImageVolume(ctx context.Context, podUID, ref, dir string) (string, error)
+	// RemoveImageVolumes removes the pod's image volume snapshots, once
+	// nothing mounts them. None is not an error.
+	RemoveImageVolumes(ctx context.Context, podUID string) error
 }
 
 // CreatedContainer is a container whose task waits to be started.

@@ -290,13 +290,21 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *v1.Pod, s startAction,
 // its postStart hook, and removes the run it replaces.
 func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, restart int, last *v1.ContainerStateTerminated, latest map[string]*ContainerStatus) time.Duration {
 	e, c := w.env, s.c
+	// The kubelet readies a container's image volumes before its image.
+	if retry, ok := w.imageVolumes(ctx, pod, c, s.init); !ok {
+		return retry
+	}
 	img, retry, ok := w.startImage(ctx, pod, s)
 	if !ok {
 		return retry
 	}
 	cfg, err := w.containerConfig(pod, c, s.init, img, restart, last)
 	if err != nil {
-		return w.startFailed(pod, c, "CreateContainerConfigError", err)
+		reason := "CreateContainerConfigError"
+		if errors.Is(err, errImageVolumeMount) {
+			reason = "CreateContainerError" // containerd's, under the kubelet
+		}
+		return w.startFailed(pod, c, reason, err)
 	}
 	cfg.TargetPID = s.targetPID
 	var started Started
@@ -331,39 +339,46 @@ func (w *podWorker) start(ctx context.Context, pod *v1.Pod, s startAction, resta
 // startImage finds the image start runs, unless the pull backoff holds it
 // or the check fails: then ok is false and retry says when to try again.
 func (w *podWorker) startImage(ctx context.Context, pod *v1.Pod, s startAction) (img ImageConfig, retry time.Duration, ok bool) {
-	e, c := w.env, s.c
-	if left := w.st.pullUntil[c.Name].Sub(e.clock.Now()); left > 0 {
-		// Between pull attempts, as the kubelet says it.
-		msg := fmt.Sprintf("Back-off pulling image %q", c.Image)
-		w.st.waiting[c.Name] = waitReason{"ImagePullBackOff", msg}
-		w.event(pod, c.Name, s.init, v1.EventTypeNormal, "BackOff", msg)
-		return img, left, false
-	}
-	t0 := e.clock.Now()
-	var err error
+	c := s.c
 	if p := w.st.precreated[c.Name]; p != nil {
 		// Found at hand when it was created, moments ago, and never
 		// pulled (precreation skips pullPolicy Always): as a check now
 		// would find it.
-		img = p.cfg.Image
-	} else if p, ok := w.st.pulledAhead[c.Name]; ok {
+		return p.cfg.Image, 0, true
+	}
+	if p, ok := w.st.pulledAhead[c.Name]; ok {
 		// Pulled ahead while the old version ran (update.go), moments
 		// ago: its first start pulls no more, even with policy Always.
-		img = p
 		delete(w.st.pulledAhead, c.Name)
-	} else {
-		img, err = w.ensureImage(ctx, pod, c, s.init)
+		return p, 0, true
 	}
-	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "took", e.clock.Since(t0))
+	return w.pullImage(ctx, pod, c, containerPull(c, s.init))
+}
+
+// pullImage gets the image p names for container c's start, unless the
+// pull backoff holds it or the check fails: then c waits with the
+// kubelet's reason, ok is false and retry says when to try again.
+func (w *podWorker) pullImage(ctx context.Context, pod *v1.Pod, c *v1.Container, p pullRequest) (img ImageConfig, retry time.Duration, ok bool) {
+	e := w.env
+	if left := w.st.pullUntil[p.key].Sub(e.clock.Now()); left > 0 {
+		// Between pull attempts, as the kubelet says it.
+		msg := fmt.Sprintf("Back-off pulling image %q", p.ref)
+		w.st.waiting[c.Name] = waitReason{"ImagePullBackOff", msg}
+		w.event(pod, p.on, p.init, v1.EventTypeNormal, "BackOff", msg)
+		return img, left, false
+	}
+	t0 := e.clock.Now()
+	img, err := w.ensureImage(ctx, pod, p)
+	e.log.Debug("image checked", "pod", podRef(pod), "container", c.Name, "image", p.ref, "took", e.clock.Since(t0))
 	if errors.Is(err, ErrImageImporting) {
 		w.st.waiting[c.Name] = waitReason{"ImageImporting", err.Error()}
 		return img, 500 * time.Millisecond, false
 	}
 	if err != nil {
-		return img, w.pullFailed(pod, c, s.init, err), false
+		return img, w.pullFailed(pod, c, p, err), false
 	}
 	if img.PullFallback != "" {
-		w.event(pod, c.Name, s.init, v1.EventTypeWarning, "PullFallbackLocal",
+		w.event(pod, p.on, p.init, v1.EventTypeWarning, "PullFallbackLocal",
 			fmt.Sprintf("registry unreachable, running the local copy of %s (--image-pull-fallback=never refuses): %s", img.Ref, img.PullFallback))
 	}
 	return img, 0, true
@@ -426,40 +441,66 @@ func (w *podWorker) postStartFailed(ctx context.Context, pod *v1.Pod, s startAct
 	return w.failDelay("start:" + c.Name)
 }
 
-// ensureImage gets the container's image per its pull policy, recording
-// Pulling and Pulled (with size and time) when the runtime pulls.
-func (w *podWorker) ensureImage(ctx context.Context, pod *v1.Pod, c *v1.Container, init bool) (ImageConfig, error) {
+// pullRequest is an image a start needs: the container's own, or that of
+// an image volume it mounts.
+type pullRequest struct {
+	ref    string
+	policy v1.PullPolicy
+	key    string // the pull backoff's and pulledAhead's: the container's name, or "volume:<name>"
+	on     string // the container its events name; "" names the pod, as the kubelet's do for a volume
+	init   bool
+}
+
+func containerPull(c *v1.Container, init bool) pullRequest {
+	return pullRequest{ref: c.Image, policy: c.ImagePullPolicy, key: c.Name, on: c.Name, init: init}
+}
+
+// ensureImage gets the image per its pull policy, recording Pulling and
+// Pulled (with size and time) when the runtime pulls.
+func (w *podWorker) ensureImage(ctx context.Context, pod *v1.Pod, p pullRequest) (ImageConfig, error) {
 	var began time.Time
 	trace := &PullTrace{Start: func(ref string) {
 		began = w.env.clock.Now()
-		w.event(pod, c.Name, init, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", c.Image))
+		w.event(pod, p.on, p.init, v1.EventTypeNormal, "Pulling", fmt.Sprintf("Pulling image %q", p.ref))
 	}}
-	img, err := w.env.rt.EnsureImage(WithPullTrace(ctx, trace), c.Image, c.ImagePullPolicy)
+	img, err := w.env.rt.EnsureImage(WithPullTrace(ctx, trace), p.ref, p.policy)
 	if err == nil && !began.IsZero() && img.PullFallback == "" {
 		took := w.env.clock.Since(began).Round(time.Millisecond)
-		msg := fmt.Sprintf("Successfully pulled image %q in %s", c.Image, took)
+		msg := fmt.Sprintf("Successfully pulled image %q in %s", p.ref, took)
 		if img.Size > 0 {
 			msg += fmt.Sprintf(". Image size: %d bytes.", img.Size)
 		}
-		w.event(pod, c.Name, init, v1.EventTypeNormal, "Pulled", msg)
+		w.event(pod, p.on, p.init, v1.EventTypeNormal, "Pulled", msg)
 	}
 	return img, err
 }
 
-// pullFailed reports an image that could not be had and holds the next
-// attempt back by the kubelet's image backoff (10 s doubling to 5 min).
-func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, init bool, err error) time.Duration {
+// neverPullRetry is when a container whose image is missing under
+// pullPolicy Never is looked at again: the kubelet's pod worker backoff
+// after a failed sync (backOffPeriod), as no pull backoff applies.
+const neverPullRetry = 10 * time.Second
+
+// pullFailed reports an image that could not be had, as container c's
+// waiting reason, and holds the next attempt back by the kubelet's image
+// backoff (10 s doubling to 5 min). An image missing under pullPolicy
+// Never is no pull: the kubelet says so in its words each time, with no
+// ImagePullBackOff between.
+func (w *podWorker) pullFailed(pod *v1.Pod, c *v1.Container, p pullRequest, err error) time.Duration {
+	if errors.Is(err, ErrImageNeverPull) {
+		msg := fmt.Sprintf("Container image %q is not present with pull policy of Never", p.ref)
+		w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "image", p.ref, "reason", "ErrImageNeverPull")
+		w.st.waiting[c.Name] = waitReason{"ErrImageNeverPull", msg}
+		w.event(pod, p.on, p.init, v1.EventTypeWarning, "ErrImageNeverPull", msg)
+		return neverPullRetry
+	}
 	reason := "ErrImagePull"
-	switch {
-	case errors.Is(err, ErrImageNeverPull):
-		reason = "ErrImageNeverPull"
-	case errors.Is(err, ErrInvalidImageName):
+	if errors.Is(err, ErrInvalidImageName) {
 		reason = "InvalidImageName"
 	}
-	w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "reason", reason, "err", err)
+	w.env.log.Warn("image not available", "pod", podRef(pod), "container", c.Name, "image", p.ref, "reason", reason, "err", err)
 	w.st.waiting[c.Name] = waitReason{reason, err.Error()}
-	w.event(pod, c.Name, init, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", c.Image, err))
-	wait := w.holdPulls(c.Name)
+	w.event(pod, p.on, p.init, v1.EventTypeWarning, "Failed", fmt.Sprintf("Failed to pull image %q: %v", p.ref, err))
+	wait := w.holdPulls(p.key)
 	// Look again soon, so the status turns to ImagePullBackOff.
 	return min(wait, time.Second)
 }
@@ -524,6 +565,10 @@ func (w *podWorker) terminate(ctx context.Context, pod *v1.Pod) error {
 	errs[len(cs)] = e.net.Teardown(ctx, w.sandbox(pod))
 	wg.Wait()
 	errs = append(errs, volume.UnmountAll(w.podStateDir()), RemovePodFiles(w.podRunDir()), volume.UnmountAll(w.podRunDir()))
+	// Unmounted (with the subPaths into them) above, image volumes'
+	// snapshots go before the pod's dirs: a pod dir left over says the
+	// pod is to be removed after a crash, and they are found by its UID.
+	errs = append(errs, e.rt.RemoveImageVolumes(ctx, string(w.uid)))
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -104,17 +104,35 @@ func (e *Engine) gateLocked(ctx context.Context, run map[types.UID]*v1.Pod, held
 	return keep
 }
 
-// sameImages reports whether two versions of a pod run the same images.
+// sameImages reports whether two versions of a pod run (or mount) the
+// same images.
 func sameImages(a, b *v1.Pod) bool {
 	images := func(p *v1.Pod) []string {
 		var out []string
-		for _, c := range allContainers(p) {
-			out = append(out, c.Image)
+		for _, r := range podPulls(p) {
+			out = append(out, r.ref)
 		}
 		slices.Sort(out)
 		return slices.Compact(out)
 	}
 	return slices.Equal(images(a), images(b))
+}
+
+// podPulls are the images a pod's starts need: its containers' and those
+// of the image volumes they mount.
+func podPulls(pod *v1.Pod) []pullRequest {
+	var out []pullRequest
+	volumes := map[string]bool{}
+	for i, c := range allContainers(pod) {
+		out = append(out, containerPull(c, i < len(pod.Spec.InitContainers)))
+		for _, v := range mountedImageVolumes(pod, c) {
+			if !volumes[v.Name] {
+				volumes[v.Name] = true
+				out = append(out, volumePull(v))
+			}
+		}
+	}
+	return out
 }
 
 // replacement returns the old version that pod uid waits to replace until
@@ -153,11 +171,11 @@ func (w *podWorker) pullAhead(ctx context.Context, pod, old *v1.Pod) (retry time
 	if w.st.pulledAhead == nil {
 		w.st.pulledAhead = map[string]ImageConfig{}
 	}
-	for _, c := range allContainers(pod) {
-		if _, ok := w.st.pulledAhead[c.Name]; ok {
+	for _, r := range podPulls(pod) {
+		if _, ok := w.st.pulledAhead[r.key]; ok {
 			continue
 		}
-		img, err := w.pullOneAhead(ctx, pod, old, c)
+		img, err := w.pullOneAhead(ctx, pod, old, r)
 		switch {
 		case ctx.Err() != nil:
 			return 0, false
@@ -166,31 +184,31 @@ func (w *podWorker) pullAhead(ctx context.Context, pod, old *v1.Pod) (retry time
 		case err != nil:
 			wait := w.holdPulls(pullAheadKey)
 			w.env.log.Warn("image of a pod's new version not available; the old version keeps running",
-				"pod", podRef(pod), "container", c.Name, "retry", wait, "err", err)
+				"pod", podRef(pod), "image", r.ref, "retry", wait, "err", err)
 			w.event(old, "", false, v1.EventTypeWarning, reasonUpdatePullFailed, fmt.Sprintf(
-				"Failed to pull image %q for the pod's new version (uid %s): %v; this version keeps running, next try in %s", c.Image, pod.UID, err, wait))
+				"Failed to pull image %q for the pod's new version (uid %s): %v; this version keeps running, next try in %s", r.ref, pod.UID, err, wait))
 			return wait, false
 		}
-		w.st.pulledAhead[c.Name] = img
+		w.st.pulledAhead[r.key] = img
 	}
 	delete(w.st.backoff, "pull:"+pullAheadKey)
 	delete(w.st.pullUntil, pullAheadKey)
 	return 0, true
 }
 
-// pullOneAhead gets c's image as ensureImage does, telling of a pull on
+// pullOneAhead gets r's image as ensureImage does, telling of a pull on
 // old, the version that runs meanwhile.
-func (w *podWorker) pullOneAhead(ctx context.Context, pod, old *v1.Pod, c *v1.Container) (ImageConfig, error) {
+func (w *podWorker) pullOneAhead(ctx context.Context, pod, old *v1.Pod, r pullRequest) (ImageConfig, error) {
 	var began time.Time
 	trace := &PullTrace{Start: func(string) {
 		began = w.env.clock.Now()
 		w.event(old, "", false, v1.EventTypeNormal, reasonUpdatePulling, fmt.Sprintf(
-			"Pulling image %q for the pod's new version (uid %s) while this version keeps running", c.Image, pod.UID))
+			"Pulling image %q for the pod's new version (uid %s) while this version keeps running", r.ref, pod.UID))
 	}}
-	img, err := w.env.rt.EnsureImage(WithPullTrace(ctx, trace), c.Image, c.ImagePullPolicy)
+	img, err := w.env.rt.EnsureImage(WithPullTrace(ctx, trace), r.ref, r.policy)
 	if err == nil && !began.IsZero() {
 		w.event(old, "", false, v1.EventTypeNormal, reasonUpdatePulled, fmt.Sprintf(
-			"Successfully pulled image %q for the pod's new version (uid %s) in %s", c.Image, pod.UID, w.env.clock.Since(began).Round(time.Millisecond)))
+			"Successfully pulled image %q for the pod's new version (uid %s) in %s", r.ref, pod.UID, w.env.clock.Since(began).Round(time.Millisecond)))
 	}
 	return img, err
 }

@@ -53,6 +53,9 @@ func (w *podWorker) setupVolumes(pod *v1.Pod) error {
 			if err = w.writeConfigVolume(pod, v); err != nil {
 				return err // already the kubelet's FailedMount text
 			}
+		case v.Image != nil:
+			// Pulled and mounted before each container that mounts it
+			// starts (imagevolumes.go), as the kubelet does.
 		default:
 			err = errors.New("unsupported volume type")
 		}
@@ -140,13 +143,13 @@ func downwardFieldFile(pod *v1.Pod, path string, ips []string, hostIP string) (s
 
 // containerMounts resolves volumeMounts (with subPath, or subPathExpr
 // expanded from the container's env) plus the pod files.
-// downwardAPI, configMap, secret and projected volumes are always
+// downwardAPI, configMap, secret, projected and image volumes are always
 // read-only, as in Kubernetes.
 func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) ([]Mount, error) {
 	out := w.podFileMounts(pod, c)
 	for i, m := range c.VolumeMounts {
 		var src string
-		readOnly := m.ReadOnly
+		readOnly, image := m.ReadOnly, false
 		for _, v := range pod.Spec.Volumes {
 			if v.Name != m.Name {
 				continue
@@ -160,6 +163,8 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) 
 				src, readOnly = downwardAPIPath(w.podStateDir(), v.Name), true
 			case isConfigVolume(v):
 				src, readOnly = configVolumePath(w.podStateDir(), v), true
+			case v.Image != nil:
+				src, readOnly, image = w.st.imageVolumes[v.Name], true, true
 			}
 		}
 		if src == "" {
@@ -167,6 +172,11 @@ func (w *podWorker) containerMounts(pod *v1.Pod, c *v1.Container, env []envVar) 
 		}
 		if m.SubPathExpr != "" {
 			m.SubPath = subPathExpr(m.SubPathExpr, env)
+		}
+		if m.SubPath != "" && image {
+			if err := imageSubPath(src, m.SubPath); err != nil {
+				return nil, err
+			}
 		}
 		if m.SubPath != "" {
 			target := filepath.Join(w.podStateDir(), "volume-subpaths", m.Name, c.Name, strconv.Itoa(i))

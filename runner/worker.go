@@ -63,8 +63,9 @@ type podState struct {
 	epoch        string                      // the current sandbox's, see sandboxEpoch
 	startErr     map[string]*ContainerStatus // runs the runtime could not start
 	messages     map[string]string           // termination messages by name/restart
-	pullUntil    map[string]time.Time        // no pull before this, by container name
-	pulledAhead  map[string]ImageConfig      // images pulled before the old version went, by container name
+	pullUntil    map[string]time.Time        // no pull before this, by pullRequest key
+	imageVolumes map[string]string           // image volume name -> where its image is mounted
+	pulledAhead  map[string]ImageConfig      // images pulled before the old version went, by pullRequest key
 	// readyKept: the pod was Ready and is kept as its last Ready version;
 	// rollbackAsked: its rollback deadline passed and was acted on.
 	readyKept, rollbackAsked bool

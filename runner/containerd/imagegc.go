@@ -28,7 +28,9 @@ type imageUse struct {
 // the policy's high threshold, least recently used first, until it is at
 // the low threshold. keep holds image references (as manifests write them)
 // that must stay; images imported from a tarball that is still in the
-// images dir stay too. It returns the images it removed.
+// images dir stay too, and those an image volume's snapshot holds (the
+// kubelet's handleImageVolumes), whatever the manifests say now: a pod
+// being removed still mounts its. It returns the images it removed.
 func (r *Runtime) GCImages(ctx context.Context, keep []string, p runner.ImageGCPolicy) ([]string, error) {
 	ctx = r.ctx(ctx)
 	capacity, avail, err := r.imageFS(ctx)
@@ -41,6 +43,9 @@ func (r *Runtime) GCImages(ctx context.Context, keep []string, p runner.ImageGCP
 		return nil, fmt.Errorf("list images: %w", err)
 	}
 	kept := r.keptImages(keep)
+	if err := r.mountedImages(ctx, kept); err != nil {
+		return nil, err
+	}
 	now := time.Now()
 	r.use.note(imgs, kept, now)
 	if usage < float64(p.HighThresholdPercent) {

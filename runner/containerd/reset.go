@@ -11,8 +11,8 @@ import (
 
 // Reset removes what noderun keeps in its containerd namespace once every
 // pod is gone: containers left by anything (with their tasks and
-// snapshots), noderun's leases and, with removeImages, every image in the
-// namespace and then the namespace itself. A namespace containerd will not
+// snapshots), image volumes' snapshots, noderun's leases and, with
+// removeImages, every image in the namespace and then the namespace itself. A namespace containerd will not
 // delete (something else keeps things there) is kept, and kept says so.
 func (r *Runtime) Reset(ctx context.Context, removeImages bool) (kept []string, err error) {
 	ctx = r.ctx(ctx)
@@ -24,6 +24,7 @@ func (r *Runtime) Reset(ctx context.Context, removeImages bool) (kept []string, 
 	for _, c := range recs {
 		errs = append(errs, r.RemoveContainer(ctx, c.ID))
 	}
+	errs = append(errs, r.RemoveImageVolumes(ctx, ""))
 	ls := r.client.LeasesService()
 	all, err := ls.List(ctx, fmt.Sprintf("labels.%q", LabelLease))
 	if err != nil {
