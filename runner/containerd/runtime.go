@@ -65,6 +65,7 @@ type Runtime struct {
 	rootfsInside bool
 	rro          bool // runc can make recursive read-only mounts (rro.go)
 	cgroups      cgroups.Layout
+	shimGroups   int // pods spread over this many shims; 0: one per container
 	log          *slog.Logger
 
 	// What an image digest always yields, so starting the next container
@@ -433,7 +434,7 @@ func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 				"floor", r.oomFloor, "wanted", cfg.OOMScoreAdj, "pod", cfg.Pod.Name, "container", cfg.Container.Name)
 		})
 	}
-	opts := append(specOpts(cfg, r.oomFloor, r.cgroups), withTerminal(cfg.Container.TTY))
+	opts := append(specOpts(cfg, r.oomFloor, r.cgroups), withTerminal(cfg.Container.TTY), r.withShimGroup(cfg.Sandbox))
 	key := userKey(cfg)
 	r.mu.Lock()
 	u, ok := r.users[key]
