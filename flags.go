@@ -319,10 +319,11 @@ func defaultHostIP() string {
 	return ""
 }
 
-// defaultShimGroups is --shim-groups' default: at 30 pods, 4 shims take
-// 20 MiB fewer than 30 (issue 40's bench), while a shim's crash or a hung
-// create (containerd 1.6 and 1.7's shims create one task at a time, and
-// hold every other call meanwhile) reaches a quarter of the pods, not all.
+// defaultShimGroups is --shim-groups' default: at 30 pods 4 shims take
+// 16 MiB of PSS where one per container took 75 MiB, and 1 would take 6
+// (make bench, issue 40), while a shim's crash or a hung create (the shims
+// of containerd 1.6 and 1.7 create one task at a time and hold their
+// other calls meanwhile) reaches a quarter of the pods, not all of them.
 const defaultShimGroups = 4
 
 // maxShimGroups bounds --shim-groups: past it the saving is gone.
