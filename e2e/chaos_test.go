@@ -412,8 +412,8 @@ func chaosKill9(t *testing.T) {
 // create (the shim binary's start first connects to see the shim is
 // there, then containerd connects to send the create): the shim then takes the create and containerd's cleanup of it
 // together, in either order, and may keep a task containerd dropped. The
-// shim's other pods keep their tasks, the new pod runs, and nothing is
-// left once the pods are removed.
+// shim's other pods keep their tasks, each new pod runs, and nothing is
+// left once the pods are removed. Once, or 5 times at the full size.
 func chaosKill9DuringCreate(t *testing.T) {
 	n := newNode(t, "--shim-groups", "1")
 	s := newScenario(t, n, client)
@@ -424,28 +424,38 @@ func chaosKill9DuringCreate(t *testing.T) {
 		pid = p
 	}
 	shim := shimOf(t, pid)
+	reps := chaosSize(1, 5)
+	for i := range reps {
+		name := fmt.Sprintf("late%d", i)
+		createKilled(t, s, shim, name)
+		n.waitPodFor(name, "Running after noderun's restart", 60*time.Second, running)
+	}
+	b, _ := os.ReadFile(n.out)
+	t.Logf("%d kills during a create; noderun deleted %d tasks containerd had lost in the shim", reps,
+		strings.Count(string(b), "to let go of it"))
+	s.finish()
+}
+
+// createKilled writes pod name with the shim stopped, kills noderun once
+// containerd has connected to the shim for the pod's task, resumes the
+// shim and starts noderun again.
+func createKilled(t *testing.T, s *scenario, shim int, name string) {
+	t.Helper()
 	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	stopped := true
-	defer func() {
-		if stopped {
-			_ = syscall.Kill(shim, syscall.SIGCONT)
-		}
-	}()
-	s.write("late.yaml", "late", chaosPod("late", 0))
+	defer func() { _ = syscall.Kill(shim, syscall.SIGCONT) }()
+	s.write(name+".yaml", name, chaosPod(name, 0))
 	for deadline := time.Now().Add(waitTimeout); pendingConnections(t, shim) < 2; time.Sleep(pollEvery / 10) {
 		if time.Now().After(deadline) {
-			t.Fatalf("containerd did not connect to the stopped shim %d for the new pod's task within %s", shim, waitTimeout)
+			t.Fatalf("containerd did not connect to the stopped shim %d for %s's task within %s", shim, name, waitTimeout)
 		}
 	}
-	n.kill9()
+	s.n.kill9()
 	if err := syscall.Kill(shim, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	stopped = false
-	n.start()
-	s.finish()
+	s.n.start()
 }
 
 // pendingConnections is how many connections wait for the listening
