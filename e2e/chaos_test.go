@@ -613,9 +613,7 @@ func chaosShimKilled(t *testing.T) {
 			}
 		}
 	}
-	if len(s.healthy) == 0 {
-		t.Fatal("every pod shares the victim's shim: none is left to stay untouched")
-	}
+	// All five in one of 4 groups (1 in 256): only the restarts are seen.
 	t.Logf("the shim serves %d of %d pods", len(victims), len(victims)+len(s.healthy))
 	if err := killPID(shim); err != nil {
 		t.Fatal(err)
