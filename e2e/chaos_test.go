@@ -432,7 +432,7 @@ func chaosKill9DuringCreate(t *testing.T) {
 	}
 	b, _ := os.ReadFile(n.out)
 	t.Logf("%d kills during a create; noderun deleted %d tasks containerd had lost in the shim", reps,
-		strings.Count(string(b), "to let go of it"))
+		strings.Count(string(b), "deleted a task containerd lost in"))
 	s.finish()
 }
 

@@ -138,8 +138,10 @@ func releaseIdle(ctx context.Context, s shimProc, ns string, idle []taskGroup, l
 	for _, t := range idle {
 		if sock := shimSocket(s.address, ns, t.group); slices.Contains(s.sockets, sock) {
 			asked = true
-			if err := releaseTask(ctx, sock, t.id); err != nil {
+			if held, err := releaseTask(ctx, sock, t.id); err != nil {
 				log.Warn("a stray shim's task not deleted", "pid", s.pid, "container", t.id, "err", err)
+			} else if held {
+				log.Info("deleted a task containerd lost in its stray shim", "pid", s.pid, "container", t.id)
 			}
 		}
 	}
@@ -422,11 +424,16 @@ func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 		if !slices.Contains(s.sockets, sock) {
 			continue
 		}
-		if err := releaseTask(ctx, sock, c.ID()); err != nil {
+		held, err := releaseTask(ctx, sock, c.ID())
+		if err != nil {
 			r.log.Warn("orphaned shim not shut down", "container", c.ID(), "pid", s.pid, "err", err)
 			continue
 		}
-		r.log.Info("asked the shim of a task containerd lost to let go of it", "container", c.ID(), "pid", s.pid)
+		if held {
+			r.log.Info("deleted a task containerd lost in its shim", "container", c.ID(), "pid", s.pid)
+		} else {
+			r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.pid)
+		}
 	}
 }
 
@@ -441,11 +448,12 @@ const (
 
 // releaseTask kills and deletes task id in the shim listening on socket
 // (NotFound: it has none), then sends the shim its Shutdown, as containerd
-// does after a task delete; a shim that serves other tasks stays.
-func releaseTask(ctx context.Context, socket, id string) error {
+// does after a task delete; a shim that serves other tasks stays. held:
+// the shim had the task.
+func releaseTask(ctx context.Context, socket, id string) (held bool, err error) {
 	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", socket)
 	if err != nil {
-		return err
+		return false, err
 	}
 	client := ttrpc.NewClient(conn)
 	defer client.Close()
@@ -455,31 +463,31 @@ func releaseTask(ctx context.Context, socket, id string) error {
 		service = taskServiceV2
 		err = client.Call(ctx, service, "Kill", &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true}, &emptypb.Empty{})
 	}
-	if err := deleteTask(ctx, client, service, id); err != nil {
-		return err
+	if held, err = deleteTask(ctx, client, service, id); err != nil {
+		return held, err
 	}
 	err = client.Call(ctx, service, "Shutdown", &taskapi.ShutdownRequest{ID: id}, &emptypb.Empty{})
 	if errors.Is(err, ttrpc.ErrClosed) {
-		return nil // it exited before it could answer
+		return held, nil // it exited before it could answer
 	}
-	return err
+	return held, err
 }
 
 // deleteTask deletes task id in the shim, once its process is seen dead:
 // the shim refuses to delete a running one (with an error of no particular
 // code), and sees the kill's exit a moment after the kill.
-func deleteTask(ctx context.Context, client *ttrpc.Client, service, id string) error {
+func deleteTask(ctx context.Context, client *ttrpc.Client, service, id string) (held bool, err error) {
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		err := client.Call(ctx, service, "Delete", &taskapi.DeleteRequest{ID: id}, &taskapi.DeleteResponse{})
 		if err == nil || errdefs.IsNotFound(errdefs.FromGRPC(err)) {
-			return nil
+			return err == nil, nil
 		}
 		if errors.Is(err, ttrpc.ErrClosed) || time.Now().After(deadline) {
-			return fmt.Errorf("delete task %s in its shim: %w", id, err)
+			return false, fmt.Errorf("delete task %s in its shim: %w", id, err)
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(pollInterval):
 		}
 	}
