@@ -49,6 +49,8 @@ func TestBadFlagFailsBeforeContainerd(t *testing.T) {
 		{"--crashloop-max-backoff", "999ms"},
 		{"--crashloop-max-backoff", "301s"},
 		{"--memory-swap-behavior", "UnlimitedSwap"},
+		{"--shim-groups", "-1"},
+		{"--shim-groups", "65"},
 		{"--manifest-url-header", "no colon"},
 		{"--log-level", "loud"},
 		{"--shutdown-grace-period", "-1s"},

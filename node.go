@@ -62,7 +62,7 @@ func newNode(ctx context.Context, cfg nodeConfig, conn *daemon.Conn, ledger *ctr
 		log.Warn("temporary mounts left by an earlier run not all removed", "err", errors.Join(warnings...))
 	}
 	n.rt = newRuntime(cfg.hostConfig, conn, logdriver.InstallOrSelf(log, l.DriverBin(), exe),
-		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSeccompDir(l.Seccomp()), ctrdrt.WithPullFallback(cfg.pullFallback),
+		ctrdrt.WithAddress(conn.Address), ctrdrt.WithSeccompDir(l.Seccomp()), ctrdrt.WithPullFallback(cfg.pullFallback), ctrdrt.WithShimGroups(cfg.shimGroups),
 		ctrdrt.WithRegistry(cfg.registry), ctrdrt.WithImportLedger(ledger), ctrdrt.WithLogRotation(cfg.rotation),
 		ctrdrt.WithLogCollector(l.CollectorSocket()), ctrdrt.WithPodLogDir(l.PodLogs))
 	n.rt.StockCreateLeases()

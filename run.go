@@ -197,7 +197,7 @@ func prepareContainerd(ctx context.Context, cfg nodeConfig, conn *daemon.Conn) (
 	if err != nil {
 		log.Warn("stray shims not looked for", "err", err)
 	} else if n > 0 {
-		log.Info("killed shims left serving no task by an earlier run", "count", n)
+		log.Info("ended shims left serving no task by an earlier run", "count", n)
 	}
 	// What a killed noderun was doing holds leases (and snapshots,
 	// content) for a day otherwise.

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -62,6 +63,7 @@ func TestChaos(t *testing.T) {
 		run  func(*testing.T)
 	}{
 		{"Kill9DuringChanges", chaosKill9},
+		{"Kill9DuringTaskCreate", chaosKill9DuringCreate},
 		{"ContainerdDown", chaosContainerdDown},
 		{"ShimKilled", chaosShimKilled},
 		{"NetnsUnmounted", chaosNetnsUnmounted},
@@ -405,6 +407,76 @@ func chaosKill9(t *testing.T) {
 	s.finish()
 }
 
+// Kill -9 of noderun while a task create waits in the node's one shared
+// shim, stopped (SIGSTOP) until containerd has connected to it for the
+// create (the shim binary's start first connects to see the shim is
+// there, then containerd connects to send the create): the shim then takes the create and containerd's cleanup of it
+// together, in either order, and may keep a task containerd dropped. The
+// shim's other pods keep their tasks, each new pod runs, and nothing is
+// left once the pods are removed. Once, or 5 times at the full size.
+func chaosKill9DuringCreate(t *testing.T) {
+	n := newNode(t, "--shim-groups", "1")
+	s := newScenario(t, n, client)
+	healthy := steadyPods(s, 2)
+	s.markHealthy(healthy...)
+	var pid uint32
+	for _, p := range s.healthy[healthy[0]].pids {
+		pid = p
+	}
+	shim := shimOf(t, pid)
+	reps := chaosSize(1, 5)
+	for i := range reps {
+		name := fmt.Sprintf("late%d", i)
+		createKilled(t, s, shim, name)
+		n.waitPodFor(name, "Running after noderun's restart", 60*time.Second, running)
+	}
+	b, _ := os.ReadFile(n.out)
+	t.Logf("%d kills during a create; noderun deleted %d tasks containerd had lost in the shim", reps,
+		strings.Count(string(b), "deleted a task containerd lost in"))
+	s.finish()
+}
+
+// createKilled writes pod name with the shim stopped, kills noderun once
+// containerd has connected to the shim for the pod's task, resumes the
+// shim and starts noderun again.
+func createKilled(t *testing.T, s *scenario, shim int, name string) {
+	t.Helper()
+	if err := syscall.Kill(shim, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = syscall.Kill(shim, syscall.SIGCONT) }()
+	s.write(name+".yaml", name, chaosPod(name, 0))
+	for deadline := time.Now().Add(waitTimeout); pendingConnections(t, shim) < 2; time.Sleep(pollEvery / 10) {
+		if time.Now().After(deadline) {
+			t.Fatalf("containerd did not connect to the stopped shim %d for %s's task within %s", shim, name, waitTimeout)
+		}
+	}
+	s.n.kill9()
+	if err := syscall.Kill(shim, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	s.n.start()
+}
+
+// pendingConnections is how many connections wait for the listening
+// sockets of process pid to accept them (ss's Recv-Q of a listener).
+func pendingConnections(t *testing.T, pid int) int {
+	t.Helper()
+	out, err := exec.Command("ss", "-xlpn").Output()
+	if err != nil {
+		t.Fatalf("ss: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.Contains(line, fmt.Sprintf("pid=%d,", pid)) {
+			q, _ := strconv.Atoi(f[2])
+			n += q
+		}
+	}
+	return n
+}
+
 // The node's own containerd is stopped for 10 s and started again while
 // pods start and one crashes: healthy pods keep their tasks, the pods
 // written meanwhile start, and the exit missed while containerd was down is
@@ -522,22 +594,36 @@ func (cd *ownContainerd) clear() {
 }
 
 // A shim killed under a pod: that pod's container runs again (and its old
-// process is gone), the others are untouched.
+// process is gone), and so do those of the pods its shim served too (the
+// node's pods share --shim-groups shims); the others are untouched.
 func chaosShimKilled(t *testing.T) {
 	n := newNode(t)
 	s := newScenario(t, n, client)
 	s.write("victim.yaml", "victim", chaosPod("victim", 0))
-	s.markHealthy(steadyPods(s, 2)...)
+	s.markHealthy(steadyPods(s, 4)...)
 	v := n.waitPod("victim", "Running", running)
 	pid := s.task(containerID(v.Status.ContainerStatuses[0])).Pid
 	shim := shimOf(t, pid)
+	victims := map[string]uint32{"victim": pid}
+	for name, r := range s.healthy {
+		for _, p := range r.pids {
+			if shimOf(t, p) == shim {
+				victims[name] = p
+				delete(s.healthy, name)
+			}
+		}
+	}
+	// All five in one of 4 groups (1 in 256): only the restarts are seen.
+	t.Logf("the shim serves %d of %d pods", len(victims), len(victims)+len(s.healthy))
 	if err := killPID(shim); err != nil {
 		t.Fatal(err)
 	}
-	n.waitPodFor("victim", "running again after its shim was killed", 60*time.Second, func(p *v1.Pod) bool {
-		return running(p) && p.Status.ContainerStatuses[0].RestartCount >= 1
-	})
-	waitDead(t, int(pid), "the victim's container process, after its shim was killed")
+	for name, pid := range victims {
+		n.waitPodFor(name, "running again after its shim was killed", 60*time.Second, func(p *v1.Pod) bool {
+			return running(p) && p.Status.ContainerStatuses[0].RestartCount >= 1
+		})
+		waitDead(t, int(pid), name+"'s container process, after its shim was killed")
+	}
 	s.finish()
 }
 

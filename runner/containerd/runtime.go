@@ -69,6 +69,7 @@ type Runtime struct {
 	userns       bool   // pods can have user namespaces (userns.go)
 	usernsWhy    string // what the probe found
 	cgroups      cgroups.Layout
+	shimGroups   int // pods spread over this many shims; 0: one per container
 	log          *slog.Logger
 
 	// What an image digest always yields, so starting the next container
@@ -440,7 +441,7 @@ func (r *Runtime) specOpts(cfg *runner.ContainerConfig) []oci.SpecOpts {
 				"floor", r.oomFloor, "wanted", cfg.OOMScoreAdj, "pod", cfg.Pod.Name, "container", cfg.Container.Name)
 		})
 	}
-	opts := append(specOpts(cfg, r.oomFloor, r.cgroups), withTerminal(cfg.Container.TTY))
+	opts := append(specOpts(cfg, r.oomFloor, r.cgroups), withTerminal(cfg.Container.TTY), r.withShimGroup(cfg.Sandbox))
 	key := userKey(cfg)
 	r.mu.Lock()
 	u, ok := r.users[key]

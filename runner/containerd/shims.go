@@ -63,8 +63,9 @@ type shimProc struct {
 // ReapStrayShims kills the runc v2 shims of namespace ns on the containerd
 // at address (as the shims' -address names it, symlinks resolved) that
 // serve no task containerd lists and whose bundle containerd has deleted,
-// and says how many it killed. Shims of other daemons and namespaces are
-// never looked at.
+// and says how many it ended: killed, or asked to let go of the tasks of
+// containers containerd lists without one, after which they exit. Shims of
+// other daemons and namespaces are never looked at.
 //
 // A task's shim is the one listening where containerd's shim package puts
 // the socket of the task's group (shimSocket). When a task whose process
@@ -75,7 +76,7 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 	if err != nil || len(shims) == 0 {
 		return 0, err
 	}
-	listed, err := listTaskGroups(namespaces.WithNamespace(ctx, ns), c)
+	listed, idle, err := listTaskGroups(namespaces.WithNamespace(ctx, ns), c)
 	if err != nil {
 		return 0, err
 	}
@@ -108,8 +109,12 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 			// yet (for the noderun just killed), or one it cleans up itself.
 			continue
 		}
+		released := releaseIdle(ctx, s, ns, idle, log)
 		proc, ok := s.pin()
 		if !ok {
+			if released {
+				n++ // it exited once it let go of its tasks
+			}
 			continue // it went by itself
 		}
 		if err := proc.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
@@ -124,6 +129,25 @@ func ReapStrayShims(ctx context.Context, c *ctrd.Client, address, ns string, log
 	return n, nil
 }
 
+// releaseIdle has stray shim s let go of the tasks it may hold of
+// containers containerd lists without a task (a create cut short), before
+// it is killed: a killed shim leaves its tasks' runc containers behind.
+// It says whether it asked the shim.
+func releaseIdle(ctx context.Context, s shimProc, ns string, idle []taskGroup, log *slog.Logger) bool {
+	asked := false
+	for _, t := range idle {
+		if sock := shimSocket(s.address, ns, t.group); slices.Contains(s.sockets, sock) {
+			asked = true
+			if held, err := releaseTask(ctx, sock, t.id); err != nil {
+				log.Warn("a stray shim's task not deleted", "pid", s.pid, "container", t.id, "err", err)
+			} else if held {
+				log.Info("deleted a task containerd lost in its stray shim", "pid", s.pid, "container", t.id)
+			}
+		}
+	}
+	return asked
+}
+
 // taskGroup is a task containerd lists, with the group its shim serves.
 type taskGroup struct {
 	id, group string
@@ -131,15 +155,16 @@ type taskGroup struct {
 }
 
 // listTaskGroups lists the tasks of the context's namespace with their
-// groups, read from their containers' specs as the shim reads them.
-func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
+// groups, read from their containers' specs as the shim reads them, and
+// the containers without a task, with theirs.
+func listTaskGroups(ctx context.Context, c *ctrd.Client) (listed, idle []taskGroup, err error) {
 	resp, err := c.TaskService().List(ctx, &tasks.ListTasksRequest{})
 	if err != nil {
-		return nil, fmt.Errorf("list tasks: %w", err)
+		return nil, nil, fmt.Errorf("list tasks: %w", err)
 	}
 	recs, err := c.ContainerService().List(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("list containers: %w", err)
+		return nil, nil, fmt.Errorf("list containers: %w", err)
 	}
 	groups := map[string]string{}
 	for _, rec := range recs {
@@ -150,19 +175,23 @@ func listTaskGroups(ctx context.Context, c *ctrd.Client) ([]taskGroup, error) {
 			Annotations map[string]string `json:"annotations"`
 		}
 		if err := json.Unmarshal(rec.Spec.GetValue(), &spec); err != nil {
-			return nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
+			return nil, nil, fmt.Errorf("spec of container %s: %w", rec.ID, err)
 		}
 		groups[rec.ID] = shimGroup(rec.ID, spec.Annotations)
 	}
-	out := make([]taskGroup, 0, len(resp.Tasks))
+	listed = make([]taskGroup, 0, len(resp.Tasks))
 	for _, t := range resp.Tasks {
 		g := taskGroup{id: t.ID, group: t.ID, running: t.Status == tasktypes.Status_RUNNING || t.Status == tasktypes.Status_PAUSED}
 		if group, ok := groups[t.ID]; ok {
 			g.group = group
+			delete(groups, t.ID)
 		}
-		out = append(out, g)
+		listed = append(listed, g)
 	}
-	return out, nil
+	for id, group := range groups {
+		idle = append(idle, taskGroup{id: id, group: group})
+	}
+	return listed, idle, nil
 }
 
 // shimGroup is the group whose shim serves container id, read from its
@@ -361,15 +390,22 @@ func builtBefore(path, v string) (string, bool) {
 	return goVersion, version.IsValid(goVersion) && version.Compare(goVersion, v) < 0
 }
 
-// shutdownOrphanShim asks the shim of c's group to exit, for a container
-// whose task containerd no longer lists. containerd deletes a task in
-// steps: the shim deletes it, containerd drops it from its list, then asks
-// the shim to shut down and removes the bundle. A delete cut short between
-// those (noderun killed -9 during it) leaves the shim running with its
-// bundle, which ReapStrayShims spares (a task containerd may be creating)
-// and nothing else would ever stop. The shim's Shutdown does nothing while
-// it still serves a container, so a group's shim that serves another task
-// stays. Best effort: what fails is logged.
+// shutdownOrphanShim has the shim of c's group let go of c and exit, for
+// a container whose task containerd no longer lists. containerd deletes a
+// task in steps: the shim deletes it, containerd drops it from its list,
+// then asks the shim to shut down and removes the bundle. A delete cut
+// short between those (noderun killed -9 during it) leaves the shim
+// running with its bundle, which ReapStrayShims spares (a task containerd
+// may be creating) and nothing else would ever stop. A create cut short
+// (noderun killed -9 during it) can leave the task in its shim while
+// containerd has dropped it: the shim's reply came after containerd gave
+// up, or containerd's delete reached the shim before the create it raced.
+// The task holds the shim, its runc container (a runc init in the pod's
+// cgroup) and its log driver: with a group's shim, which other pods keep
+// running, for as long as the node runs. So the task is killed and
+// deleted in the shim, as containerd's cleanup would have, and the shim is
+// asked to exit, which it does only when it serves no other task. Best
+// effort: what fails is logged.
 func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 	if r.address == "" {
 		return
@@ -388,32 +424,71 @@ func (r *Runtime) shutdownOrphanShim(ctx context.Context, c ctrd.Container) {
 		if !slices.Contains(s.sockets, sock) {
 			continue
 		}
-		if err := shutdownShim(ctx, sock, c.ID()); err != nil {
+		held, err := releaseTask(ctx, sock, c.ID())
+		if err != nil {
 			r.log.Warn("orphaned shim not shut down", "container", c.ID(), "pid", s.pid, "err", err)
 			continue
 		}
-		r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.pid)
+		if held {
+			r.log.Info("deleted a task containerd lost in its shim", "container", c.ID(), "pid", s.pid)
+		} else {
+			r.log.Info("asked the shim of a task containerd lost to exit", "container", c.ID(), "pid", s.pid)
+		}
 	}
 }
 
-// shutdownShim sends a shim its Shutdown call, as containerd does after a
-// task delete. containerd 2.x's shims serve only the task API's v3, 1.6's
-// only v2: v3 is asked first, v2 when the shim does not implement it. The
-// two requests are the same message, so v2's is sent by v3's name: the
-// v3 client would bring its API's code into the binary for one call.
-func shutdownShim(ctx context.Context, socket, id string) error {
+// The task API's services: containerd 2.x's shims serve only v3, 1.6's
+// only v2. Their requests and replies are the same messages, so v2's are
+// sent by v3's name: the v3 client would bring its API's code into the
+// binary for three calls.
+const (
+	taskServiceV3 = "containerd.task.v3.Task"
+	taskServiceV2 = "containerd.task.v2.Task"
+)
+
+// releaseTask kills and deletes task id in the shim listening on socket
+// (NotFound: it has none), then sends the shim its Shutdown, as containerd
+// does after a task delete; a shim that serves other tasks stays. held:
+// the shim had the task.
+func releaseTask(ctx context.Context, socket, id string) (held bool, err error) {
 	conn, err := (&net.Dialer{Timeout: time.Second}).DialContext(ctx, "unix", socket)
 	if err != nil {
-		return err
+		return false, err
 	}
 	client := ttrpc.NewClient(conn)
 	defer client.Close()
-	err = client.Call(ctx, "containerd.task.v3.Task", "Shutdown", &taskapi.ShutdownRequest{ID: id}, &emptypb.Empty{})
+	service := taskServiceV3
+	err = client.Call(ctx, service, "Kill", &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true}, &emptypb.Empty{})
 	if errdefs.IsNotImplemented(errdefs.FromGRPC(err)) {
-		_, err = taskapi.NewTaskClient(client).Shutdown(ctx, &taskapi.ShutdownRequest{ID: id})
+		service = taskServiceV2
+		err = client.Call(ctx, service, "Kill", &taskapi.KillRequest{ID: id, Signal: uint32(syscall.SIGKILL), All: true}, &emptypb.Empty{})
 	}
+	if held, err = deleteTask(ctx, client, service, id); err != nil {
+		return held, err
+	}
+	err = client.Call(ctx, service, "Shutdown", &taskapi.ShutdownRequest{ID: id}, &emptypb.Empty{})
 	if errors.Is(err, ttrpc.ErrClosed) {
-		return nil // it exited before it could answer
+		return held, nil // it exited before it could answer
 	}
-	return err
+	return held, err
+}
+
+// deleteTask deletes task id in the shim, once its process is seen dead:
+// the shim refuses to delete a running one (with an error of no particular
+// code), and sees the kill's exit a moment after the kill.
+func deleteTask(ctx context.Context, client *ttrpc.Client, service, id string) (held bool, err error) {
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		err := client.Call(ctx, service, "Delete", &taskapi.DeleteRequest{ID: id}, &taskapi.DeleteResponse{})
+		if err == nil || errdefs.IsNotFound(errdefs.FromGRPC(err)) {
+			return err == nil, nil
+		}
+		if errors.Is(err, ttrpc.ErrClosed) || time.Now().After(deadline) {
+			return false, fmt.Errorf("delete task %s in its shim: %w", id, err)
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(pollInterval):
+		}
+	}
 }
