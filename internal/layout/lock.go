@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -60,12 +61,25 @@ func lockDirs(dirs ...string) (release func(), err error) {
 	return closeAll, nil
 }
 
+// deadHolderWait bounds the wait for a lock whose holder has exited: a
+// child it was starting holds the lock's descriptor until its exec closes
+// it, which on a busy machine outlived a kill -9 and the restart after it.
+var deadHolderWait = 5 * time.Second
+
 func lockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+	deadline := time.Now().Add(deadHolderWait)
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if !errors.Is(err, unix.EWOULDBLOCK) || alive(holder(path)) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
 		f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
 			return nil, fmt.Errorf("%w: %s is held by pid %s", ErrLocked, path, holder(path))
@@ -81,6 +95,26 @@ func lockFile(path string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// alive says whether the process pid names runs (a zombie has closed its
+// files, so holds no lock); a holder that has not written its PID yet is
+// taken as running.
+func alive(pid string) bool {
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return true
+	}
+	if err := unix.Kill(n, 0); errors.Is(err, unix.ESRCH) {
+		return false
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", n))
+	if err != nil {
+		return !errors.Is(err, os.ErrNotExist)
+	}
+	// The state follows the command's closing parenthesis.
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || i+2 >= len(b) || b[i+2] != 'Z'
 }
 
 // holder reads the PID the lock's holder wrote; "unknown" when it has not
