@@ -111,15 +111,15 @@ func main() {
 		if pc.Systems, err = parseSystems(*peerSystems); err != nil {
 			fatal(err)
 		}
+		// The table, if measuring finished, even when the cleanup after
+		// it failed.
 		table, err := runPeers(ctx, cfg, pc)
+		if table != "" {
+			fmt.Print(table)
+			err = errors.Join(err, os.MkdirAll(filepath.Dir(*peersOut), 0o755))
+			err = errors.Join(err, os.WriteFile(*peersOut, []byte(table), 0o644))
+		}
 		if err != nil {
-			fatal(err)
-		}
-		fmt.Print(table)
-		if err := os.MkdirAll(filepath.Dir(*peersOut), 0o755); err != nil {
-			fatal(err)
-		}
-		if err := os.WriteFile(*peersOut, []byte(table), 0o644); err != nil {
 			fatal(err)
 		}
 		return

@@ -409,6 +409,18 @@ func powerCut(ctx context.Context, client *containerd.Client, ns, subnet string)
 	if err != nil {
 		return err
 	}
+	// The CRI plugin's sandbox task goes last: its shim, which serves the
+	// pod's containers too, exits with it.
+	var sandboxes []containerd.Container
+	cs = slices.DeleteFunc(cs, func(c containerd.Container) bool {
+		labels, err := c.Labels(ctx)
+		if err == nil && labels["io.cri-containerd.kind"] == "sandbox" {
+			sandboxes = append(sandboxes, c)
+			return true
+		}
+		return false
+	})
+	cs = append(cs, sandboxes...)
 	for _, c := range cs {
 		if task, err := c.Task(ctx, nil); err == nil {
 			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
