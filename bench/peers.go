@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -446,7 +447,8 @@ func (p *peers) table(m Machine, loadBefore, loadAfter string, took time.Duratio
 
 // targetsOf is row k's targets and whether noderun met them.
 func targetsOf(k string, ratio func(peer string) float64) (targets, results []string) {
-	for prefix, ts := range peerTargets {
+	for _, prefix := range slices.Sorted(maps.Keys(peerTargets)) {
+		ts := peerTargets[prefix]
 		if !strings.HasPrefix(k, prefix) || strings.HasPrefix(k, "whole-node PSS") && strings.Contains(k, ": ") {
 			continue
 		}

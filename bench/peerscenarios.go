@@ -17,6 +17,7 @@ import (
 
 	"github.com/containerd/containerd"
 	apievents "github.com/containerd/containerd/api/events"
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/typeurl/v2"
@@ -399,36 +400,37 @@ func (p *peers) rebootRun(ctx context.Context, s string, r int) error {
 
 // powerCut deletes every task of namespace ns, killing its process, and
 // the masquerade rules of the pods in subnet, as a power cut ends them;
-// containerd keeps the containers' records.
+// containerd keeps the containers' records. A delete may fail because the
+// shim went with another task (the CRI plugin's pods share one); what
+// counts is that no task is left.
 func powerCut(ctx context.Context, client *containerd.Client, ns, subnet string) error {
 	if err := clearNAT(subnet); err != nil {
 		return err
 	}
 	ctx = namespaces.WithNamespace(ctx, ns)
-	cs, err := client.Containers(ctx)
-	if err != nil {
-		return err
-	}
-	// The CRI plugin's sandbox task goes last: its shim, which serves the
-	// pod's containers too, exits with it.
-	var sandboxes []containerd.Container
-	cs = slices.DeleteFunc(cs, func(c containerd.Container) bool {
-		labels, err := c.Labels(ctx)
-		if err == nil && labels["io.cri-containerd.kind"] == "sandbox" {
-			sandboxes = append(sandboxes, c)
-			return true
+	var errs []error
+	for range 3 {
+		cs, err := client.Containers(ctx)
+		if err != nil {
+			return err
 		}
-		return false
-	})
-	cs = append(cs, sandboxes...)
-	for _, c := range cs {
-		if task, err := c.Task(ctx, nil); err == nil {
-			if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
-				return fmt.Errorf("delete task %s: %w", c.ID(), err)
+		errs = nil
+		for _, c := range cs {
+			if task, err := c.Task(ctx, nil); err == nil {
+				if _, err := task.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+					errs = append(errs, fmt.Errorf("delete task %s: %w", c.ID(), err))
+				}
 			}
 		}
+		ts, err := client.TaskService().List(ctx, &tasksapi.ListTasksRequest{})
+		if err != nil {
+			return err
+		}
+		if len(ts.Tasks) == 0 {
+			return nil
+		}
 	}
-	return nil
+	return errors.Join(append(errs, fmt.Errorf("tasks left in %s after the power cut", ns))...)
 }
 
 // rebootNode stops noderun, cuts the power to its pods, empties its run
@@ -476,15 +478,11 @@ func (p *peers) rebootNode(ctx context.Context, names []string) (time.Duration, 
 // kubelet again; its containerd keeps running, as noderun's does.
 func (k *kubelet) reboot(ctx context.Context, names []string) (time.Duration, error) {
 	k.proc.Stop(20 * time.Second)
-	if err := powerCut(ctx, k.client, criNS, k.subnet); err != nil {
-		return 0, err
-	}
-	if err := k.removeNetNS(namespaces.WithNamespace(ctx, criNS)); err != nil {
-		return 0, err
-	}
+	// Started again even if the cut failed, so that the pods can go.
+	cut := errors.Join(powerCut(ctx, k.client, criNS, k.subnet), k.removeNetNS(namespaces.WithNamespace(ctx, criNS)))
 	t0 := time.Now()
-	if err := k.start(ctx, false); err != nil {
-		return 0, err
+	if err := k.start(ctx, false); err != nil || cut != nil {
+		return 0, errors.Join(cut, err)
 	}
 	at, err := k.waitPods(ctx, names, true)
 	return at.Sub(t0), err
@@ -645,7 +643,20 @@ func clearNAT(subnet string) error {
 		return fmt.Errorf("iptables -S: %w", err)
 	}
 	var errs []error
-	for _, line := range strings.Split(string(out), "\n") {
+	for _, cmd := range natCleanup(string(out), prefix) {
+		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w: %s", cmd, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// natCleanup is the shell commands removing, from `iptables -t nat -S
+// POSTROUTING`'s rules, the bridge plugin's jumps from an address in
+// prefix and their chains. -S quotes the comments as a shell would.
+func natCleanup(rules string, prefix netip.Prefix) []string {
+	var cmds []string
+	for _, line := range strings.Split(rules, "\n") {
 		f := strings.Fields(line)
 		if len(f) < 4 || f[0] != "-A" || f[2] != "-s" || !strings.HasPrefix(f[len(f)-1], "CNI-") {
 			continue
@@ -654,11 +665,7 @@ func clearNAT(subnet string) error {
 			continue
 		}
 		chain := f[len(f)-1]
-		// -S quotes the comment as a shell would.
-		cmd := "iptables -t nat -D" + strings.TrimPrefix(line, "-A") + " && iptables -t nat -F " + chain + " && iptables -t nat -X " + chain
-		if out, err := exec.Command("sh", "-c", cmd).CombinedOutput(); err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w: %s", cmd, err, out))
-		}
+		cmds = append(cmds, "iptables -t nat -D"+strings.TrimPrefix(line, "-A")+" && iptables -t nat -F "+chain+" && iptables -t nat -X "+chain)
 	}
-	return errors.Join(errs...)
+	return cmds
 }
