@@ -265,14 +265,19 @@ func run(ctx context.Context, cfg Config) (rep *Report, retErr error) {
 	return rep, nil
 }
 
+// setupIn is setup for a profile written into dir.
+func setupIn(ctx context.Context, cfg Config, dir string) (*bench, func() error, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	return setup(ctx, cfg)
+}
+
 // profile starts a CPU profile of noderun, runs one burst and its teardown
 // meanwhile, takes heap and goroutine profiles while the pods run, and
 // writes them into dir.
 func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (retErr error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, teardown, err := setup(ctx, cfg)
+	b, teardown, err := setupIn(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -302,10 +307,7 @@ func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (re
 // profile while cfg.ProbePods pods are probed by httpGet every second and
 // nothing else happens: where a probe's CPU goes.
 func profileProbing(ctx context.Context, cfg Config, dir string, _, seconds int) (retErr error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, teardown, err := setup(ctx, cfg)
+	b, teardown, err := setupIn(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
