@@ -99,7 +99,9 @@ func (p *peers) cycle(ctx context.Context, s string, names []string, spec func(*
 		}
 		start, err := p.podman.play(ctx, path, len(names))
 		if err != nil {
-			return 0, err
+			// Not to be counted as another scenario's leftovers.
+			_, rmErr := p.podman.run(context.WithoutCancel(ctx), append([]string{"pod", "rm", "-f", "-t", "0"}, names...)...)
+			return 0, errors.Join(err, rmErr)
 		}
 		if err := errors.Join(sleep(ctx, settle), whileUp()); err != nil {
 			return 0, err
