@@ -84,20 +84,7 @@ func main() {
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	peersRun := flag.Bool("peers", false, "instead, measure noderun, the floor, the kubelet (standalone, static pods) and podman kube play side by side (issue 40)")
-	// The peers' repetitions keep a warm run near 30 minutes on a busy
-	// 2-core machine: the kubelet and podman take minutes for a burst of
-	// 100 pods, podman a minute for the pod with init containers.
-	pc := PeersConfig{Runs: 3, BurstRuns: 2, BigBurstRuns: 1, PSSPods: []int{30, 100}, InitRuns: 2, CrashRuns: 2, RebootRuns: 1, RebootPods: 30,
-		ProbePods: 100, CPUWindow: 30 * time.Second, KubeSubnet: "10.216.0.0/16", PodmanSubnet: "10.217.0.0/16"}
-	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
-	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
-	flag.IntVar(&pc.BigBurstRuns, "peers-big-burst-runs", pc.BigBurstRuns, "-peers: repetitions of each burst of 100 pods or more per system")
-	flag.IntVar(&pc.InitRuns, "peers-init-runs", pc.InitRuns, "-peers: repetitions of the pod with init containers per system")
-	flag.IntVar(&pc.CrashRuns, "peers-crash-runs", pc.CrashRuns, "-peers: repetitions of the crashed container's restart per system")
-	flag.IntVar(&pc.RebootRuns, "peers-reboot-runs", pc.RebootRuns, "-peers: repetitions of the reboot recovery per system")
-	flag.IntVar(&pc.RebootPods, "peers-reboot-pods", pc.RebootPods, "-peers: pods brought back by the reboot recovery")
-	flag.IntVar(&pc.ProbePods, "peers-probe-pods", pc.ProbePods, "-peers: pods with httpGet probes every second for the probe CPU (0: skip it)")
-	flag.DurationVar(&pc.CPUWindow, "peers-cpu-window", pc.CPUWindow, "-peers: window of the probe and idle CPU measures")
+	pc := peersFlags()
 	peerSystems := flag.String("peers-systems", strings.Join(allSystems, ","), "-peers: the systems to measure beside noderun, comma-separated")
 	peersOut := flag.String("peers-out", "bench-results/peers.md", "-peers: write the table here too")
 	flag.Parse()
@@ -114,7 +101,7 @@ func main() {
 		}
 		// The table, if measuring finished, even when the cleanup after
 		// it failed.
-		table, err := runPeers(ctx, cfg, pc)
+		table, err := runPeers(ctx, cfg, *pc)
 		if table != "" {
 			fmt.Print(table)
 			err = errors.Join(err, os.MkdirAll(filepath.Dir(*peersOut), 0o755))
@@ -144,6 +131,25 @@ func main() {
 		fatal(err)
 	}
 	fmt.Println("\nJSON:", *out)
+}
+
+// peersFlags defines the -peers-* repetition flags.
+func peersFlags() *PeersConfig {
+	// The peers' repetitions keep a warm run near 30 minutes on a busy
+	// 2-core machine: the kubelet and podman take minutes for a burst of
+	// 100 pods, podman a minute for the pod with init containers.
+	pc := &PeersConfig{Runs: 3, BurstRuns: 2, BigBurstRuns: 1, PSSPods: []int{30, 100}, InitRuns: 2, CrashRuns: 2, RebootRuns: 1, RebootPods: 30,
+		ProbePods: 100, CPUWindow: 30 * time.Second, KubeSubnet: "10.216.0.0/16", PodmanSubnet: "10.217.0.0/16"}
+	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
+	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
+	flag.IntVar(&pc.BigBurstRuns, "peers-big-burst-runs", pc.BigBurstRuns, "-peers: repetitions of each burst of 100 pods or more per system")
+	flag.IntVar(&pc.InitRuns, "peers-init-runs", pc.InitRuns, "-peers: repetitions of the pod with init containers per system")
+	flag.IntVar(&pc.CrashRuns, "peers-crash-runs", pc.CrashRuns, "-peers: repetitions of the crashed container's restart per system")
+	flag.IntVar(&pc.RebootRuns, "peers-reboot-runs", pc.RebootRuns, "-peers: repetitions of the reboot recovery per system")
+	flag.IntVar(&pc.RebootPods, "peers-reboot-pods", pc.RebootPods, "-peers: pods brought back by the reboot recovery")
+	flag.IntVar(&pc.ProbePods, "peers-probe-pods", pc.ProbePods, "-peers: pods with httpGet probes every second for the probe CPU (0: skip it)")
+	flag.DurationVar(&pc.CPUWindow, "peers-cpu-window", pc.CPUWindow, "-peers: window of the probe and idle CPU measures")
+	return pc
 }
 
 func fatal(err error) {
