@@ -471,9 +471,12 @@ func targetsOf(k string, ratio func(peer string) float64) (targets, results []st
 func measureOrder(k string) int {
 	for i, prefix := range []string{"one pod", "pod with", "burst of", "removal", "restart of", "reboot", "probe CPU", "idle CPU", "whole-node PSS at"} {
 		if strings.HasPrefix(k, prefix) {
-			n := 0
-			if f := strings.Fields(strings.TrimPrefix(k, prefix)); len(f) > 0 {
-				n, _ = strconv.Atoi(strings.TrimSuffix(f[0], ":"))
+			n := 0 // the row's first number: its pod count
+			for _, f := range strings.Fields(strings.TrimPrefix(k, prefix)) {
+				if v, err := strconv.Atoi(strings.TrimSuffix(f, ":")); err == nil {
+					n = v
+					break
+				}
 			}
 			sub := 0
 			if strings.Contains(k, ": ") && prefix == "whole-node PSS at" {

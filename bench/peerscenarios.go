@@ -171,7 +171,9 @@ func (p *peers) initPodRun(ctx context.Context, s string, r int) error {
 	} else {
 		start, err = p.cycle(ctx, s, []string{name}, initPodSpec, initCount+appCount, nil)
 	}
-	p.add(measureInit, s, start.Seconds())
+	if err == nil {
+		p.add(measureInit, s, start.Seconds())
+	}
 	return err
 }
 
