@@ -387,7 +387,9 @@ func (k *kubelet) close() error {
 	}
 	if k.client != nil {
 		ctx := namespaces.WithNamespace(ctx, criNS)
-		errs = append(errs, k.removeNetNS(ctx), testnode.RemoveContainers(ctx, k.client), k.client.Close())
+		// The sandboxes' masquerade rules too: the CRI plugin removes them
+		// only with the sandbox, at the kubelet's garbage collection.
+		errs = append(errs, k.removeNetNS(ctx), clearNAT(k.subnet), testnode.RemoveContainers(ctx, k.client), k.client.Close())
 	}
 	if k.ctrd != nil {
 		k.ctrd.Stop(20 * time.Second)
