@@ -142,7 +142,7 @@ docs:
 # docs/performance.md. Not part of `make test`, which runs a smoke.
 BENCH_DEPS := $(RUN_DEPS) iproute2 e2fsprogs mount
 
-.PHONY: bench bench-profile bench-peers
+.PHONY: bench bench-profile bench-profile-probes bench-peers
 
 bench:
 	@./.ci/install-packages $(BENCH_DEPS)
@@ -154,7 +154,7 @@ bench:
 # the table goes to stdout and bench-results/peers.md.
 bench-peers:
 	@./.ci/install-packages $(BENCH_DEPS) podman
-	$(GO) run ./bench -peers -bursts 10,30 -peers-out bench-results/peers.md
+	$(GO) run ./bench -peers -bursts 10,30,100 -peers-out bench-results/peers.md
 
 bench-profile:
 	@./.ci/install-packages $(BENCH_DEPS)
@@ -163,6 +163,14 @@ bench-profile:
 	$(GO) tool pprof -top -nodecount=40 -sample_index=inuse_space bench-results/noderun-heap.pprof > bench-results/noderun-heap.txt
 	$(GO) tool pprof -top -nodecount=40 -sample_index=alloc_space bench-results/noderun-heap.pprof > bench-results/noderun-allocs.txt
 	@echo "profiles and their top functions are in bench-results/"
+
+# Where noderun's probe CPU goes: 100 pods probed by httpGet every second.
+bench-profile-probes:
+	@./.ci/install-packages $(BENCH_DEPS)
+	$(GO) run ./bench -profile bench-results/probes -profile-probes -profile-seconds 30
+	$(GO) tool pprof -top -nodecount=40 bench-results/probes/noderun-cpu.pprof > bench-results/probes/noderun-cpu.txt
+	$(GO) tool pprof -top -nodecount=40 -sample_index=alloc_space bench-results/probes/noderun-heap.pprof > bench-results/probes/noderun-allocs.txt
+	@echo "profiles and their top functions are in bench-results/probes/"
 
 # Releases, cross-architecture tests, the Debian package and installing.
 # `make release`: static, reproducible binaries for amd64, arm64, armv7 and

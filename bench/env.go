@@ -52,6 +52,7 @@ type env struct {
 	// the other half of the subnet, so that it may run only the plugins
 	// each pod needs, as it does for users.
 	nodeCNIDir, nodeSubnet, nodeBridge string
+	floorSubnet                        string
 	daemon                             *ctrddaemon.Process
 	client                             *containerd.Client
 }
@@ -110,6 +111,7 @@ func newEnv(ctx context.Context, cfg Config) (e *env, retErr error) {
 	if err != nil {
 		return e, err
 	}
+	e.floorSubnet = floorSubnet
 	e.nodeSubnet, e.nodeCNIDir, e.nodeBridge = nodeSubnet, filepath.Join(dir, "node", "cni"), nodeBridgeName(cfg.Bridge)
 	e.cniConf = filepath.Join(dir, "cni", "10-nrbench.conflist")
 	if err := writeCNIConfig(e.cniConf, cfg.Bridge, floorSubnet, filepath.Join(dir, "floor", "cni")); err != nil {

@@ -148,18 +148,25 @@ func (f *floor) create(ctx context.Context, dir, cid, pod, name string, args []s
 	if err != nil {
 		return nil, nil, fmt.Errorf("create container %s: %w", cid, err)
 	}
+	task, err := f.newTask(ctx, c, pod, name)
+	return c, task, err
+}
+
+// newTask creates container c's task (a new process), logging to
+// <pod>/<name>.log.
+func (f *floor) newTask(ctx context.Context, c containerd.Container, pod, name string) (containerd.Task, error) {
 	logURI, err := url.Parse(crilog.URI(f.logDriver, crilog.Target{Path: filepath.Join(f.logDir, pod, name+".log")}))
 	if err != nil {
-		return c, nil, err
+		return nil, err
 	}
 	task, err := c.NewTask(ctx, cio.LogURI(logURI), func(_ context.Context, _ *containerd.Client, ti *containerd.TaskInfo) error {
-		ti.Options = runtimeOpts // as noderun does, so the shim gets the runc root on every daemon version
+		ti.Options = &options.Options{Root: f.runcRoot} // as noderun does, so the shim gets the runc root on every daemon version
 		return nil
 	})
 	if err != nil {
-		return c, nil, fmt.Errorf("create task %s: %w", cid, err)
+		return nil, fmt.Errorf("create task %s: %w", c.ID(), err)
 	}
-	return c, task, nil
+	return task, nil
 }
 
 // stop is the reverse: SIGTERM and wait for the exit, delete the task, the

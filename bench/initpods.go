@@ -159,7 +159,7 @@ func (b *bench) initPod(ctx context.Context, rep int) error {
 }
 
 func (b *bench) floorInitPod(ctx context.Context, id string, runs int) (start, down time.Duration, err error) {
-	return b.timeFloor(ctx, runs, nil, func(ctx context.Context) (func(context.Context) error, error) {
+	return b.timeFloor(ctx, runs, nil, nil, func(ctx context.Context) (func(context.Context) error, error) {
 		p, err := b.floor.startInitPod(ctx, id)
 		if p == nil {
 			return nil, err

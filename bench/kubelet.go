@@ -47,7 +47,8 @@ type kubelet struct {
 	readOnly                   int // port of the read-only API (/pods)
 	ctrd, proc                 *testnode.Process
 	client                     *containerd.Client
-	socket                     string
+	socket, subnet             string
+	args                       []string // the kubelet's command line, to start it again
 }
 
 // startKubelet builds (or finds cached) the kubelet, starts its
@@ -59,7 +60,7 @@ func startKubelet(ctx context.Context, e *env, bridge, subnet string) (k *kubele
 	}
 	dir := filepath.Join(e.dir, "kubelet")
 	k = &kubelet{dir: dir, manifests: filepath.Join(dir, "manifests"), cgroupRoot: "/nrbench-kube-" + filepath.Base(e.dir),
-		socket: filepath.Join(dir, "c.sock")}
+		socket: filepath.Join(dir, "c.sock"), subnet: subnet}
 	defer func() {
 		if retErr != nil {
 			retErr = errors.Join(retErr, k.close())
@@ -104,19 +105,27 @@ func startKubelet(ctx context.Context, e *env, bridge, subnet string) (k *kubele
 	if err := os.WriteFile(cfg, kubeletConfig(k, port), 0o644); err != nil {
 		return k, err
 	}
-	cmd := exec.Command(filepath.Join(bin, "kubelet"), "--config", cfg, "--root-dir", filepath.Join(dir, "root"),
-		"--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", kubeNodeName, "--v", "1")
-	if k.proc, err = testnode.Start(cmd, filepath.Join(dir, "kubelet.log"), true); err != nil {
-		return k, err
+	k.args = []string{filepath.Join(bin, "kubelet"), "--config", cfg, "--root-dir", filepath.Join(dir, "root"),
+		"--cert-dir", filepath.Join(dir, "pki"), "--hostname-override", kubeNodeName, "--v", "1"}
+	return k, k.start(ctx, true)
+}
+
+// start starts the kubelet process and returns once /pods answers;
+// truncate starts its log afresh.
+func (k *kubelet) start(ctx context.Context, truncate bool) error {
+	log := filepath.Join(k.dir, "kubelet.log")
+	var err error
+	if k.proc, err = testnode.Start(exec.Command(k.args[0], k.args[1:]...), log, truncate); err != nil {
+		return err
 	}
 	for deadline := time.Now().Add(2 * time.Minute); ; {
 		if _, err := k.pods(ctx); err == nil {
-			return k, nil
+			return nil
 		} else if !k.proc.Running() || time.Now().After(deadline) {
-			return k, fmt.Errorf("kubelet did not serve /pods: %w; see %s", err, filepath.Join(dir, "kubelet.log"))
+			return fmt.Errorf("kubelet did not serve /pods: %w; see %s", err, log)
 		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
-			return k, err
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return err
 		}
 	}
 }
@@ -251,22 +260,32 @@ func (k *kubelet) pods(ctx context.Context) ([]v1.Pod, error) {
 	return list.Items, json.NewDecoder(resp.Body).Decode(&list)
 }
 
-// writePods writes the static pods (the spec noderun gets, the image
-// never pulled) and returns when the first one was renamed into place.
-func (k *kubelet) writePods(names []string) (time.Time, error) {
-	return placeManifests(k.manifests, names, func(name string) ([]byte, error) { return podJSON(name), nil })
+// writePods writes the static pods (the spec noderun gets, shaped by
+// spec if set, the image never pulled) and returns when the first one
+// was renamed into place.
+func (k *kubelet) writePods(names []string, spec func(*v1.PodSpec)) (time.Time, error) {
+	return placeManifests(k.manifests, names, func(name string) ([]byte, error) { return podJSON(name, spec), nil })
 }
 
-// podJSON is the bench's one-container pod.
-func podJSON(name string) []byte {
+// podJSON is the bench's one-container pod, shaped by spec if set.
+func podJSON(name string, spec func(*v1.PodSpec)) []byte {
 	grace := int64(10)
+	s := v1.PodSpec{
+		TerminationGracePeriodSeconds: &grace,
+		Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand}},
+	}
+	if spec != nil {
+		spec(&s)
+	}
+	for _, cs := range [][]v1.Container{s.InitContainers, s.Containers} {
+		for i := range cs {
+			cs[i].ImagePullPolicy = v1.PullNever
+		}
+	}
 	b, _ := json.Marshal(v1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: v1.PodSpec{
-			TerminationGracePeriodSeconds: &grace,
-			Containers:                    []v1.Container{{Name: "main", Image: imageRef, Command: podCommand, ImagePullPolicy: v1.PullNever}},
-		},
+		Spec:       s,
 	})
 	return b
 }
@@ -288,7 +307,7 @@ func (k *kubelet) waitPods(ctx context.Context, names []string, want bool) (time
 		done := true
 		for _, n := range names {
 			p, ok := byName[n+"-"+kubeNodeName]
-			if want && (!ok || p.Status.Phase != v1.PodRunning || !podReady(p)) || !want && ok {
+			if want && (!ok || !runningReady(p)) || !want && ok {
 				done = false
 				break
 			}
@@ -368,7 +387,9 @@ func (k *kubelet) close() error {
 	}
 	if k.client != nil {
 		ctx := namespaces.WithNamespace(ctx, criNS)
-		errs = append(errs, k.removeNetNS(ctx), testnode.RemoveContainers(ctx, k.client), k.client.Close())
+		// The sandboxes' masquerade rules too: the CRI plugin removes them
+		// only with the sandbox, at the kubelet's garbage collection.
+		errs = append(errs, k.removeNetNS(ctx), clearNAT(k.subnet), testnode.RemoveContainers(ctx, k.client), k.client.Close())
 	}
 	if k.ctrd != nil {
 		k.ctrd.Stop(20 * time.Second)

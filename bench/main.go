@@ -67,6 +67,7 @@ func main() {
 	profileDir := flag.String("profile", "", "instead of measuring, write noderun's CPU and heap profiles around a burst into this dir")
 	profilePods := flag.Int("profile-pods", 100, "burst size for -profile")
 	profileSecs := flag.Int("profile-seconds", 40, "CPU profile length for -profile; covers the burst's start and teardown")
+	profileProbes := flag.Bool("profile-probes", false, "-profile: profile -probe-pods pods with httpGet readiness probes every second, steady, instead of a burst")
 	bursts := flag.String("bursts", "10,30,100", "burst sizes, comma-separated")
 	flag.IntVar(&cfg.Runs, "runs", cfg.Runs, "one-pod repetitions")
 	flag.IntVar(&cfg.BurstRuns, "burst-runs", cfg.BurstRuns, "repetitions of each burst")
@@ -83,9 +84,7 @@ func main() {
 	flag.StringVar(&cfg.Bridge, "bridge", cfg.Bridge, "bridge the bench's CNI network creates")
 	flag.StringVar(&cfg.Subnet, "subnet", cfg.Subnet, "the bench's pod subnet")
 	peersRun := flag.Bool("peers", false, "instead, measure noderun, the floor, the kubelet (standalone, static pods) and podman kube play side by side (issue 40)")
-	pc := PeersConfig{Runs: 5, BurstRuns: 3, PSSPods: 30, KubeSubnet: "10.216.0.0/16", PodmanSubnet: "10.217.0.0/16"}
-	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
-	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
+	pc := peersFlags()
 	peerSystems := flag.String("peers-systems", strings.Join(allSystems, ","), "-peers: the systems to measure beside noderun, comma-separated")
 	peersOut := flag.String("peers-out", "bench-results/peers.md", "-peers: write the table here too")
 	flag.Parse()
@@ -100,21 +99,25 @@ func main() {
 		if pc.Systems, err = parseSystems(*peerSystems); err != nil {
 			fatal(err)
 		}
-		table, err := runPeers(ctx, cfg, pc)
+		// The table, if measuring finished, even when the cleanup after
+		// it failed.
+		table, err := runPeers(ctx, cfg, *pc)
+		if table != "" {
+			fmt.Print(table)
+			err = errors.Join(err, os.MkdirAll(filepath.Dir(*peersOut), 0o755))
+			err = errors.Join(err, os.WriteFile(*peersOut, []byte(table), 0o644))
+		}
 		if err != nil {
-			fatal(err)
-		}
-		fmt.Print(table)
-		if err := os.MkdirAll(filepath.Dir(*peersOut), 0o755); err != nil {
-			fatal(err)
-		}
-		if err := os.WriteFile(*peersOut, []byte(table), 0o644); err != nil {
 			fatal(err)
 		}
 		return
 	}
 	if *profileDir != "" {
-		if err := profile(ctx, cfg, *profileDir, *profilePods, *profileSecs); err != nil {
+		prof := profile
+		if *profileProbes {
+			prof = profileProbing
+		}
+		if err := prof(ctx, cfg, *profileDir, *profilePods, *profileSecs); err != nil {
 			fatal(err)
 		}
 		return
@@ -128,6 +131,25 @@ func main() {
 		fatal(err)
 	}
 	fmt.Println("\nJSON:", *out)
+}
+
+// peersFlags defines the -peers-* repetition flags.
+func peersFlags() *PeersConfig {
+	// The peers' repetitions keep a warm run near 30 minutes on a busy
+	// 2-core machine: the kubelet and podman take minutes for a burst of
+	// 100 pods, podman a minute for the pod with init containers.
+	pc := &PeersConfig{Runs: 3, BurstRuns: 2, BigBurstRuns: 1, PSSPods: []int{30, 100}, InitRuns: 2, CrashRuns: 2, RebootRuns: 1, RebootPods: 30,
+		ProbePods: 100, CPUWindow: 30 * time.Second, KubeSubnet: "10.216.0.0/16", PodmanSubnet: "10.217.0.0/16"}
+	flag.IntVar(&pc.Runs, "peers-runs", pc.Runs, "-peers: one-pod repetitions per system")
+	flag.IntVar(&pc.BurstRuns, "peers-burst-runs", pc.BurstRuns, "-peers: repetitions of each burst per system")
+	flag.IntVar(&pc.BigBurstRuns, "peers-big-burst-runs", pc.BigBurstRuns, "-peers: repetitions of each burst of 100 pods or more per system")
+	flag.IntVar(&pc.InitRuns, "peers-init-runs", pc.InitRuns, "-peers: repetitions of the pod with init containers per system")
+	flag.IntVar(&pc.CrashRuns, "peers-crash-runs", pc.CrashRuns, "-peers: repetitions of the crashed container's restart per system")
+	flag.IntVar(&pc.RebootRuns, "peers-reboot-runs", pc.RebootRuns, "-peers: repetitions of the reboot recovery per system")
+	flag.IntVar(&pc.RebootPods, "peers-reboot-pods", pc.RebootPods, "-peers: pods brought back by the reboot recovery")
+	flag.IntVar(&pc.ProbePods, "peers-probe-pods", pc.ProbePods, "-peers: pods with httpGet probes every second for the probe CPU (0: skip it)")
+	flag.DurationVar(&pc.CPUWindow, "peers-cpu-window", pc.CPUWindow, "-peers: window of the probe and idle CPU measures")
+	return pc
 }
 
 func fatal(err error) {
@@ -250,14 +272,19 @@ func run(ctx context.Context, cfg Config) (rep *Report, retErr error) {
 	return rep, nil
 }
 
+// setupIn is setup for a profile written into dir.
+func setupIn(ctx context.Context, cfg Config, dir string) (*bench, func() error, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, nil, err
+	}
+	return setup(ctx, cfg)
+}
+
 // profile starts a CPU profile of noderun, runs one burst and its teardown
 // meanwhile, takes heap and goroutine profiles while the pods run, and
 // writes them into dir.
 func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (retErr error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
-	b, teardown, err := setup(ctx, cfg)
+	b, teardown, err := setupIn(ctx, cfg, dir)
 	if err != nil {
 		return err
 	}
@@ -281,4 +308,49 @@ func profile(ctx context.Context, cfg Config, dir string, pods, seconds int) (re
 		pods, start.Seconds(), down.Seconds())
 	fmt.Printf("profiles: %s %s %s\nview: go tool pprof -top %s\n", cpuPath, heapPath, goroutinesPath, cpuPath)
 	return nil
+}
+
+// profileProbing writes noderun's CPU profile (seconds long) and heap
+// profile while cfg.ProbePods pods are probed by httpGet every second and
+// nothing else happens: where a probe's CPU goes.
+func profileProbing(ctx context.Context, cfg Config, dir string, _, seconds int) (retErr error) {
+	b, teardown, err := setupIn(ctx, cfg, dir)
+	if err != nil {
+		return err
+	}
+	defer func() { retErr = errors.Join(retErr, teardown()) }()
+	names := podNames("pp", cfg.ProbePods)
+	if _, err := b.node.writeManifestsWith(names, httpProbed); err != nil {
+		return err
+	}
+	if err := b.node.waitReady(ctx, names, waitTimeout); err != nil {
+		return err
+	}
+	if err := sleep(ctx, settle); err != nil {
+		return err
+	}
+	b.logf("CPU profile for %d s of %d pods probed every second", seconds, cfg.ProbePods)
+	cpu0, err := b.node.cpuTime()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	cpuPath, heapPath := filepath.Join(dir, "noderun-cpu.pprof"), filepath.Join(dir, "noderun-heap.pprof")
+	if err := b.node.save(ctx, fmt.Sprintf("/debug/pprof/profile?seconds=%d", seconds), cpuPath); err != nil {
+		return err
+	}
+	cpu1, err := b.node.cpuTime()
+	if err != nil {
+		return err
+	}
+	if err := b.node.save(ctx, "/debug/pprof/heap", heapPath); err != nil {
+		return err
+	}
+	fmt.Printf("%d pods probed every second: noderun used %.2f %% of a core while profiled\nprofiles: %s %s\n",
+		cfg.ProbePods, 100*float64(cpu1-cpu0)/float64(time.Since(t0)), cpuPath, heapPath)
+	b.nw.drain()
+	if _, err := b.node.removeManifests(names); err != nil {
+		return err
+	}
+	return b.node.waitNoPods(ctx, waitTimeout)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,10 +28,17 @@ var allSystems = []string{sysNoderun, sysFloor, sysKubelet, sysPodman}
 
 // PeersConfig says how much the peers bench measures.
 type PeersConfig struct {
-	Runs      int   // one-pod repetitions per system
-	BurstRuns int   // repetitions of each burst per system
-	Bursts    []int // burst sizes; the whole-node PSS and removal are taken at PSSPods
-	PSSPods   int
+	Runs         int   // one-pod repetitions per system
+	BurstRuns    int   // repetitions of each burst per system
+	BigBurstRuns int   // the same for bursts of 100 pods or more
+	Bursts       []int // burst sizes
+	PSSPods      []int // burst sizes at which the whole-node PSS is taken
+	InitRuns     int   // repetitions of the pod with init containers
+	CrashRuns    int   // repetitions of the crashed container's restart
+	RebootRuns   int   // repetitions of the reboot recovery
+	RebootPods   int
+	ProbePods    int           // pods with httpGet probes for the probe CPU (0: none)
+	CPUWindow    time.Duration // probe and idle CPU window
 	// Systems measured, in allSystems' order; noderun always.
 	Systems []string
 	// The kubelet's and podman's networks: bridges and subnets of their own.
@@ -40,10 +48,12 @@ type PeersConfig struct {
 // peers is everything the peers bench runs beside noderun and the floor.
 type peers struct {
 	*bench
-	pc      PeersConfig
-	kube    *kubelet
-	podman  *podman
-	samples map[string]map[string][]float64 // measure -> system -> samples
+	pc       PeersConfig
+	kube     *kubelet
+	podman   *podman
+	samples  map[string]map[string][]float64 // measure -> system -> samples
+	failures []string
+	na       map[string]map[string]string // measure -> system -> why not measured
 }
 
 // runPeers measures the four systems in one run and returns the table.
@@ -53,7 +63,7 @@ func runPeers(ctx context.Context, cfg Config, pc PeersConfig) (table string, re
 		return "", err
 	}
 	defer func() { retErr = errors.Join(retErr, teardown()) }()
-	p := &peers{bench: b, pc: pc, samples: map[string]map[string][]float64{}}
+	p := &peers{bench: b, pc: pc, samples: map[string]map[string][]float64{}, na: map[string]map[string]string{}}
 	kubeBridge, podmanBridge := cfg.Bridge[:min(len(cfg.Bridge), 14)]+"k", cfg.Bridge[:min(len(cfg.Bridge), 14)]+"p"
 	for _, n := range [][2]string{{kubeBridge, pc.KubeSubnet}, {podmanBridge, pc.PodmanSubnet}} {
 		release, ok, err := testnode.ClaimNetwork(n[0])
@@ -84,7 +94,7 @@ func runPeers(ctx context.Context, cfg Config, pc PeersConfig) (table string, re
 		return "", err
 	}
 	m := machineInfo(ctx, b.env.client)
-	return p.table(m, load, time.Since(t0)), nil
+	return p.table(m, load, loadAvg(), time.Since(t0)), nil
 }
 
 // measure runs every scenario, each repetition running the four systems
@@ -94,7 +104,7 @@ func (p *peers) measure(ctx context.Context) error {
 	p.logf("warm-up")
 	systems := p.pc.Systems
 	for _, s := range systems {
-		if _, _, err := p.pods(ctx, s, "w", 1); err != nil {
+		if _, _, err := p.pods(ctx, s, "w", 1, false); err != nil {
 			return fmt.Errorf("%s warm-up: %w", s, err)
 		}
 	}
@@ -103,25 +113,66 @@ func (p *peers) measure(ctx context.Context) error {
 	}
 	scs := []scenario{{1, p.pc.Runs}}
 	for _, n := range p.pc.Bursts {
-		scs = append(scs, scenario{n, p.pc.BurstRuns})
+		scs = append(scs, scenario{n, map[bool]int{false: p.pc.BurstRuns, true: p.pc.BigBurstRuns}[n >= 100]})
 	}
-	for _, sc := range scs {
+	for i, sc := range scs {
 		for r := range sc.runs {
 			for i := range systems {
 				s := systems[(i+r)%len(systems)]
 				p.logf("%d pod(s), run %d/%d: %s", sc.n, r+1, sc.runs, s)
-				start, down, err := p.pods(ctx, s, fmt.Sprintf("%c%dr%d", s[0], sc.n, r), sc.n)
+				start, down, err := p.pods(ctx, s, fmt.Sprintf("%c%dr%d", s[0], sc.n, r), sc.n, r == sc.runs-1)
 				if err != nil {
 					return fmt.Errorf("%s, %d pods: %w", s, sc.n, err)
 				}
 				p.add(startMeasure(sc.n), s, start.Seconds())
-				if sc.n == p.pc.PSSPods {
+				if sc.n > 1 {
 					p.add(fmt.Sprintf("removal of %d pods, s", sc.n), s, down.Seconds())
 				}
 			}
 		}
+		if i == 0 { // the init pod after the one-pod runs
+			p.rotate(ctx, p.pc.InitRuns, "pod with init containers", p.initPodRun)
+		}
+	}
+	p.rotate(ctx, p.pc.CrashRuns, "crashed container", p.crashRun)
+	for _, s := range []string{sysPodman} {
+		p.notMeasured(fmt.Sprintf(measureReboot, p.pc.RebootPods), s, "no agent: after a boot, podman-restart.service (podman start --all --filter restart-policy=always) brings them back; not simulated")
+	}
+	p.rotate(ctx, p.pc.RebootRuns, fmt.Sprintf("reboot recovery of %d pods", p.pc.RebootPods), func(ctx context.Context, s string, r int) error {
+		if s == sysPodman {
+			return nil
+		}
+		return p.rebootRun(ctx, s, r)
+	})
+	if p.pc.ProbePods > 0 {
+		for _, part := range []string{"agent", "whole stack"} {
+			p.notMeasured(fmt.Sprintf(measureProbe, p.pc.ProbePods, part), sysPodman, "podman 4.3 kube play runs no readinessProbe (a livenessProbe becomes a healthcheck, run by systemd timers)")
+		}
+		p.rotate(ctx, 1, fmt.Sprintf("%d pods with httpGet probes", p.pc.ProbePods), func(ctx context.Context, s string, _ int) error {
+			if s == sysFloor || s == sysPodman { // the floor's figure comes with noderun's
+				return nil
+			}
+			return p.probeRun(ctx, s)
+		})
 	}
 	return nil
+}
+
+// rotate runs scenario runs times on every system, the order rotated per
+// repetition. A failure is recorded in the table (the scenarios after it
+// still run), not fatal.
+func (p *peers) rotate(ctx context.Context, runs int, what string, scenario func(ctx context.Context, s string, r int) error) {
+	systems := p.pc.Systems
+	for r := range runs {
+		for i := range systems {
+			s := systems[(i+r)%len(systems)]
+			p.logf("%s, run %d/%d: %s", what, r+1, runs, s)
+			if err := scenario(ctx, s, r); err != nil {
+				p.logf("%s on %s failed: %v", what, s, err)
+				p.failures = append(p.failures, fmt.Sprintf("%s on %s, run %d: %v", what, s, r+1, err))
+			}
+		}
+	}
 }
 
 func startMeasure(n int) string {
@@ -142,11 +193,17 @@ func (p *peers) add(measure, system string, v float64) {
 // from the manifest's appearance until the system's own API reports all
 // Ready (the floor: containerd reports every process started), down until
 // nothing of them is left. At PSSPods pods, the whole node's PSS is
-// sampled while they run.
-func (p *peers) pods(ctx context.Context, s, prefix string, n int) (start, down time.Duration, err error) {
+// sampled while they run, and on the last run of the largest burst the
+// idle CPU.
+func (p *peers) pods(ctx context.Context, s, prefix string, n int, last bool) (start, down time.Duration, err error) {
 	names := podNames(prefix, n)
 	whileUp := func() error {
-		if n != p.pc.PSSPods {
+		if last && n == slices.Max(p.pc.Bursts) {
+			if err := p.stackCPU(ctx, s, func(part string) string { return fmt.Sprintf(measureIdleCPU, n, part) }); err != nil {
+				return err
+			}
+		}
+		if !slices.Contains(p.pc.PSSPods, n) {
 			return nil
 		}
 		parts, err := p.stackPSS(s)
@@ -167,12 +224,12 @@ func (p *peers) pods(ctx context.Context, s, prefix string, n int) (start, down 
 		_, down, err = p.nodePods(ctx, prefix, n, &api, nil, func([]string) error { return whileUp() })
 		return api, down, err
 	case sysFloor:
-		return p.floorPods(ctx, prefix, n, nil)
+		return p.floorPods(ctx, prefix, n, nil, whileUp)
 	case sysKubelet:
 		if err := sleep(ctx, settle); err != nil {
 			return 0, 0, err
 		}
-		t0, err := p.kube.writePods(names)
+		t0, err := p.kube.writePods(names, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -189,7 +246,7 @@ func (p *peers) pods(ctx context.Context, s, prefix string, n int) (start, down 
 		if err := sleep(ctx, settle); err != nil {
 			return 0, 0, err
 		}
-		path, err := p.podman.writePods(names)
+		path, err := p.podman.writePods(names, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -205,20 +262,38 @@ func (p *peers) pods(ctx context.Context, s, prefix string, n int) (start, down 
 }
 
 // stackPSS is the PSS (MiB) of every process system s needs to run its
-// pods, besides the containers' own: the agent, containerd or conmon,
-// shims, pause (infra) processes and log processes.
+// pods, besides the containers' own (stackProcs), by part.
 func (p *peers) stackPSS(s string) (map[string]float64, error) {
 	if s == sysNoderun {
 		n, err := p.measurePSS()
-		return map[string]float64{"agent": n.noderun, "logging": n.logging, "containerd": n.containerd, "shims": n.shims}, err
+		return map[string]float64{partAgent: n.noderun, partLogging: n.logging, partContainerd: n.containerd, partShims: n.shims}, err
+	}
+	parts, err := p.stackProcs(s)
+	out := map[string]float64{}
+	for part, pids := range parts {
+		for _, pid := range pids {
+			if kib, err := pssKiB(pid); err == nil { // else ended meanwhile
+				out[part] += float64(kib) / 1024
+			}
+		}
+	}
+	return out, err
+}
+
+// stackProcs finds every process system s needs to run its pods, besides
+// the containers' own, by part: the agent, its log processes,
+// containerd or podman's conmons, the shims, the pause (infra)
+// processes. The floor has no agent; its containerd is the one noderun
+// uses too, its shims those of its namespace.
+func (p *peers) stackProcs(s string) (map[string][]int, error) {
+	if s == sysNoderun {
+		parts, err := p.nodeProcs()
+		delete(parts, partDrivers) // within partLogging
+		return parts, err
 	}
 	procs, err := testnode.Processes()
 	if err != nil {
 		return nil, err
-	}
-	parent := map[int]int{}
-	for _, pr := range procs {
-		parent[pr.PID] = ppid(pr.PID)
 	}
 	shims := map[int]bool{}
 	classify := func(pr testnode.Proc) string {
@@ -227,39 +302,38 @@ func (p *peers) stackPSS(s string) (map[string]float64, error) {
 			base = filepath.Base(pr.Args[0])
 		}
 		switch {
-		case s == sysKubelet && pr.PID == p.kube.proc.Process.Pid:
-			return "agent"
-		case s == sysKubelet && pr.PID == p.kube.ctrd.Process.Pid:
-			return "containerd"
-		case s == sysKubelet && base == "containerd-shim-runc-v2" && slices.Contains(pr.Args, p.kube.socket):
+		case s == sysFloor && pr.PID == p.env.daemon.PID():
+			return partContainerd
+		case s == sysFloor && isShim(pr.Args, p.env.daemon.Address(), floorNS):
 			shims[pr.PID] = true
-			return "shims"
+			return partShims
+		case s == sysKubelet && pr.PID == p.kube.proc.Process.Pid:
+			return partAgent
+		case s == sysKubelet && pr.PID == p.kube.ctrd.Process.Pid:
+			return partContainerd
+		case s == sysKubelet && isShim(pr.Args, p.kube.socket, ""):
+			shims[pr.PID] = true
+			return partShims
 		case s == sysPodman && base == "conmon" && slices.ContainsFunc(pr.Args, func(a string) bool { return strings.HasPrefix(a, p.podman.dir) }):
 			shims[pr.PID] = true
 			return "conmon"
 		}
 		return ""
 	}
-	out := map[string]float64{}
+	out := map[string][]int{}
 	var rest []testnode.Proc
 	for _, pr := range procs {
-		k := classify(pr)
-		if k == "" {
+		if k := classify(pr); k != "" {
+			out[k] = append(out[k], pr.PID)
+		} else {
 			rest = append(rest, pr)
-			continue
-		}
-		kib, err := pssKiB(pr.PID)
-		if err == nil {
-			out[k] += float64(kib) / 1024
 		}
 	}
 	// The pause (infra) processes: a shim's or conmon's children running
 	// the sandbox image's program.
 	for _, pr := range rest {
-		if shims[parent[pr.PID]] && len(pr.Args) > 0 && (slices.Equal(pr.Args, []string{"sleep", "infinity"}) || filepath.Base(pr.Args[0]) == "catatonit") {
-			if kib, err := pssKiB(pr.PID); err == nil {
-				out["pause"] += float64(kib) / 1024
-			}
+		if shims[ppid(pr.PID)] && len(pr.Args) > 0 && (slices.Equal(pr.Args, []string{"sleep", "infinity"}) || filepath.Base(pr.Args[0]) == "catatonit") {
+			out["pause"] = append(out["pause"], pr.PID)
 		}
 	}
 	return out, nil
@@ -291,24 +365,28 @@ func deleteLink(name string) error {
 	return nil
 }
 
-// peerTargets are issue 40's: noderun's median over the peer's, at most.
+// peerTargets are issue 40's: noderun's median over the other system's,
+// at most, for the rows starting with the key.
 var peerTargets = map[string][]struct {
 	peer string
 	max  float64
 }{
-	"one pod":        {{sysKubelet, 0.35}, {sysPodman, 0.5}},
-	"burst of 30":    {{sysKubelet, 0.25}},
-	"burst of 100":   {{sysKubelet, 0.25}},
-	"whole-node PSS": {{sysKubelet, 0.5}},
+	"one pod":                {{sysKubelet, 0.35}, {sysPodman, 0.5}},
+	"burst of 30":            {{sysKubelet, 0.25}},
+	"burst of 100":           {{sysKubelet, 0.25}},
+	"whole-node PSS at 30 p": {{sysKubelet, 0.5}},
+	"reboot recovery":        {{sysKubelet, 0.3}, {sysFloor, 1.0}},
+	"probe CPU, 100 pods with an httpGet readiness probe every 1 s: agent": {{sysKubelet, 0.5}, {sysFloor, 2}},
 }
 
 // table is the Markdown table: each system's median (min–max), noderun's
-// median over each other system's, and issue 40's targets.
-func (p *peers) table(m Machine, load string, took time.Duration) string {
+// median over each other system's, and issue 40's targets; then why a
+// system has no figure somewhere, and what failed.
+func (p *peers) table(m Machine, loadBefore, loadAfter string, took time.Duration) string {
 	systems := allSystems
 	var w strings.Builder
-	fmt.Fprintf(&w, "Run %s on %d CPUs, %d MiB, kernel %s, containerd %s, %s, kubelet %s, podman %s; load average before: %s; measuring took %s.\n\n",
-		time.Now().UTC().Format("2006-01-02 15:04 UTC"), m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, kubeVersion, podmanVersion(), load, took.Round(time.Second))
+	fmt.Fprintf(&w, "Run %s on %d CPUs, %d MiB, kernel %s, containerd %s, %s, kubelet %s, podman %s; load average before: %s, after: %s; measuring took %s.\n\n",
+		time.Now().UTC().Format("2006-01-02 15:04 UTC"), m.CPUs, m.MemoryMiB, m.Kernel, m.Containerd, m.Runc, kubeVersion, podmanVersion(), loadBefore, loadAfter, took.Round(time.Second))
 	fmt.Fprintf(&w, "| measure | %s | noderun ÷ floor | ÷ kubelet | ÷ podman | target | result |\n", strings.Join(systems, " | "))
 	fmt.Fprintf(&w, "| --- |%s --- | --- | --- | --- | --- |\n", strings.Repeat(" --- |", len(systems)))
 	measures := make([]string, 0, len(p.samples))
@@ -321,13 +399,23 @@ func (p *peers) table(m Machine, load string, took time.Duration) string {
 		}
 		return strings.Compare(a, b)
 	})
+	var notes []string
 	for _, k := range measures {
 		unit := k[strings.LastIndex(k, ", ")+2:]
 		st := map[string]*Stats{}
 		fmt.Fprintf(&w, "| %s |", strings.TrimSuffix(k, ", "+unit))
 		for _, s := range systems {
 			st[s] = statsOf(p.samples[k][s])
-			fmt.Fprintf(&w, " %s |", formatStats(st[s], unit))
+			cell := formatStats(st[s], unit)
+			if why, ok := p.na[k][s]; ok && cell == "" {
+				if i := slices.Index(notes, why); i >= 0 {
+					cell = fmt.Sprintf("n/a (%d)", i+1)
+				} else {
+					notes = append(notes, why)
+					cell = fmt.Sprintf("n/a (%d)", len(notes))
+				}
+			}
+			fmt.Fprintf(&w, " %s |", cell)
 		}
 		ratio := func(peer string) float64 {
 			if st[sysNoderun] == nil || st[peer] == nil || st[peer].Median == 0 {
@@ -342,35 +430,53 @@ func (p *peers) table(m Machine, load string, took time.Duration) string {
 				fmt.Fprint(&w, " |")
 			}
 		}
-		var targets, results []string
-		for prefix, ts := range peerTargets {
-			if !strings.HasPrefix(k, prefix) || strings.Contains(k, ": ") && prefix == "whole-node PSS" {
-				continue
-			}
-			for _, t := range ts {
-				targets = append(targets, fmt.Sprintf("≤ %g× %s", t.max, t.peer))
-				switch r := ratio(t.peer); {
-				case r == 0:
-					results = append(results, "not measured")
-				case r <= t.max:
-					results = append(results, "pass")
-				default:
-					results = append(results, "FAIL")
-				}
-			}
-		}
+		targets, results := targetsOf(k, ratio)
 		fmt.Fprintf(&w, " %s | %s |\n", strings.Join(targets, ", "), strings.Join(results, ", "))
+	}
+	for i, n := range notes {
+		fmt.Fprintf(&w, "\n(%d) %s", i+1, n)
+	}
+	for _, f := range p.failures {
+		fmt.Fprintf(&w, "\nFAILED: %s", f)
+	}
+	if len(notes)+len(p.failures) > 0 {
+		fmt.Fprintln(&w)
 	}
 	return w.String()
 }
 
+// targetsOf is row k's targets and whether noderun met them.
+func targetsOf(k string, ratio func(peer string) float64) (targets, results []string) {
+	for _, prefix := range slices.Sorted(maps.Keys(peerTargets)) {
+		ts := peerTargets[prefix]
+		if !strings.HasPrefix(k, prefix) || strings.HasPrefix(k, "whole-node PSS") && strings.Contains(k, ": ") {
+			continue
+		}
+		for _, t := range ts {
+			targets = append(targets, fmt.Sprintf("≤ %g× %s", t.max, t.peer))
+			switch r := ratio(t.peer); {
+			case r == 0:
+				results = append(results, "not measured")
+			case r <= t.max:
+				results = append(results, "pass")
+			default:
+				results = append(results, "FAIL")
+			}
+		}
+	}
+	return targets, results
+}
+
 // measureOrder puts the table's rows in the scenarios' order.
 func measureOrder(k string) int {
-	for i, prefix := range []string{"one pod", "burst of", "removal", "whole-node PSS at"} {
+	for i, prefix := range []string{"one pod", "pod with", "burst of", "removal", "restart of", "reboot", "probe CPU", "idle CPU", "whole-node PSS at"} {
 		if strings.HasPrefix(k, prefix) {
-			n := 0
-			if f := strings.Fields(strings.TrimPrefix(k, prefix)); len(f) > 0 {
-				n, _ = strconv.Atoi(strings.TrimSuffix(f[0], ":"))
+			n := 0 // the row's first number: its pod count
+			for _, f := range strings.Fields(strings.TrimPrefix(k, prefix)) {
+				if v, err := strconv.Atoi(strings.TrimSuffix(f, ":")); err == nil {
+					n = v
+					break
+				}
 			}
 			sub := 0
 			if strings.Contains(k, ": ") && prefix == "whole-node PSS at" {

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	v1 "k8s.io/api/core/v1"
 )
 
 // podman is `podman kube play` on storage, run state, network config and
@@ -74,12 +76,12 @@ func (p *podman) run(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
-// writePods writes the pods into one multi-document manifest; the
-// start is `podman kube play` of it.
-func (p *podman) writePods(names []string) (string, error) {
+// writePods writes the pods, shaped by spec if set, into one
+// multi-document manifest; the start is `podman kube play` of it.
+func (p *podman) writePods(names []string, spec func(*v1.PodSpec)) (string, error) {
 	var docs [][]byte
 	for _, n := range names {
-		docs = append(docs, podJSON(n))
+		docs = append(docs, podJSON(n, spec))
 	}
 	path := filepath.Join(p.dir, names[0]+".yaml")
 	return path, os.WriteFile(path, bytes.Join(docs, []byte("\n---\n")), 0o644)

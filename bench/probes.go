@@ -24,12 +24,6 @@ import (
 // kubelet spends most of its probe CPU.
 func (b *bench) probeCPU(ctx context.Context) error {
 	n := b.cfg.ProbePods
-	httpPod := func(c *v1.Container) {
-		// busybox httpd serves /tmp/index.html; it ends on SIGTERM.
-		c.Command = []string{"sh", "-c", "echo ok > /tmp/index.html; exec httpd -f -p 8080 -h /tmp"}
-		c.ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
-			HTTPGet: &v1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}
-	}
 	execPod := func(c *v1.Container) {
 		c.LivenessProbe = &v1.Probe{PeriodSeconds: 10, ProbeHandler: v1.ProbeHandler{
 			Exec: &v1.ExecAction{Command: []string{"true"}}}}
@@ -39,7 +33,7 @@ func (b *bench) probeCPU(ctx context.Context) error {
 		mutate    func(*v1.Container)
 		cpu, host *float64
 	}{
-		{"hp", httpPod, &b.m.probeHTTPCPU, &b.m.probeHTTPHost},
+		{"hp", httpProbed, &b.m.probeHTTPCPU, &b.m.probeHTTPHost},
 		{"ep", execPod, &b.m.probeExecCPU, &b.m.probeExecHost},
 	} {
 		b.logf("%d pods with %s probes: CPU over %s", n, phase.prefix, b.cfg.CPUWindow)
@@ -77,6 +71,14 @@ func (b *bench) probeCPU(ctx context.Context) error {
 	}
 	b.m.probePods = n
 	return nil
+}
+
+// httpProbed makes c serve HTTP and be probed for readiness by httpGet
+// every second. busybox httpd serves /tmp/index.html; it ends on SIGTERM.
+func httpProbed(c *v1.Container) {
+	c.Command = []string{"sh", "-c", "echo ok > /tmp/index.html; exec httpd -f -p 8080 -h /tmp"}
+	c.ReadinessProbe = &v1.Probe{PeriodSeconds: 1, ProbeHandler: v1.ProbeHandler{
+		HTTPGet: &v1.HTTPGetAction{Path: "/", Port: intstr.FromInt32(8080)}}}
 }
 
 // cpuOver returns noderun's CPU and the host's busy share, both in percent

@@ -89,7 +89,7 @@ func (b *bench) measureAll(ctx context.Context) error {
 		return err
 	}
 	b.logf("warm-up")
-	if _, _, err := b.floorPods(ctx, "warm", 1, nil); err != nil {
+	if _, _, err := b.floorPods(ctx, "warm", 1, nil, nil); err != nil {
 		return fmt.Errorf("floor warm-up: %w", err)
 	}
 	if _, _, err := b.nodePods(ctx, "warm", 1, nil, nil, nil); err != nil {
@@ -139,7 +139,7 @@ func (b *bench) measureAll(ctx context.Context) error {
 
 func (b *bench) onePod(ctx context.Context, rep int) error {
 	return alternate(rep, func() error {
-		start, down, err := b.floorPods(ctx, fmt.Sprintf("f1r%d", rep), 1, nil)
+		start, down, err := b.floorPods(ctx, fmt.Sprintf("f1r%d", rep), 1, nil, nil)
 		b.m.onePod.floor = append(b.m.onePod.floor, start.Seconds())
 		b.m.onePodTeardown.floor = append(b.m.onePodTeardown.floor, down.Seconds())
 		return err
@@ -156,7 +156,7 @@ func (b *bench) onePod(ctx context.Context, rep int) error {
 func (b *bench) burst(ctx context.Context, n, rep int) error {
 	return alternate(rep, func() error {
 		var cpu time.Duration
-		start, down, err := b.floorPods(ctx, fmt.Sprintf("f%dr%d", n, rep), n, &cpu)
+		start, down, err := b.floorPods(ctx, fmt.Sprintf("f%dr%d", n, rep), n, &cpu, nil)
 		b.m.burst[n].floor = append(b.m.burst[n].floor, start.Seconds())
 		b.m.burstCPU[n].floor = append(b.m.burstCPU[n].floor, msPerPod(cpu, n))
 		b.m.teardown[n].floor = append(b.m.teardown[n].floor, down.Seconds())
@@ -225,9 +225,10 @@ func (b *bench) sampleMemory(ctx context.Context, pods int) error {
 }
 
 // floorPods starts n pods directly, in parallel, and tears them down the
-// same way. With cpu set, it gets the machine's busy time over the start.
-func (b *bench) floorPods(ctx context.Context, prefix string, n int, cpu *time.Duration) (start, down time.Duration, err error) {
-	return b.timeFloor(ctx, n, cpu, func(ctx context.Context) (func(context.Context) error, error) {
+// same way. With cpu set, it gets the machine's busy time over the start;
+// whileUp, if set, runs once they settled.
+func (b *bench) floorPods(ctx context.Context, prefix string, n int, cpu *time.Duration, whileUp func() error) (start, down time.Duration, err error) {
+	return b.timeFloor(ctx, n, cpu, whileUp, func(ctx context.Context) (func(context.Context) error, error) {
 		pods, err := b.floor.startAll(ctx, podNames(prefix, n))
 		return func(ctx context.Context) error {
 			return b.floor.stopAll(ctx, slices.DeleteFunc(pods, func(p *floorPod) bool { return p == nil }))
@@ -240,7 +241,7 @@ func (b *bench) floorPods(ctx context.Context, prefix string, n int, cpu *time.D
 // until the undo left no container or pinned namespace. A failure before
 // the undo succeeded undoes it within cleanupTime. With cpu set, it gets
 // the machine's busy time over the start.
-func (b *bench) timeFloor(ctx context.Context, runs int, cpu *time.Duration, begin func(context.Context) (func(context.Context) error, error)) (start, down time.Duration, retErr error) {
+func (b *bench) timeFloor(ctx context.Context, runs int, cpu *time.Duration, whileUp func() error, begin func(context.Context) (func(context.Context) error, error)) (start, down time.Duration, retErr error) {
 	if err := sleep(ctx, settle); err != nil {
 		return 0, 0, err
 	}
@@ -271,6 +272,11 @@ func (b *bench) timeFloor(ctx context.Context, runs int, cpu *time.Duration, beg
 	}
 	if err := sleep(ctx, settle); err != nil {
 		return start, 0, err
+	}
+	if whileUp != nil {
+		if err := whileUp(); err != nil {
+			return start, 0, err
+		}
 	}
 	b.fw.drain()
 	t0 = time.Now()
