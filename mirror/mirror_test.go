@@ -315,6 +315,22 @@ func TestMirrorNewPodOfAnEditedManifest(t *testing.T) {
 			t.Errorf("order %s first: failures %q", order[0].UID, *failures)
 		}
 	}
+
+	// Before the old pod is marked terminating, both are listed as
+	// running: the mirror pod stays the old one's until it is.
+	running := staticPod("kube-scheduler", "h1")
+	for _, order := range [][]v1.Pod{{running, repl}, {repl, running}} {
+		api, src := newFakeAPI(), &fakeSource{ready: make(chan struct{}), pods: []v1.Pod{running}}
+		close(src.ready)
+		m, _, _, _ := harness(t, api, src)
+		m.turn(context.Background())
+		first := api.pods["kube-system/kube-scheduler-n1"].UID
+		src.pods = order
+		m.turn(context.Background())
+		if mp := api.pods["kube-system/kube-scheduler-n1"]; mp.UID != first {
+			t.Errorf("order %s first, neither terminating: the mirror pod was replaced: %+v", order[0].UID, mp.ObjectMeta)
+		}
+	}
 }
 
 func TestMirrorWritesOnlyWhatChanged(t *testing.T) {
