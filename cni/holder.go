@@ -99,11 +99,40 @@ func makeHolder(dir, file string) error {
 	if err := unix.Mount("", dir, "", unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make %s private: %w", dir, err)
 	}
+	err = makePinned(dir, file, -1)
+	// The kernel refuses to pin a mount namespace whose number is not above
+	// that of the namespace pinning it (its loop check), and Linux 6.18
+	// numbers namespaces from per-CPU batches: inside a mount namespace of
+	// its own (unshare --mount, as make test-controlplane runs), a holder
+	// made on another CPU than that namespace was can be refused. One made
+	// on that CPU never is, so each CPU is tried.
+	var cpus unix.CPUSet
+	if errors.Is(err, unix.EINVAL) && unix.SchedGetaffinity(0, &cpus) == nil {
+		for cpu := 0; cpu < len(cpus)*64 && err != nil; cpu++ {
+			if cpus.IsSet(cpu) {
+				err = makePinned(dir, file, cpu)
+			}
+		}
+	}
+	return err
+}
+
+// makePinned makes the mount namespace on a thread bound to cpu (any,
+// if negative) and pins it at file.
+func makePinned(dir, file string, cpu int) error {
 	made := make(chan error, 1)
 	pinned := make(chan struct{})
 	var tid int
 	go onDiscardedThread(func() {
-		err := newMountNamespace(dir)
+		var err error
+		if cpu >= 0 {
+			var set unix.CPUSet
+			set.Set(cpu)
+			err = unix.SchedSetaffinity(0, &set)
+		}
+		if err == nil {
+			err = newMountNamespace(dir)
+		}
 		tid = unix.Gettid()
 		made <- err
 		<-pinned // the thread keeps the namespace alive until then

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -215,7 +216,7 @@ func TestKubeadmControlPlane(t *testing.T) {
 	if out := n.kubectlOK(admin, "get", "--raw", "/readyz"); out != "ok" {
 		t.Errorf("/readyz: %q", out)
 	}
-	checkControlPlane(t, n, admin, from)
+	checkControlPlane(t, n, admin, cp)
 	t.Logf("TIMING kubeadm init (to /readyz ok): %s", initTime.Round(time.Second))
 
 	// A deleted mirror pod comes back; an edited manifest changes its hash.
@@ -239,7 +240,7 @@ func TestKubeadmControlPlane(t *testing.T) {
 		// CreateJob runs a Job's pod to prove the cluster schedules and runs
 		// pods: nothing runs API pods on this node (noderun runs static pods).
 		upTime := kubeadm(t, filepath.Join(up.dir, "kubeadm"), "upgrade", "apply", to, "-y", "--ignore-preflight-errors=CreateJob")
-		checkControlPlane(t, n, admin, to)
+		checkControlPlane(t, n, admin, up)
 		n.kubectlOK(admin, "-n", "default", "get", "configmap", "survives")
 		t.Logf("TIMING kubeadm upgrade apply %s -> %s: %s", from, to, upTime.Round(time.Second))
 	}
@@ -263,11 +264,12 @@ func TestKubeadmControlPlane(t *testing.T) {
 	}
 }
 
-// checkControlPlane checks what kubeadm's control plane should be: the
-// node Ready with kubeadm's control-plane label and taint (through the
-// real kubectl), the four mirror pods Running at version with their hash,
-// and the pods the API server scheduled here not run.
-func checkControlPlane(t *testing.T, n *node, admin, version string) {
+// checkControlPlane checks what kubeadm's control plane of cp should be:
+// the node Ready with kubeadm's control-plane label and taint (through the
+// real kubectl), the four mirror pods Running and Ready, their containers
+// made from cp's images, the API server answering at cp's version, and
+// the pods the API server scheduled here not run.
+func checkControlPlane(t *testing.T, n *node, admin string, cp *controlPlane) {
 	t.Helper()
 	var node v1.Node
 	waitAPI(t, "node Ready", 2*time.Minute, func() bool { return kubeGet(t, n, admin, &node, "node", nodeName) && nodeReady(&node) })
@@ -283,15 +285,28 @@ func checkControlPlane(t *testing.T, n *node, admin, version string) {
 	}
 	t.Log(n.kubectlOK(admin, "get", "nodes", "-o", "wide"))
 	for _, c := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
-		name := c + "-" + nodeName
-		waitAPI(t, name+" Running at "+version, 5*time.Minute, func() bool {
+		name, tag := c+"-"+nodeName, ":"+cp.version
+		if c == "etcd" {
+			tag = ":" + cp.etcdVersion + "-0"
+		}
+		// The image the running container was made from, as noderun
+		// reports it, not only the manifest's.
+		waitAPI(t, name+" Running and Ready from an image tagged "+tag, 5*time.Minute, func() bool {
 			var p v1.Pod
-			if !kubeGet(t, n, admin, &p, "-n", "kube-system", "pod", name) || p.Status.Phase != v1.PodRunning {
+			if !kubeGet(t, n, admin, &p, "-n", "kube-system", "pod", name) || p.Status.Phase != v1.PodRunning ||
+				len(p.Status.ContainerStatuses) != 1 || !strings.HasSuffix(p.Spec.Containers[0].Image, tag) {
 				return false
 			}
-			return c == "etcd" || strings.HasSuffix(p.Spec.Containers[0].Image, ":"+version)
+			cs := p.Status.ContainerStatuses[0]
+			return cs.Ready && strings.HasSuffix(cs.Image, tag)
 		})
 	}
+	var v struct{ GitVersion string }
+	if err := json.Unmarshal([]byte(n.kubectlOK(admin, "get", "--raw", "/version")), &v); err != nil || v.GitVersion != cp.version {
+		t.Errorf("the API server reports version %q (%v); want %s", v.GitVersion, err, cp.version)
+	}
+	// An upgrade's old pods are gone: one pod per component.
+	waitAPI(t, "noderun running the four pods only", 2*time.Minute, func() bool { return len(n.pods()) == 4 })
 	t.Log(n.kubectlOK(admin, "-n", "kube-system", "get", "pods", "-o",
 		"custom-columns=NAME:.metadata.name,STATUS:.status.phase,IMAGE:.spec.containers[0].image,HASH:.metadata.annotations.kubernetes\\.io/config\\.hash"))
 }

@@ -286,6 +286,53 @@ func TestMirrorRecreatesReplacesAndDeletes(t *testing.T) {
 	}
 }
 
+// An edited manifest's old pod, torn down, is listed beside its new pod,
+// in either order: the mirror pod is the new one's from the first turn
+// on, with the new pod's status, and is not replaced again.
+func TestMirrorNewPodOfAnEditedManifest(t *testing.T) {
+	old, repl := staticPod("kube-scheduler", "h1"), staticPod("kube-scheduler", "h2")
+	now := metav1.Now()
+	old.DeletionTimestamp = &now
+	repl.Status = v1.PodStatus{Phase: v1.PodPending}
+	for _, order := range [][]v1.Pod{{old, repl}, {repl, old}} {
+		api, src := newFakeAPI(), &fakeSource{ready: make(chan struct{}), pods: []v1.Pod{staticPod("kube-scheduler", "h1")}}
+		close(src.ready)
+		m, _, failures, _ := harness(t, api, src)
+		ctx := context.Background()
+		m.turn(ctx)
+		src.pods = order
+		m.turn(ctx)
+		mp := api.pods["kube-system/kube-scheduler-n1"]
+		if mp == nil || mp.Annotations[ConfigMirrorAnnotation] != "h2" || mp.Status.Phase != v1.PodPending {
+			t.Fatalf("order %s first: mirror pod %+v", order[0].UID, mp)
+		}
+		src.pods = []v1.Pod{order[1], order[0]}
+		m.turn(ctx)
+		if got := api.pods["kube-system/kube-scheduler-n1"]; got.UID != mp.UID {
+			t.Errorf("order %s first: the mirror pod was replaced at the next turn: %+v", order[0].UID, got.ObjectMeta)
+		}
+		if len(*failures) != 0 {
+			t.Errorf("order %s first: failures %q", order[0].UID, *failures)
+		}
+	}
+
+	// Before the old pod is marked terminating, both are listed as
+	// running: the mirror pod stays the old one's until it is.
+	running := staticPod("kube-scheduler", "h1")
+	for _, order := range [][]v1.Pod{{running, repl}, {repl, running}} {
+		api, src := newFakeAPI(), &fakeSource{ready: make(chan struct{}), pods: []v1.Pod{running}}
+		close(src.ready)
+		m, _, _, _ := harness(t, api, src)
+		m.turn(context.Background())
+		first := api.pods["kube-system/kube-scheduler-n1"].UID
+		src.pods = order
+		m.turn(context.Background())
+		if mp := api.pods["kube-system/kube-scheduler-n1"]; mp.UID != first {
+			t.Errorf("order %s first, neither terminating: the mirror pod was replaced: %+v", order[0].UID, mp.ObjectMeta)
+		}
+	}
+}
+
 func TestMirrorWritesOnlyWhatChanged(t *testing.T) {
 	api, src := newFakeAPI(), &fakeSource{ready: make(chan struct{}), pods: []v1.Pod{staticPod("etcd", "h1")}}
 	close(src.ready)

@@ -39,7 +39,7 @@ func (m *Mirror) syncPods(ctx context.Context) {
 			delete(m.sent, uid)
 		}
 	}
-	for _, pod := range m.cfg.Source.Pods() {
+	for _, pod := range current(m.cfg.Source.Pods(), mirrors) {
 		key := pod.Namespace + "/" + pod.Name
 		mp := mirrors[key]
 		delete(mirrors, key)
@@ -72,11 +72,45 @@ func (m *Mirror) syncPods(ctx context.Context) {
 	}
 }
 
+// current keeps one pod per namespace/name, the one its mirror pod
+// stands for: while an edited manifest's old pod is torn down, its new
+// pod is listed beside it, and, as in the kubelet's pod manager, the name
+// is the new pod's (the one not terminating). Mirroring both made each
+// turn replace the other's mirror pod, so that the old hash could come
+// back with the old pod's Running status after kubeadm upgrade saw it
+// change. For the moment both are listed before the old one is marked
+// terminating, the pod the mirror pod already stands for is kept.
+func current(pods []v1.Pod, mirrors map[string]*v1.Pod) []v1.Pod {
+	rank := func(p *v1.Pod) int {
+		r := 0
+		if p.DeletionTimestamp == nil {
+			r += 2
+		}
+		if mp := mirrors[p.Namespace+"/"+p.Name]; mp != nil && mp.Annotations[ConfigMirrorAnnotation] == p.Annotations[manifests.ConfigHashAnnotation] {
+			r++
+		}
+		return r
+	}
+	at := map[string]int{}
+	var out []v1.Pod
+	for _, p := range pods {
+		key := p.Namespace + "/" + p.Name
+		if i, seen := at[key]; !seen {
+			at[key] = len(out)
+			out = append(out, p)
+		} else if rank(&p) > rank(&out[i]) {
+			out[i] = p
+		}
+	}
+	return out
+}
+
 // createMirror creates pod's mirror pod: the static pod as noderun runs
 // it, marked with its hash and owned by the Node.
 func (m *Mirror) createMirror(ctx context.Context, pod *v1.Pod, hash string) (*v1.Pod, error) {
 	mp := &v1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: *pod.ObjectMeta.DeepCopy(), Spec: *pod.Spec.DeepCopy()}
 	mp.UID, mp.ResourceVersion, mp.CreationTimestamp = "", "", metav1.Time{}
+	mp.DeletionTimestamp, mp.DeletionGracePeriodSeconds = nil, nil // noderun's own teardown mark, not the mirror's
 	mp.Annotations[ConfigMirrorAnnotation] = hash
 	mp.OwnerReferences = m.ownerRefs(true)
 	var got v1.Pod
