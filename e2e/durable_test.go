@@ -66,7 +66,10 @@ func terminated(cs v1.ContainerStatus) *v1.ContainerStateTerminated { return cs.
 // After a reboot, what had ended stays ended with its exit code, and what
 // was cut off while running is a lost exit (255, Unknown, as CRI reports
 // it): a finished OnFailure job does not run again, a Never pod that was
-// cut off is Failed, not Succeeded, and an Always pod restarts.
+// cut off is Failed, not Succeeded, and an Always pod restarts. A pod that
+// will run nothing again gets no new sandbox, as in the kubelet: its
+// statuses are the ones from before, it has no IP and is not
+// ReadyToStartContainers.
 func TestRebootKeepsExits(t *testing.T) {
 	t.Parallel()
 	n := newNode(t)
@@ -96,6 +99,17 @@ spec:
     image: busybox:1.36
     command: ["sh", "-c", "exit 3"]
 `)
+	n.writeManifest("done.yaml", `apiVersion: v1
+kind: Pod
+metadata:
+  name: done
+spec:
+  restartPolicy: Never
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["true"]
+`)
 	n.writeManifest("cutoff.yaml", strings.Replace(sleeperPod("cutoff", "busybox:1.36", "working"),
 		"spec:\n", "spec:\n  restartPolicy: Never\n", 1))
 	n.writeManifest("steady.yaml", sleeperPod("steady", "busybox:1.36", "up"))
@@ -103,7 +117,11 @@ spec:
 		return func(p *v1.Pod) bool { return p.Status.Phase == want }
 	}
 	job := n.waitPod("job", "Succeeded", phase(v1.PodSucceeded))
-	n.waitPod("failed", "Failed", phase(v1.PodFailed))
+	ended := map[string]*v1.Pod{
+		"job":    job,
+		"failed": n.waitPod("failed", "Failed", phase(v1.PodFailed)),
+		"done":   n.waitPod("done", "Succeeded", phase(v1.PodSucceeded)),
+	}
 	n.waitPod("cutoff", "Running", running)
 	n.waitPod("steady", "Running", running)
 	jobContainers := len(n.containers(string(job.UID)))
@@ -122,6 +140,12 @@ spec:
 	if term := terminated(cutoff.Status.ContainerStatuses[0]); term == nil || term.ExitCode != 255 || term.Reason != "Unknown" {
 		t.Errorf("cutoff: %s; want terminated 255 Unknown", statusJSON(cutoff))
 	}
+	for name, before := range ended {
+		after := n.waitPod(name, "published after the reboot", func(p *v1.Pod) bool {
+			return condition(p, v1.PodReadyToStartContainers) != nil
+		})
+		n.keptEnded(name, before, after)
+	}
 	time.Sleep(2 * time.Second) // time to (wrongly) run anything again
 	job = n.pod("job")
 	if job.Status.Phase != v1.PodSucceeded || job.Status.ContainerStatuses[0].RestartCount != 0 {
@@ -136,6 +160,38 @@ spec:
 	}
 	if cutoff := n.pod("cutoff"); cutoff.Status.ContainerStatuses[0].RestartCount != 0 {
 		t.Errorf("cutoff ran again under restartPolicy Never: %s", statusJSON(cutoff))
+	}
+}
+
+// keptEnded checks that a pod that had ended got no new sandbox after the
+// reboot: the same phase and container statuses, no IP, its old one
+// released (the kubelet stops the old sandbox).
+func (n *node) keptEnded(name string, before, after *v1.Pod) {
+	t := n.t
+	t.Helper()
+	if slices.Contains(n.leases(), before.Status.PodIP) {
+		t.Errorf("%s after the reboot: its old IP %s is still leased", name, before.Status.PodIP)
+	}
+	if c := condition(after, v1.PodReadyToStartContainers); c.Status != v1.ConditionFalse {
+		t.Errorf("%s after the reboot: PodReadyToStartContainers %s, want False (no new sandbox)", name, c.Status)
+	}
+	if after.Status.PodIP != "" || len(after.Status.PodIPs) != 0 {
+		t.Errorf("%s after the reboot: pod IP %q (before: %q), want none (no new sandbox)", name, after.Status.PodIP, before.Status.PodIP)
+	}
+	if after.Status.Phase != before.Status.Phase {
+		t.Errorf("%s after the reboot: phase %s, want %s", name, after.Status.Phase, before.Status.Phase)
+	}
+	all := func(p *v1.Pod) []v1.ContainerStatus {
+		return append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...)
+	}
+	b, a := all(before), all(after)
+	for i := range b {
+		bt, at := terminated(b[i]), terminated(a[i])
+		if a[i].ContainerID != b[i].ContainerID || a[i].RestartCount != b[i].RestartCount || bt == nil || at == nil ||
+			at.ExitCode != bt.ExitCode || !at.StartedAt.Equal(&bt.StartedAt) || !at.FinishedAt.Equal(&bt.FinishedAt) {
+			t.Errorf("%s after the reboot: %s; want the statuses from before: %s", name, statusJSON(after), statusJSON(before))
+			return
+		}
 	}
 }
 

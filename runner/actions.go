@@ -307,6 +307,17 @@ func (a *podActions) killSidecars(v podView) {
 	a.start = nil
 }
 
+// needsSandbox is the kubelet's computePodActions when the pod's sandbox is
+// gone (after a reboot): it makes a new one unless nothing would run in
+// it, that is when the pod's restartPolicy is Never and some container of
+// it has run, or when every app container has ended for good.
+func needsSandbox(v podView) bool {
+	if v.pod.Spec.RestartPolicy == v1.RestartPolicyNever && len(v.runs) > 0 {
+		return false
+	}
+	return !v.ended()
+}
+
 // current reports whether a run belongs to the pod's present sandbox; runs
 // recorded before sandboxes had epochs count as current.
 func (v podView) current(run *ContainerStatus) bool {

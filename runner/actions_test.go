@@ -454,3 +454,40 @@ func TestRestartOnExit(t *testing.T) {
 		}
 	}
 }
+
+// When a pod's sandbox is gone, a new one is made only if something would
+// run in it, as the kubelet's computePodActions decides CreateSandbox.
+func TestNeedsSandbox(t *testing.T) {
+	tests := []struct {
+		name   string
+		policy v1.RestartPolicy
+		inits  []string
+		runs   func(*v1.Pod) map[string]*ContainerStatus
+		want   bool
+	}{
+		{"never run", v1.RestartPolicyNever, nil, func(*v1.Pod) map[string]*ContainerStatus { return nil }, true},
+		{"Never, ended", v1.RestartPolicyNever, nil,
+			func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), exited(p, "b", 1)) }, false},
+		{"Never, only an init container ran", v1.RestartPolicyNever, []string{"init"},
+			func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 0)) }, false},
+		{"OnFailure, all succeeded", v1.RestartPolicyOnFailure, []string{"init"},
+			func(p *v1.Pod) map[string]*ContainerStatus {
+				return runs(exited(p, "init", 0), exited(p, "a", 0), exited(p, "b", 0))
+			}, false},
+		{"OnFailure, one cut off", v1.RestartPolicyOnFailure, nil,
+			func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), exited(p, "b", 255)) }, true},
+		{"OnFailure, init done, app never ran", v1.RestartPolicyOnFailure, []string{"init"},
+			func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "init", 0)) }, true},
+		{"Always, all succeeded", v1.RestartPolicyAlways, nil,
+			func(p *v1.Pod) map[string]*ContainerStatus { return runs(exited(p, "a", 0), exited(p, "b", 0)) }, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := actionsPod(tt.policy, tt.inits...)
+			v := podView{pod: pod, now: t0, runs: tt.runs(pod), probes: fakeProbes{}}
+			if got := needsSandbox(v); got != tt.want {
+				t.Errorf("needsSandbox = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -59,6 +60,8 @@ func (w *podWorker) sync(ctx context.Context, pod *v1.Pod) (retry time.Duration)
 	}
 	if w.st.sandboxOK {
 		w.checkSandbox(ctx, pod)
+	} else if after, done := w.syncWithoutSandbox(ctx, pod); done {
+		return minPositive(retry, after)
 	}
 	defer w.prunePrecreated(ctx, pod)
 	defer func() { w.st.listedEmpty = false }() // for this sync only
@@ -596,6 +599,51 @@ func hostPorts(pod *v1.Pod) []PortMapping {
 		}
 	}
 	return out
+}
+
+// syncWithoutSandbox keeps a pod whose sandbox is gone (a reboot emptied
+// the run dir) and that will run nothing again as it ended, without a new
+// sandbox, as the kubelet does: its containers' statuses stay, no IP is
+// taken (the old one is released), nothing starts. done is false when the
+// sandbox is to be made.
+func (w *podWorker) syncWithoutSandbox(ctx context.Context, pod *v1.Pod) (retry time.Duration, done bool) {
+	if w.st.epoch != "" {
+		return 0, false // this worker made it: it broke, and is made anew
+	}
+	if _, err := os.Stat(filepath.Join(w.podRunDir(), epochFile)); !errors.Is(err, fs.ErrNotExist) {
+		return 0, false // adopted from the noderun before
+	}
+	latest, ok := w.observe(ctx, pod)
+	if !ok {
+		return w.failDelay("list"), true
+	}
+	delete(w.st.backoff, "list")
+	v := w.view(pod, latest)
+	if needsSandbox(v) {
+		return 0, false
+	}
+	acts := computePodActions(v)
+	acts.start = nil // the kubelet's KillPod without CreateSandbox
+	retry = w.act(ctx, pod, acts, latest)
+	if !w.st.oldReleased {
+		// The kubelet's KillPod stops the old sandbox too: its IP and
+		// host port rules are released.
+		if err := w.env.net.Teardown(ctx, w.sandbox(pod)); err != nil {
+			w.env.log.Error("release the network of the sandbox gone with a reboot", "pod", podRef(pod), "err", err)
+			retry = minPositive(retry, w.failDelay("sandbox"))
+		} else {
+			w.st.oldReleased = true
+			delete(w.st.backoff, "sandbox")
+		}
+	}
+	if acts.unknown {
+		retry = minPositive(retry, w.failDelay("unknown"))
+	}
+	st := w.publish(pod, latest, acts)
+	if (st.Phase == v1.PodSucceeded || st.Phase == v1.PodFailed) && !anyLive(latest) {
+		w.podEnded(ctx, pod)
+	}
+	return retry, true
 }
 
 // ensureSandbox sets up namespaces, network, pod files and volumes. A

@@ -45,6 +45,9 @@ type podState struct {
 	started   time.Time
 	ips       []string
 	sandboxOK bool
+	// oldReleased: the network of a sandbox gone with a reboot was
+	// released for a pod that gets no new one (syncWithoutSandbox).
+	oldReleased bool
 	// endedCounted: the pod ended and the QoS parents were updated.
 	endedCounted bool
 	checked      time.Time // last deep network check
