@@ -251,8 +251,12 @@ spec:
   case $(basename $d) in *.scope|[0-9a-f][0-9a-f][0-9a-f][0-9a-f]*) continue ;; esac
   sed -n 's/^oom_kill //p' $d/%s
 done`, limit, dir, events))
-	if f := strings.Fields(kills); len(f) != 1 || f[0] == "0" {
-		n.t.Errorf("oom: the pod cgroup's memory.events oom_kill: %q, want one cgroup with a count > 0", kills)
+	// v2's memory.events counts the kills below the pod's cgroup too; v1's
+	// oom_control counts only those at its own limit, and the container's
+	// limit, the same, is hit first (seen in the VM: the pod's count 0),
+	// so there only the one pod cgroup is required.
+	if f := strings.Fields(kills); len(f) != 1 || (f[0] == "0" && !n.v1) {
+		n.t.Errorf("oom: the pod cgroup's %s oom_kill: %q, want one cgroup with a count > 0", events, kills)
 	}
 	if n.driver == "systemd" && term.Reason == "Error" && term.ExitCode == 137 {
 		// Seen in this VM (containerd 2.4.2, runc 1.5.3): the kernel kills
