@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/vishvananda/netlink"
 
@@ -18,12 +19,14 @@ import (
 
 // defaultRecord says what noderun created for its default network, so that
 // RemoveDefaultNetwork removes only that: the config file as written (not
-// one an admin edited since) and the bridge, unless it existed before.
+// one an admin edited since), its directory if noderun made it, and the
+// bridge, unless it existed before.
 type defaultRecord struct {
 	Path          string `json:"path"`
 	SHA256        string `json:"sha256"`
 	Bridge        string `json:"bridge"`
 	BridgeExisted bool   `json:"bridgeExisted"`
+	DirCreated    bool   `json:"dirCreated,omitempty"`
 }
 
 // recordPath is beside the cache, in noderun's state dir.
@@ -34,15 +37,16 @@ func recordPath(cacheDir string) string {
 // recordDefault is written before the config itself: a crash between the
 // two leaves a record whose file is missing, which removal skips, never a
 // config of noderun's that nothing remembers.
-func recordDefault(cfg Config, path string, data []byte) error {
+func recordDefault(cfg Config, path string, data []byte, dirCreated bool) error {
 	sum := sha256.Sum256(data)
-	rec := defaultRecord{Path: path, SHA256: hex.EncodeToString(sum[:]), Bridge: cfg.DefaultBridge}
+	rec := defaultRecord{Path: path, SHA256: hex.EncodeToString(sum[:]), Bridge: cfg.DefaultBridge, DirCreated: dirCreated}
 	if _, err := netlink.LinkByName(cfg.DefaultBridge); err == nil {
 		rec.BridgeExisted = true
 	}
 	if prev, err := readRecord(cfg.CacheDir); err == nil && prev.Bridge == rec.Bridge && prev.Path == rec.Path {
 		// Rewritten after an admin removed it: the bridge is still ours.
 		rec.BridgeExisted = prev.BridgeExisted
+		rec.DirCreated = rec.DirCreated || prev.DirCreated
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -93,6 +97,17 @@ func RemoveDefaultNetwork(cfg Config) (removed, kept []string, err error) {
 			return nil, kept, fmt.Errorf("cni: remove %s: %w", rec.Path, err)
 		}
 		removed = append(removed, rec.Path)
+		if rec.DirCreated {
+			dir := filepath.Dir(rec.Path)
+			switch err := os.Remove(dir); {
+			case err == nil:
+				removed = append(removed, dir)
+			case errors.Is(err, syscall.ENOTEMPTY) || errors.Is(err, syscall.EEXIST):
+				kept = append(kept, dir+": holds other files")
+			case !errors.Is(err, fs.ErrNotExist):
+				return removed, kept, fmt.Errorf("cni: remove %s: %w", dir, err)
+			}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTimeouts.op)
 	defer cancel()

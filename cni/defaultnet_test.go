@@ -23,7 +23,8 @@ func bridgeExists(name string) bool {
 }
 
 // The bridge plugin creates the bridge at the first ADD, after noderun
-// wrote its config: both are noderun's and go.
+// wrote its config into a directory it made: all three are noderun's and
+// go.
 func TestRemoveDefaultNetworkRemovesWhatNoderunMade(t *testing.T) {
 	requireRoot(t)
 	cfg := testNetwork(t)
@@ -33,8 +34,8 @@ func TestRemoveDefaultNetworkRemovesWhatNoderunMade(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(removed, []string{path, "bridge " + cfg.DefaultBridge}) || len(kept) != 0 {
-		t.Fatalf("removed %q, kept %q; want the config and the bridge removed", removed, kept)
+	if !slices.Equal(removed, []string{path, cfg.ConfDir, "bridge " + cfg.DefaultBridge}) || len(kept) != 0 {
+		t.Fatalf("removed %q, kept %q; want the config, its directory and the bridge removed", removed, kept)
 	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("config still there: %v", err)
@@ -67,6 +68,25 @@ func TestRemoveDefaultNetworkKeepsWhatIsNotNoderuns(t *testing.T) {
 	}
 	if _, err := os.Stat(path); err != nil || !bridgeExists(cfg.DefaultBridge) {
 		t.Fatalf("config (%v) or bridge removed", err)
+	}
+}
+
+// A config directory that was there before noderun wrote into it stays
+// (seen in make test-vm: reset left /etc/cni/net.d, empty, behind, when
+// noderun had made it).
+func TestRemoveDefaultNetworkKeepsADirItDidNotMake(t *testing.T) {
+	requireRoot(t)
+	cfg := testNetwork(t)
+	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := writeDefault(t, cfg)
+	removed, kept, err := RemoveDefaultNetwork(cfg)
+	if err != nil || !slices.Equal(removed, []string{path}) || len(kept) != 0 {
+		t.Fatalf("removed %q, kept %q, %v; want only the config removed", removed, kept, err)
+	}
+	if _, err := os.Stat(cfg.ConfDir); err != nil {
+		t.Errorf("the directory that existed before: %v", err)
 	}
 }
 

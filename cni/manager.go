@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -420,10 +421,12 @@ func defaultNetworkName(bridge string) string {
 // and records it (recordDefault) so that reset removes only what noderun wrote.
 func writeDefaultConfig(cfg Config, data []byte) (string, error) {
 	path := filepath.Join(cfg.ConfDir, defaultConfName)
+	_, statErr := os.Stat(cfg.ConfDir)
 	if err := os.MkdirAll(cfg.ConfDir, 0o755); err != nil {
 		return "", fmt.Errorf("cni: write default config %s: %w", path, err)
 	}
-	if err := recordDefault(cfg, path, data); err != nil {
+	// A directory made here is noderun's for reset to remove with the file.
+	if err := recordDefault(cfg, path, data, errors.Is(statErr, fs.ErrNotExist)); err != nil {
 		return "", fmt.Errorf("cni: record default config %s: %w", path, err)
 	}
 	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -87,11 +88,15 @@ type node struct {
 	status *testnode.StatusClient
 	// before is hostState before noderun's first start.
 	before string
+	// v1 is a machine booted with cgroup v1 (systemd's legacy/hybrid
+	// layout) instead of the unified v2.
+	v1 bool
 }
 
 // bootNode boots a fresh machine, installs the package and starts noderun
-// with systemctl, under the given cgroup driver.
-func bootNode(t *testing.T, driver string) *node {
+// with systemctl, under the given cgroup driver; kernelArgs are added to
+// the machine's kernel command line.
+func bootNode(t *testing.T, driver string, kernelArgs ...string) *node {
 	t.Helper()
 	deb, busybox := prerequisites(t)
 	img := vmImage(t)
@@ -102,7 +107,8 @@ func bootNode(t *testing.T, driver string) *node {
 		t.Fatal(err)
 	}
 	t.Cleanup(vm.Close)
-	n := &node{t: t, vm: vm, driver: driver}
+	vm.KernelArgs = kernelArgs
+	n := &node{t: t, vm: vm, driver: driver, v1: slices.Contains(kernelArgs, cgroupV1)}
 	n.status = &testnode.StatusClient{Client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(context.Context, string, string) (net.Conn, error) {
@@ -112,6 +118,9 @@ func bootNode(t *testing.T, driver string) *node {
 	start := time.Now()
 	if err := vm.Boot(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if n.v1 != (strings.TrimSpace(n.sh("stat -fc %T /sys/fs/cgroup")) == "tmpfs") {
+		t.Fatalf("the machine booted with %q has /sys/fs/cgroup of type %s", kernelArgs, n.sh("stat -fc %T /sys/fs/cgroup"))
 	}
 	t.Logf("the machine (%s) answered ssh %s after qemu started", vm.Accel, time.Since(start).Round(time.Second))
 	n.install(deb, busybox)
@@ -124,14 +133,18 @@ func (n *node) install(deb, busybox string) {
 	n.t.Helper()
 	n.put("/root/noderun.deb", deb, 0o644)
 	// apt, offline (nothing to fetch: every dependency is in the image).
+	start := time.Now()
 	n.sh("DEBIAN_FRONTEND=noninteractive apt-get install -y -q /root/noderun.deb")
+	n.t.Logf("apt-get install of the package took %s", time.Since(start).Round(time.Second))
 	n.write("/etc/noderun/env", "NODERUN_CGROUP_DRIVER="+n.driver+"\n", 0o600)
 	n.put("/var/lib/noderun/images/busybox.tar", busybox, 0o644)
 	n.before = n.sh(hostState)
+	start = time.Now()
 	n.sh("systemctl start noderun")
 	if got := strings.TrimSpace(n.sh("systemctl is-active noderun")); got != "active" {
 		n.t.Fatalf("noderun after systemctl start: %s", got)
 	}
+	n.t.Logf("systemctl start noderun took %s", time.Since(start).Round(time.Second))
 }
 
 // put copies a host file into the machine.

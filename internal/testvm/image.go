@@ -31,8 +31,9 @@ import (
 // runs instead of Debian's 1.6.20 and 1.1.5.
 const Runtime = "2.x"
 
-// Image is a built image: disk.raw, vmlinuz and initrd.img in Dir, and
-// the keys ssh uses to reach its machines.
+// Image is a built image: disk.raw, vmlinuz, initrd.img and the kernel
+// command line (cmdline) in Dir, and the keys ssh uses to reach its
+// machines.
 type Image struct {
 	Dir     string
 	signer  ssh.Signer

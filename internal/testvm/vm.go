@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -31,10 +32,13 @@ type VM struct {
 	img *Image
 	dir string
 	// Accel is "kvm" or "tcg", as chosen at New.
-	Accel  string
-	qemu   *exec.Cmd
-	exited chan struct{}
-	client *ssh.Client
+	Accel string
+	// KernelArgs are added to the image's kernel command line at each
+	// Boot (e.g. systemd.unified_cgroup_hierarchy=0 for cgroup v1).
+	KernelArgs []string
+	qemu       *exec.Cmd
+	exited     chan struct{}
+	client     *ssh.Client
 }
 
 // New makes a machine whose disk lives in dir; nothing runs yet.
@@ -87,6 +91,11 @@ func (vm *VM) Boot(ctx context.Context) error {
 	if vm.Accel == "kvm" {
 		cpu = "host"
 	}
+	cmdline, err := os.ReadFile(filepath.Join(vm.img.Dir, "cmdline"))
+	if err != nil {
+		return err
+	}
+	args := strings.Join(append(strings.Fields(string(cmdline)), vm.KernelArgs...), " ")
 	console, err := os.OpenFile(filepath.Join(vm.dir, "console.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
@@ -97,7 +106,7 @@ func (vm *VM) Boot(ctx context.Context) error {
 	vm.qemu = exec.Command("qemu-system-x86_64", "-nodefaults", "-no-user-config", "-display", "none",
 		"-machine", "q35", "-accel", vm.Accel, "-cpu", cpu, "-smp", cpus, "-m", memoryMB,
 		"-kernel", filepath.Join(vm.img.Dir, "vmlinuz"), "-initrd", filepath.Join(vm.img.Dir, "initrd.img"),
-		"-append", "root=/dev/vda ro console=ttyS0 quiet panic=-1",
+		"-append", args,
 		"-drive", "file="+filepath.Join(vm.dir, "disk.qcow2")+",if=virtio,format=qcow2",
 		"-netdev", fmt.Sprintf("user,id=n0,restrict=on,hostfwd=tcp:127.0.0.1:%d-:22", port),
 		"-device", "virtio-net-pci,netdev=n0", "-device", "virtio-rng-pci",
