@@ -211,9 +211,9 @@ func TestCheckWarnsAndRefusesFields(t *testing.T) {
 		!strings.Contains(errOut, "warning: "+ignored+":5:3: spec.tolerations: ignored: the kubelet checks no taint for static pods") {
 		t.Errorf("ignored field: err %v, stdout %q, stderr %q", err, out, errOut)
 	}
-	refused := write("refused.yaml", "  hostUsers: false\n")
+	refused := write("refused.yaml", "  runtimeClassName: kata\n")
 	_, errOut, err = runCLI(t, "check", "--node-name", "n1", refused)
-	if !errors.Is(err, errCheckFailed) || !strings.Contains(errOut, refused+":5:3: spec.hostUsers: not supported by noderun: user namespaces") {
+	if !errors.Is(err, errCheckFailed) || !strings.Contains(errOut, refused+":5:3: spec.runtimeClassName: not supported by noderun: noderun has one runtime") {
 		t.Errorf("refused field: err %v, stderr %q", err, errOut)
 	}
 }
