@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/noderun/noderun/internal/testenv"
 )
 
 func TestCreateNamespacesInUserNS(t *testing.T) { eachLayout(t, testCreateNamespacesInUserNS) }
@@ -33,7 +35,7 @@ func testCreateNamespacesInUserNS(t *testing.T, h *Holder) {
 	}
 	user := inode(t, nss.User)
 	for _, p := range []string{nss.Net, nss.IPC, nss.UTS} {
-		if owner := ownerInode(t, p); owner != user {
+		if owner := testenv.UserNSOwner(t, p); owner != user {
 			t.Errorf("%s is owned by user namespace %d, not the pod's %d", p, owner, user)
 		}
 	}
@@ -55,28 +57,7 @@ func testCreateNamespacesInUserNS(t *testing.T, h *Holder) {
 	if _, err := CreateNamespacesInUserNS(dir, "web-0", m, h); err != nil {
 		t.Fatal(err)
 	}
-	if now := inode(t, nss.User); now == user || ownerInode(t, nss.Net) != now || ownerInode(t, nss.IPC) != now {
+	if now := inode(t, nss.User); now == user || testenv.UserNSOwner(t, nss.Net) != now || testenv.UserNSOwner(t, nss.IPC) != now {
 		t.Error("after the net pin was lost, the namespaces were not all made anew in one user namespace")
 	}
-}
-
-// ownerInode is the inode of the user namespace that owns the namespace
-// pinned at path (NS_GET_USERNS).
-func ownerInode(t *testing.T, path string) uint64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
-	if err != nil {
-		t.Fatalf("NS_GET_USERNS %s: %v", path, err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
 }

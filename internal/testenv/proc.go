@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ParentPID returns a process's parent: for a container's PID 1, its
@@ -152,4 +154,25 @@ func EndedByKill(t testing.TB, cmd *exec.Cmd) bool {
 		return false
 	}
 	return true
+}
+
+// UserNSOwner is the inode of the user namespace that owns the namespace
+// at path (NS_GET_USERNS).
+func UserNSOwner(t testing.TB, path string) uint64 {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
+	if err != nil {
+		t.Fatalf("NS_GET_USERNS %s: %v", path, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
 }

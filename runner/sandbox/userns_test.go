@@ -2,12 +2,12 @@ package sandbox
 
 import (
 	"context"
-	"os"
 	"slices"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 )
 
@@ -24,7 +24,7 @@ func TestSetupUserNamespace(t *testing.T) {
 	}
 	wantCalls(t, f, "add sb1 netns="+sb.NetNSPath())
 	user := nsInode(t, sb.UserNSPath())
-	if owner := ownerOf(t, sb.NetNSPath()); owner != user {
+	if owner := testenv.UserNSOwner(t, sb.NetNSPath()); owner != user {
 		t.Errorf("the pod's netns is owned by user namespace %d, not the pod's %d", owner, user)
 	}
 	if _, fresh, err := New(f, p.dir, nil).Setup(context.Background(), sb); err != nil || fresh {
@@ -36,14 +36,14 @@ func TestSetupUserNamespace(t *testing.T) {
 	if _, fresh, err := p.Setup(context.Background(), sb); err != nil || !fresh {
 		t.Fatalf("Setup without a user namespace: fresh %v, %v; want made anew", fresh, err)
 	}
-	if isNamespace(sb.UserNSPath()) || ownerOf(t, sb.NetNSPath()) != nsInode(t, "/proc/self/ns/user") {
+	if isNamespace(sb.UserNSPath()) || testenv.UserNSOwner(t, sb.NetNSPath()) != nsInode(t, "/proc/self/ns/user") {
 		t.Error("the pod without hostUsers: false kept namespaces of its earlier user namespace")
 	}
 	if calls := f.took(); !slices.Contains(calls, "add sb1 netns="+sb.NetNSPath()) {
 		t.Errorf("CNI calls %q: not attached again", calls)
 	}
 	sb.UserNS = &runner.IDMapping{HostID: 5 * 65536, Length: 65536}
-	if _, fresh, err := p.Setup(context.Background(), sb); err != nil || !fresh || ownerOf(t, sb.NetNSPath()) != nsInode(t, sb.UserNSPath()) {
+	if _, fresh, err := p.Setup(context.Background(), sb); err != nil || !fresh || testenv.UserNSOwner(t, sb.NetNSPath()) != nsInode(t, sb.UserNSPath()) {
 		t.Errorf("Setup with hostUsers: false again: fresh %v, %v; want made anew in a user namespace", fresh, err)
 	}
 }
@@ -52,26 +52,6 @@ func nsInode(t *testing.T, path string) uint64 {
 	t.Helper()
 	var st unix.Stat_t
 	if err := unix.Stat(path, &st); err != nil {
-		t.Fatal(err)
-	}
-	return st.Ino
-}
-
-// ownerOf is the inode of the user namespace owning the namespace at path.
-func ownerOf(t *testing.T, path string) uint64 {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fd, err := unix.IoctlRetInt(int(f.Fd()), unix.NS_GET_USERNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
 		t.Fatal(err)
 	}
 	return st.Ino
