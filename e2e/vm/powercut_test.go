@@ -53,7 +53,7 @@ echo leases-not-stock $(ctr -n $ns leases ls | tail -n +2 | grep -vc 'io.noderun
 echo sandboxes $(ls /run/noderun/pods 2>/dev/null | wc -l)
 echo netns $(ip netns list | wc -l)
 echo veths $(ip -o link show type veth | wc -l)
-echo ip-leases $(ls /var/lib/cni/networks/*/ 2>/dev/null | grep -Evc '^(lock|last_reserved_ip.*|)$')
+echo ip-leases $(find /var/lib/noderun/cni/networks /var/lib/cni/networks -mindepth 2 -maxdepth 2 -type f ! -name lock ! -name 'last_reserved_ip*' 2>/dev/null | wc -l)
 echo pod-cgroups $(find /sys/fs/cgroup -type d \( -name 'noderun*-pod*.slice' -o -path '*/noderun/*pod*' -name 'pod*' \) | wc -l)
 echo mounts $(grep -cE ' /run/(containerd|noderun)/' /proc/self/mountinfo)
 echo shims $(pgrep -c containerd-shim || true)
