@@ -867,8 +867,9 @@ func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.Ex
 	switch ev := ev.(type) {
 	case *apievents.TaskOOM:
 		// The shim's TaskOOM may come after the exit it caused: the pod
-		// is synced again so its status says OOMKilled.
-		if uid, marked := r.markOOMKilled(ctx, ev.ContainerID); marked {
+		// is synced again so its status says OOMKilled. Before the exit
+		// (the usual order) the exit's own event does that.
+		if uid, exited := r.markOOMKilled(ctx, ev.ContainerID); exited {
 			return runner.ExitEvent{ContainerID: ev.ContainerID, PodUID: uid}, true
 		}
 	case *apievents.TaskExit:
@@ -892,10 +893,10 @@ func (r *Runtime) handleEvent(ctx context.Context, event typeurl.Any) (runner.Ex
 	return runner.ExitEvent{}, false
 }
 
-// markOOMKilled labels one of our containers as OOM-killed and says whose
-// pod it is when it was not labelled before. The label is the only record:
-// containerd does not replay events.
-func (r *Runtime) markOOMKilled(ctx context.Context, id string) (podUID string, marked bool) {
+// markOOMKilled labels one of our containers as OOM-killed and, when it
+// was not labelled before and its exit is already recorded, says whose pod
+// it is. The label is the only record: containerd does not replay events.
+func (r *Runtime) markOOMKilled(ctx context.Context, id string) (podUID string, exited bool) {
 	svc := r.client.ContainerService()
 	rec, err := svc.Get(ctx, id)
 	if err != nil {
@@ -911,7 +912,7 @@ func (r *Runtime) markOOMKilled(ctx context.Context, id string) (podUID string, 
 		r.log.Warn("OOM kill not recorded", "container", id, "err", err)
 		return "", false
 	}
-	return rec.Labels[LabelPodUID], true
+	return rec.Labels[LabelPodUID], rec.Labels[LabelExit] != ""
 }
 
 func ignoreNotFound(err error) error {
