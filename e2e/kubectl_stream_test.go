@@ -282,11 +282,19 @@ spec:
 		t.Fatalf("kubectl port-forward did not start: %s", errOut.String())
 	}
 	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{Proxy: nil, DisableKeepAlives: true}}
+	var lastErr error
+	defer func() {
+		if t.Failed() {
+			t.Logf("the last request's error: %v; kubectl port-forward's stderr: %s", lastErr, errOut.String())
+		}
+	}()
 	for i := range 3 { // each request is a new forwarded connection
 		var body []byte
-		waitUntil(t, "an answer through the tunnel", func() bool {
+		// The kubectl command's own bound: a busy machine slows each
+		// forwarded connection's setup, and a request may hit its 10 s.
+		waitUntilFor(t, "an answer through the tunnel", 2*waitTimeout, func() bool {
 			resp, err := hc.Get("http://" + addr + "/index.html")
-			if err != nil {
+			if lastErr = err; err != nil {
 				return false // httpd may not listen yet
 			}
 			defer resp.Body.Close()
