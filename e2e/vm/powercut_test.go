@@ -56,7 +56,10 @@ echo veths $(ip -o link show type veth | wc -l)
 echo ip-leases $(find /var/lib/noderun/cni/networks /var/lib/cni/networks -mindepth 2 -maxdepth 2 -type f ! -name lock ! -name 'last_reserved_ip*' 2>/dev/null | wc -l)
 echo pod-cgroups $(find /sys/fs/cgroup -type d \( -name 'noderun*-pod*.slice' -o -path '*/noderun/*pod*' -name 'pod*' \) | wc -l)
 echo mounts $(grep -cE ' /run/(containerd|noderun)/' /proc/self/mountinfo)
-echo shims $(pgrep -c containerd-shim || true)
+# Pods share shims (--shim-groups): a shim is stray when it is beyond one
+# per group of the running tasks (a task without a group is its own).
+groups=$(for id in $(ctr -n $ns tasks ls -q); do ctr -n $ns containers info $id | grep -o '"io.containerd.runc.v2.group": *"[^"]*"' || echo "solo $id"; done | sort -u | wc -l)
+echo stray-shims $(( $(pgrep -c containerd-shim || true) - groups ))
 `
 
 // leakCounts parses census's output.
