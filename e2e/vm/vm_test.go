@@ -258,14 +258,6 @@ done`, limit, dir, events))
 	if f := strings.Fields(kills); len(f) != 1 || (f[0] == "0" && !n.v1) {
 		n.t.Errorf("oom: the pod cgroup's %s oom_kill: %q, want one cgroup with a count > 0", events, kills)
 	}
-	if n.driver == "systemd" && term.Reason == "Error" && term.ExitCode == 137 {
-		// Seen in this VM (containerd 2.4.2, runc 1.5.3): the kernel kills
-		// at the pod slice's limit (oom_memcg is the slice), systemd
-		// removes the emptied scope at once, and neither the shim's
-		// TaskOOM nor noderun's read of the scope's memory.events sees
-		// the kill. Not fixed yet: the scenario says so instead of passing.
-		n.t.Skipf("oom: known gap under the systemd driver: the kernel's kill (pod slice oom_kill %s) is reported as Error 137, not OOMKilled", strings.TrimSpace(kills))
-	}
 	if term.Reason != "OOMKilled" || term.ExitCode != 137 {
 		n.t.Errorf("oom: terminated %s exit %d, want OOMKilled 137", term.Reason, term.ExitCode)
 	}
