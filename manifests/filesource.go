@@ -194,6 +194,10 @@ type fileRun struct {
 	// sent yet: the two ways a file may be half written.
 	written  map[string]time.Time
 	starting bool
+	// sweeping: a re-list on the timer or after lost events is reading.
+	// A change it finds may be a write whose events are not taken yet (a
+	// busy machine), so a recently modified file waits as at start.
+	sweeping bool
 	listErr  string // the listing error last logged
 	watchErr string // the watch error last logged
 	emitter
@@ -235,10 +239,10 @@ func (r *fileRun) loop(ctx context.Context, out chan<- Snapshot) error {
 			// Most likely a queue overflow: events were lost.
 			r.log.Warn("watch error; re-listing", "path", r.path, "err", err)
 			r.watch()
-			r.relistAll()
+			r.sweep()
 		case <-relist.C:
 			r.watch()
-			r.relistAll()
+			r.sweep()
 		case now := <-debounce.C:
 			r.expire(now)
 		}
@@ -505,6 +509,13 @@ func (r *fileRun) unwatch() {
 	}
 }
 
+// sweep re-reads every manifest as a re-list not prompted by an event.
+func (r *fileRun) sweep() {
+	r.sweeping = true
+	r.relistAll()
+	r.sweeping = false
+}
+
 // relistAll re-reads every manifest. A missing path means no pods, as in the
 // kubelet; an unreadable directory keeps the last state rather than stopping
 // every pod over what may be a passing problem.
@@ -575,8 +586,8 @@ func (r *fileRun) load(path string) {
 
 // settled reports whether the file, read as it was at fi, is done being
 // written: its size and mtime did not change during the read, and it was
-// not written in place within r.settle (at start, when no write could be
-// seen: not modified within it). Otherwise it puts off another read.
+// not written in place within r.settle (at start or in a sweep, when a
+// write may not have been seen: not modified within it). Otherwise it puts off another read.
 func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
 	if r.readAsIs {
 		return true
@@ -593,7 +604,7 @@ func (r *fileRun) settled(path string, fi fs.FileInfo) bool {
 		wait = r.debounce
 	case writing && time.Since(wrote) < r.settle:
 		wait = r.settle - time.Since(wrote)
-	case (r.starting || r.polling()) && age >= 0 && age < r.settle:
+	case (r.starting || r.sweeping || r.polling()) && age >= 0 && age < r.settle:
 		// A future mtime (another host's clock, over NFS) says nothing
 		// of a local writer; the size check above still applies.
 		wait = r.settle - age

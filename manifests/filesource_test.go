@@ -747,3 +747,45 @@ func TestFileSourcePollsWithoutInotify(t *testing.T) {
 		t.Fatal("no snapshot with the changes")
 	}
 }
+
+// A re-list on the timer can read a file before the events of its write
+// are taken (the event reader held up on a busy machine): a recent change
+// it finds waits for the write to settle, as at start, and is not applied
+// as it stands, which may be a writer's prefix. An unchanged file is read
+// as before, and an old change is applied.
+func TestFileSourceSweepWaitsForRecentWrite(t *testing.T) {
+	dir := t.TempDir()
+	web := filepath.Join(dir, "web.yaml")
+	writeFile(t, web, envManifest("X"))
+	old := time.Now().Add(-time.Hour)
+	if err := os.Chtimes(web, old, old); err != nil {
+		t.Fatal(err)
+	}
+	w, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	r := &fileRun{FileSource: NewFileSource(dir, "node1", WithWriteSettle(time.Minute)), w: w, watched: dir,
+		files: map[string]*fileResult{}, pending: map[string]time.Time{}, written: map[string]time.Time{}}
+	r.sweep()
+	if got := string(r.files[web].data); got != envManifest("X") {
+		t.Fatalf("an old file not applied by a sweep: %q", got)
+	}
+
+	writeFile(t, web, envManifest("A")) // its events not taken
+	r.sweep()
+	if got := string(r.files[web].data); got != envManifest("X") {
+		t.Fatalf("a sweep applied a write made a moment ago: %q", got)
+	}
+	if _, ok := r.pending[web]; !ok {
+		t.Fatal("the recent write is not read again later")
+	}
+	if err := os.Chtimes(web, old, old); err != nil {
+		t.Fatal(err)
+	}
+	r.sweep()
+	if got := string(r.files[web].data); got != envManifest("A") {
+		t.Fatalf("a settled write not applied by a sweep: %q", got)
+	}
+}
