@@ -77,6 +77,9 @@ type Runtime struct {
 	mu     sync.Mutex
 	images map[string]imageFacts // by image digest
 	users  map[string]specs.User // by digest and user settings
+	// groupTurns hold each shim group's task creates to one at a time
+	// (groupTurn), by groupIndex.
+	groupTurns map[uint32]chan struct{}
 	// One lookup of a user key at a time, shared by the containers that
 	// wait for it: a burst of pods of one image would otherwise mount the
 	// rootfs of each (twice: passwd, then group) before the first result
@@ -374,7 +377,11 @@ func (r *Runtime) createContainer(ctx context.Context, cfg *runner.ContainerConf
 	if err != nil {
 		return err
 	}
-	err = fs.newTask(ctx, r.client, c, stdio, runtimeOpts)
+	done, err := r.groupTurn(ctx, cfg.Sandbox)
+	if err == nil {
+		err = fs.newTask(ctx, r.client, c, stdio, runtimeOpts)
+		done()
+	}
 	if outputs != nil {
 		err = errors.Join(err, r.runDriver(cfg.ID, outputs, err == nil))
 	}

@@ -42,14 +42,55 @@ func (r *Runtime) withShimGroup(sb *runner.Sandbox) oci.SpecOpts {
 	}
 }
 
-// shimGroupName is the group of the pods of sandbox ID sandbox among n: a
-// hash of it, and the shim binary's build, so that the tasks created after
-// a containerd upgrade get shims of the new binary while the old shims
-// serve their tasks until these end.
-func shimGroupName(sandbox string, n int, build string) string {
+// Two task creates of one group at once can leave a shim that serves
+// nothing running for as long as the node runs (seen in the VM at the boot
+// after a power cut): containerd's shim starter of the second finds the
+// group's socket that the first one's bound and, when a connect to it is
+// not answered within 100 ms (CanConnect; a slow machine), takes it for a
+// dead shim's, removes it and starts a second shim there. Both tasks reach
+// the second; the first shim, its socket gone, gets no task and so never
+// the Shutdown that would end it. So a group's creates are made one at a
+// time. The shims of containerd 1.6 and 1.7 create one task at a time
+// anyway; groups still create in parallel.
+
+// groupTurn waits for the turn of sandbox sb's group to create a task,
+// and returns the func that ends it.
+func (r *Runtime) groupTurn(ctx context.Context, sb *runner.Sandbox) (done func(), err error) {
+	if r.shimGroups <= 0 || sb == nil || sb.ID == "" {
+		return func() {}, nil
+	}
+	i := groupIndex(sb.ID, r.shimGroups)
+	r.mu.Lock()
+	if r.groupTurns == nil {
+		r.groupTurns = map[uint32]chan struct{}{}
+	}
+	turn := r.groupTurns[i]
+	if turn == nil {
+		turn = make(chan struct{}, 1)
+		r.groupTurns[i] = turn
+	}
+	r.mu.Unlock()
+	select {
+	case turn <- struct{}{}:
+		return func() { <-turn }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// groupIndex is the group of sandbox ID sandbox among n, by a hash of it.
+func groupIndex(sandbox string, n int) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(sandbox))
-	name := fmt.Sprintf("noderun-%d", h.Sum32()%uint32(n))
+	return h.Sum32() % uint32(n)
+}
+
+// shimGroupName is the group of the pods of sandbox ID sandbox among n
+// (groupIndex) with the shim binary's build, so that the tasks created
+// after a containerd upgrade get shims of the new binary while the old
+// shims serve their tasks until these end.
+func shimGroupName(sandbox string, n int, build string) string {
+	name := fmt.Sprintf("noderun-%d", groupIndex(sandbox, n))
 	if build != "" {
 		name += "-" + build
 	}

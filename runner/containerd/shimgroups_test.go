@@ -1,12 +1,15 @@
 package containerd
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"github.com/containerd/containerd/plugin"
 	"github.com/containerd/ttrpc"
 
+	"github.com/noderun/noderun/internal/testenv"
 	"github.com/noderun/noderun/runner"
 	"github.com/noderun/noderun/runner/containerd/daemon"
 )
@@ -203,4 +207,122 @@ func waitGoneProc(t *testing.T, pid int, what string) {
 			t.Fatalf("%s: %d (%s) still runs", what, pid, strings.ReplaceAll(string(b), "\x00", " "))
 		}
 	}
+}
+
+// The task creates of one group are made one at a time, so that each
+// reaches a shim that serves it. Made at once, containerd's shim starter
+// of the second finds the socket the first one's bound and, when its
+// connect is not answered within 100 ms (a slow machine: a TCG VM at boot
+// did it), takes it for a dead shim's and starts another shim there; the
+// first, its socket gone, gets no task and never ends. The shim binary on
+// containerd's PATH is wrapped to record when each start runs.
+func TestShimGroupCreatesOneAtATime(t *testing.T) {
+	real, err := exec.LookPath(shimBinary)
+	if err != nil {
+		t.Skipf("no %s on PATH", shimBinary)
+	}
+	dir := t.TempDir()
+	starts := filepath.Join(dir, "starts")
+	wrapper := fmt.Sprintf(`#!/bin/sh
+case " $* " in *" start "*) ;; *) exec %[1]s "$@" ;; esac
+echo "begin $(date +%%s%%N)" >> %[2]s
+%[1]s "$@"
+rc=$?
+echo "end $(date +%%s%%N)" >> %[2]s
+exit $rc
+`, real, starts)
+	if err := os.WriteFile(filepath.Join(dir, shimBinary), []byte(wrapper), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	rt, d := testRuntimeDaemon(t)
+	rt.shimGroups = 1
+	const n = 6
+	cfgs := make([]*runner.ContainerConfig, n)
+	for i := range cfgs {
+		cfgs[i] = testConfig(t, rt, fmt.Sprintf("at-once-%d", i), "sleep", "3600")
+	}
+	errs := make(chan error, n)
+	for _, cfg := range cfgs {
+		go func() {
+			_, err := rt.StartContainer(context.Background(), cfg)
+			errs <- err
+		}()
+	}
+	for range cfgs {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, cfg := range cfgs {
+			if err := rt.RemoveContainer(context.Background(), cfg.ID); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	b, err := os.ReadFile(starts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if most, count := overlap(t, string(b)); most != 1 || count != n {
+		t.Errorf("%d shim starts, up to %d at once; want %d, one at a time:\n%s", count, most, n, b)
+	}
+
+	ctx := namespaces.WithNamespace(context.Background(), testNamespace)
+	serving := map[int]bool{}
+	for _, cfg := range cfgs {
+		c, err := rt.client.LoadContainer(ctx, cfg.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		task, err := c.Task(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		serving[testenv.ParentPID(t, int(task.Pid()))] = true
+	}
+	shims, err := findShims(canonicalAddress(d.Address()), testNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range shims {
+		if !serving[s.pid] {
+			t.Errorf("shim %d (started for %s, on %v) serves none of the tasks", s.pid, s.id, s.sockets)
+		}
+	}
+}
+
+// overlap reads "begin <ns>" and "end <ns>" lines and returns how many
+// intervals were open at once at most, and how many there were.
+func overlap(t *testing.T, log string) (most, count int) {
+	t.Helper()
+	type edge struct {
+		at    int64
+		delta int
+	}
+	var edges []edge
+	for _, line := range strings.Split(strings.TrimSpace(log), "\n") {
+		var what string
+		var at int64
+		if _, err := fmt.Sscanf(line, "%s %d", &what, &at); err != nil {
+			t.Fatalf("start log line %q: %v", line, err)
+		}
+		e := edge{at: at, delta: 1}
+		if what == "end" {
+			e.delta = -1
+		} else {
+			count++
+		}
+		edges = append(edges, e)
+	}
+	// An end and a begin at the same instant do not overlap.
+	slices.SortFunc(edges, func(a, b edge) int { return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.delta, b.delta)) })
+	open := 0
+	for _, e := range edges {
+		open += e.delta
+		most = max(most, open)
+	}
+	return most, count
 }
