@@ -197,7 +197,7 @@ func threadCPU() (time.Duration, error) {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), nil
 }
 
-var rawRequest = []byte("GET / HTTP/1.1\r\nHost: pod\r\nUser-Agent: kube-probe/1.31\r\nAccept: */*\r\nConnection: close\r\n\r\n")
+var rawRequest = []byte("GET / HTTP/1.1\r\nHost: pod\r\nUser-Agent: kube-probe/1.37\r\nAccept: */*\r\nConnection: close\r\n\r\n")
 
 // rawGet connects, sends rawRequest and reads the status line.
 func rawGet(ip [4]byte, port int) error {

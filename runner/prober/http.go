@@ -105,7 +105,7 @@ func clientError(ctx context.Context, err error) string {
 
 // newRequest is the kubelet's NewRequestForHTTPGetAction: the handler's
 // scheme, host (else the pod's IP), port and path; its headers, with a
-// Host header becoming the request's host; User-Agent kube-<purpose>/1.31
+// Host header becoming the request's host; User-Agent kube-<purpose>/1.37
 // and Accept */* unless given (an empty Accept sends none).
 func newRequest(ctx context.Context, h *v1.HTTPGetAction, t Target, purpose string) (*http.Request, error) {
 	scheme := strings.ToLower(string(h.Scheme))
