@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"regexp"
@@ -61,10 +62,9 @@ func TestHTTPProbeBothPaths(t *testing.T) {
 	})
 }
 
-// TestHTTPProbeSlowAnswer: an answer that takes a while, well within the
-// timeout, passes (the blocking read waits for it rather than timing out
-// on the kernel's first wake-up).
-func TestHTTPProbeSlowAnswer(t *testing.T) {
+// serveRaw hands each connection to a fresh listener to handle, in a
+// goroutine of its own, and returns the listener's port.
+func serveRaw(t *testing.T, handle func(net.Conn)) int {
 	l, port := listen(t, "127.0.0.1:0")
 	go func() {
 		for {
@@ -72,14 +72,22 @@ func TestHTTPProbeSlowAnswer(t *testing.T) {
 			if err != nil {
 				return
 			}
-			go func() {
-				defer conn.Close()
-				http.ReadRequest(bufio.NewReader(conn))
-				time.Sleep(300 * time.Millisecond) // the slowness under test
-				fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-			}()
+			go handle(conn)
 		}
 	}()
+	return port
+}
+
+// TestHTTPProbeSlowAnswer: an answer that takes a while, well within the
+// timeout, passes (the blocking read waits for it rather than timing out
+// on the kernel's first wake-up).
+func TestHTTPProbeSlowAnswer(t *testing.T) {
+	port := serveRaw(t, func(conn net.Conn) {
+		defer conn.Close()
+		http.ReadRequest(bufio.NewReader(conn))
+		time.Sleep(300 * time.Millisecond) // the slowness under test
+		fmt.Fprint(conn, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
 	bothPaths(t, func(t *testing.T) {
 		if res, msg, err := probeHTTP(t, httpGet(intstr.FromInt(port), "/"), "127.0.0.1", passTimeout); res != Success || err != nil {
 			t.Errorf("got %v %q %v, want Success", res, msg, err)
@@ -90,18 +98,11 @@ func TestHTTPProbeSlowAnswer(t *testing.T) {
 // TestHTTPProbeReset: a connection reset is worded as package net words
 // it, both ends named.
 func TestHTTPProbeReset(t *testing.T) {
-	l, port := listen(t, "127.0.0.1:0")
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			http.ReadRequest(bufio.NewReader(conn))
-			conn.(*net.TCPConn).SetLinger(0) // close with a reset
-			conn.Close()
-		}
-	}()
+	port := serveRaw(t, func(conn net.Conn) {
+		http.ReadRequest(bufio.NewReader(conn))
+		conn.(*net.TCPConn).SetLinger(0) // close with a reset
+		conn.Close()
+	})
 	want := regexp.MustCompile(`^Get "http://127\.0\.0\.1:` + strconv.Itoa(port) +
 		`/": read tcp 127\.0\.0\.1:\d+->127\.0\.0\.1:` + strconv.Itoa(port) + `: read: connection reset by peer$`)
 	bothPaths(t, func(t *testing.T) {
@@ -114,19 +115,14 @@ func TestHTTPProbeReset(t *testing.T) {
 // TestHTTPProbeCancelled: stopping the worker ends a probe waiting for an
 // answer at once, not at its timeout.
 func TestHTTPProbeCancelled(t *testing.T) {
-	l, port := listen(t, "127.0.0.1:0")
 	asked := make(chan struct{}, 1)
-	go func() {
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			defer conn.Close() // never answered
-			http.ReadRequest(bufio.NewReader(conn))
-			asked <- struct{}{}
-		}
-	}()
+	port := serveRaw(t, func(conn net.Conn) {
+		defer conn.Close()
+		r := bufio.NewReader(conn)
+		http.ReadRequest(r)
+		asked <- struct{}{}
+		io.Copy(io.Discard, r) // never answered, until the prober hangs up
+	})
 	bothPaths(t, func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
 		type outcome struct {
