@@ -98,7 +98,7 @@ func TestGRPCProbe(t *testing.T) {
 			}
 		})
 	}
-	if ua := userAgent(); !strings.HasPrefix(ua, "kube-probe/1.31 grpc-go/") {
-		t.Errorf("user agent %q, want kube-probe/1.31 (grpc-go appends its own)", ua)
+	if ua := userAgent(); !strings.HasPrefix(ua, "kube-probe/1.37 grpc-go/") {
+		t.Errorf("user agent %q, want kube-probe/1.37 (grpc-go appends its own)", ua)
 	}
 }

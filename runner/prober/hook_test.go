@@ -54,7 +54,7 @@ func TestHTTPHook(t *testing.T) {
 	if err := DoHook(context.Background(), hook("", s.port, "/status/500"), tgt, nil); err != nil {
 		t.Errorf("hook answered 500: %v", err)
 	}
-	if r := s.saw("/status/500"); r.hits != 1 || r.header.Get("User-Agent") != "kube-lifecycle/1.31" {
+	if r := s.saw("/status/500"); r.hits != 1 || r.header.Get("User-Agent") != "kube-lifecycle/1.37" {
 		t.Errorf("%d requests, user agent %q", r.hits, r.header.Get("User-Agent"))
 	}
 	want := fmt.Sprintf(`HTTP lifecycle hook (/quit) for Container "app" failed - error: Get "http://127.0.0.1:%d/quit": dial tcp 127.0.0.1:%d: connect: connection refused`, closed, closed)

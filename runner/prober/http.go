@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -105,7 +106,7 @@ func clientError(ctx context.Context, err error) string {
 
 // newRequest is the kubelet's NewRequestForHTTPGetAction: the handler's
 // scheme, host (else the pod's IP), port and path; its headers, with a
-// Host header becoming the request's host; User-Agent kube-<purpose>/1.31
+// Host header becoming the request's host; User-Agent kube-<purpose>/1.37
 // and Accept */* unless given (an empty Accept sends none).
 func newRequest(ctx context.Context, h *v1.HTTPGetAction, t Target, purpose string) (*http.Request, error) {
 	scheme := strings.ToLower(string(h.Scheme))
@@ -161,26 +162,57 @@ func (oneShot) RoundTrip(req *http.Request) (*http.Response, error) {
 	if !ok || req.URL.Scheme != "http" || !plainRequest(req) {
 		return probeTransport.RoundTrip(req)
 	}
-	conn, err := probeDialer.DialContext(ctx, "tcp", dialAddr(req.URL))
+	conn, err := dial(ctx, req.URL, deadline)
 	if err != nil {
 		return nil, ctxErr(ctx, err)
 	}
-	_ = conn.SetDeadline(deadline)
-	// A context cancelled before its deadline (the worker stopped) ends
-	// the exchange too.
-	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
 	resp, br, err := exchange(conn, req)
 	if err != nil {
-		stop()
 		conn.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	resp.Body = &oneShotBody{ReadCloser: resp.Body, conn: conn, br: br, stop: stop}
+	resp.Body = &oneShotBody{ReadCloser: resp.Body, conn: conn, br: br}
 	return resp, nil
 }
 
+// dial connects to the URL's host by the deadline: with blocking calls
+// when the host is an IP address (a pod's always is), else through the
+// netpoller. A context cancelled before its deadline (the worker stopped)
+// ends the exchange either way.
+func dial(ctx context.Context, u *url.URL, deadline time.Time) (io.ReadWriteCloser, error) {
+	addr := dialAddr(u)
+	if ap, err := netip.ParseAddrPort(addr); err == nil && ap.Addr().Zone() == "" {
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		if c, ok, err := dialBlocking(ctx, ap, deadline); ok {
+			if err != nil {
+				return nil, err
+			}
+			return c, nil
+		}
+	}
+	conn, err := probeDialer.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = conn.SetDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetDeadline(time.Unix(1, 0)) })
+	return &polledConn{Conn: conn, stop: stop}, nil
+}
+
+// polledConn is a connection through the netpoller whose Close also
+// drops its cancellation.
+type polledConn struct {
+	net.Conn
+	stop func() bool
+}
+
+func (c *polledConn) Close() error {
+	c.stop()
+	return c.Conn.Close()
+}
+
 // exchange writes req on conn and reads the final response's header.
-func exchange(conn net.Conn, req *http.Request) (*http.Response, *bufio.Reader, error) {
+func exchange(conn io.ReadWriter, req *http.Request) (*http.Response, *bufio.Reader, error) {
 	buf := writeBufs.Get().(*bytes.Buffer)
 	defer writeBufs.Put(buf)
 	buf.Reset()
@@ -219,9 +251,8 @@ var (
 // to the end as a response body's Close would.
 type oneShotBody struct {
 	io.ReadCloser
-	conn net.Conn
+	conn io.Closer
 	br   *bufio.Reader
-	stop func() bool
 }
 
 func (b *oneShotBody) Read(p []byte) (int, error) {
@@ -235,7 +266,6 @@ func (b *oneShotBody) Close() error {
 	if b.conn == nil {
 		return nil
 	}
-	b.stop()
 	err := b.conn.Close()
 	b.br.Reset(nil)
 	readers.Put(b.br)

@@ -194,7 +194,7 @@ func TestHTTPProbeRequest(t *testing.T) {
 	}{
 		{"defaults", "127.0.0.1", v1.HTTPGetAction{Port: intstr.FromInt(s.port), Path: "/healthz"}, "/healthz", "/healthz",
 			func(r seen) string {
-				if r.host != hostPort || r.header.Get("User-Agent") != "kube-probe/1.31" || r.header.Get("Accept") != "*/*" {
+				if r.host != hostPort || r.header.Get("User-Agent") != "kube-probe/1.37" || r.header.Get("Accept") != "*/*" {
 					return fmt.Sprintf("host %q user agent %q accept %q", r.host, r.header.Get("User-Agent"), r.header.Get("Accept"))
 				}
 				// A fresh connection per probe, no compression.
@@ -362,7 +362,7 @@ func TestHTTPSProbe(t *testing.T) {
 			t.Errorf("%s: got %v %q %v, want %v %q", tc.path, res, msg, err, tc.want, tc.wantMsg)
 		}
 	}
-	if ua := s.saw("/status/200").header.Get("User-Agent"); ua != "kube-probe/1.31" {
+	if ua := s.saw("/status/200").header.Get("User-Agent"); ua != "kube-probe/1.37" {
 		t.Errorf("user agent %q over TLS", ua)
 	}
 }

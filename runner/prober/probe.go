@@ -55,8 +55,8 @@ type Target struct {
 }
 
 // version is the Kubernetes release whose kubelet noderun answers as, in
-// the User-Agent of probes (kube-probe/1.31) and HTTP hooks.
-const version = "1.31"
+// the User-Agent of probes (kube-probe/1.37) and HTTP hooks.
+const version = "1.37"
 
 // maxOutput is how much of an HTTP body or an exec probe's output the
 // kubelet keeps (10 KiB).
