@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	ctrd "github.com/containerd/containerd"
+
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -121,6 +123,21 @@ func containerStatus(t *testing.T, rt *Runtime, cfg *runner.ContainerConfig) run
 	}
 	t.Fatalf("container %s not listed", cfg.ID)
 	return runner.ContainerStatus{}
+}
+
+// loadTask is container id's task, which the test needs.
+func loadTask(t *testing.T, rt *Runtime, id string) ctrd.Task {
+	t.Helper()
+	ctx := rt.ctx(context.Background())
+	c, err := rt.client.LoadContainer(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := c.Task(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task
 }
 
 // waitExited polls until the container's task has exited.

@@ -21,16 +21,8 @@ import (
 // reboot or a lost shim does: the container record stays.
 func loseTask(t *testing.T, rt *Runtime, id string) {
 	t.Helper()
-	ctx := rt.ctx(context.Background())
-	c, err := rt.client.LoadContainer(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	task, err := c.Task(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := task.Delete(ctx, ctrd.WithProcessKill); err != nil {
+	task := loadTask(t, rt, id)
+	if _, err := task.Delete(rt.ctx(context.Background()), ctrd.WithProcessKill); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -96,15 +96,7 @@ func TestRootfsMountedInsideTheContainer(t *testing.T) {
 				cfg.Container.SecurityContext = &v1.SecurityContext{ReadOnlyRootFilesystem: &yes}
 			}
 			startContainer(t, rt, cfg)
-			c, err := rt.client.LoadContainer(ctx, cfg.ID)
-			if err != nil {
-				t.Fatal(err)
-			}
-			task, err := c.Task(ctx, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			root := waitRootMount(t, int(task.Pid()))
+			root := waitRootMount(t, int(loadTask(t, rt, cfg.ID).Pid()))
 			if mode, _, _ := strings.Cut(root.Options, ","); root.FSType != "overlay" || mode != tc.wantRootOpts {
 				t.Errorf("the container's / is %s %s, want overlay %s", root.FSType, root.Options, tc.wantRootOpts)
 			}

@@ -270,18 +270,9 @@ exit $rc
 		t.Errorf("%d shim starts, up to %d at once; want %d, one at a time:\n%s", count, most, n, b)
 	}
 
-	ctx := namespaces.WithNamespace(context.Background(), testNamespace)
 	serving := map[int]bool{}
 	for _, cfg := range cfgs {
-		c, err := rt.client.LoadContainer(ctx, cfg.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		task, err := c.Task(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		serving[testenv.ParentPID(t, int(task.Pid()))] = true
+		serving[testenv.ParentPID(t, int(loadTask(t, rt, cfg.ID).Pid()))] = true
 	}
 	shims, err := findShims(canonicalAddress(d.Address()), testNamespace)
 	if err != nil {
